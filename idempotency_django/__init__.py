@@ -1,0 +1,32 @@
+"""Idempotency-Key support for Django and Django REST framework.
+
+Where a request goes:
+
+* :mod:`idempotency_django.middleware` protects plain Django views;
+* :func:`idempotency_django.decorators.idempotent` protects one view, a
+  class-based view, or a DRF view/viewset (:mod:`idempotency_django.drf`);
+* both hand the request to :func:`idempotency_django.protection.protect`,
+  which applies the key contract using the configured store
+  (:mod:`idempotency_django.stores`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__version__ = "0.1.0"
+
+__all__ = ["ViewOptions", "__version__", "idempotency_exempt", "idempotent"]
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy, so importing the package (e.g. from settings) loads no models.
+    if name in ("idempotent", "idempotency_exempt"):
+        from idempotency_django import decorators
+
+        return getattr(decorators, name)
+    if name == "ViewOptions":
+        from idempotency_django.protection import ViewOptions
+
+        return ViewOptions
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,117 @@
+"""System checks: the middleware's place, the settings' values, the store's configuration."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core import checks
+from django.utils.module_loading import import_string
+
+from idempotency_django.conf import (
+    DEFAULTS,
+    FORBIDDEN_REPLAY_HEADERS,
+    SETTING_NAME,
+    STORE_ALIASES,
+)
+
+MIDDLEWARE_PATH = "idempotency_django.middleware.IdempotencyMiddleware"
+#: Middleware that must run before ours: request.user, and the CSRF check
+#: (process_view of middleware listed after ours does not run for keyed requests).
+MUST_PRECEDE = (
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+)
+UNSAFE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
+
+
+@checks.register(checks.Tags.compatibility)
+def check_middleware(**kwargs: Any) -> list[checks.CheckMessage]:
+    middleware = list(getattr(settings, "MIDDLEWARE", None) or [])
+    if MIDDLEWARE_PATH not in middleware:
+        return [
+            checks.Warning(
+                "IdempotencyMiddleware is not in MIDDLEWARE: plain Django views are not "
+                "protected (DRF views decorated with @idempotent still are).",
+                hint=f"Add {MIDDLEWARE_PATH!r} after AuthenticationMiddleware.",
+                id="idempotency_django.W001",
+            )
+        ]
+    position = middleware.index(MIDDLEWARE_PATH)
+    return [
+        checks.Error(
+            f"IdempotencyMiddleware must come after {name}.",
+            hint="Move it below, ideally to the end of MIDDLEWARE.",
+            id="idempotency_django.E001",
+        )
+        for name in MUST_PRECEDE
+        if name in middleware and middleware.index(name) > position
+    ]
+
+
+@checks.register()
+def check_settings(**kwargs: Any) -> list[checks.CheckMessage]:
+    user = getattr(settings, SETTING_NAME, {})
+    if not isinstance(user, dict):
+        return [_error(f"settings.{SETTING_NAME} must be a dict.", "E002")]
+    errors = [
+        _error(f"Unknown setting {SETTING_NAME}[{name!r}].", "E003")
+        for name in user
+        if name not in DEFAULTS
+    ]
+    merged = {**DEFAULTS, **user}
+    for name in ("LOCK_TIMEOUT", "RETENTION", "RETRY_AFTER", "UNAVAILABLE_RETRY_AFTER"):
+        value = merged[name]
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            errors.append(_error(f"{SETTING_NAME}[{name!r}] must be a positive integer.", "E004"))
+    if merged["REUSE_STATUS"] not in (409, 422):
+        errors.append(_error(f"{SETTING_NAME}['REUSE_STATUS'] must be 409 or 422.", "E005"))
+    if merged["ANONYMOUS"] not in ("ignore", "reject"):
+        errors.append(_error(f"{SETTING_NAME}['ANONYMOUS'] must be 'ignore' or 'reject'.", "E006"))
+    methods = {str(method).upper() for method in merged["METHODS"]}
+    if not methods <= UNSAFE_METHODS:
+        errors.append(
+            _error(
+                f"{SETTING_NAME}['METHODS'] may only name unsafe methods; "
+                f"{sorted(methods - UNSAFE_METHODS)} are safe or unknown.",
+                "E007",
+            )
+        )
+    forbidden = {str(h).lower() for h in merged["REPLAY_HEADERS"]} & FORBIDDEN_REPLAY_HEADERS
+    if forbidden:
+        errors.append(
+            _error(
+                f"{SETTING_NAME}['REPLAY_HEADERS'] names {sorted(forbidden)}, which are never "
+                "stored or replayed.",
+                "E008",
+            )
+        )
+    for name in ("SCOPE_FUNCTION", "FINGERPRINT_FUNCTION"):
+        value = merged[name]
+        if isinstance(value, str):
+            try:
+                import_string(value)
+            except ImportError as exc:
+                errors.append(_error(f"{SETTING_NAME}[{name!r}] cannot be imported: {exc}", "E009"))
+    if errors:
+        return errors
+    return _check_store(merged)
+
+
+def _check_store(merged: dict[str, Any]) -> list[checks.CheckMessage]:
+    path = STORE_ALIASES.get(merged["STORE"], merged["STORE"])
+    try:
+        import_string(path)
+    except ImportError as exc:
+        return [_error(f"{SETTING_NAME}['STORE'] cannot be imported: {exc}", "E009")]
+    from idempotency_django.stores import get_store
+
+    try:
+        store = get_store()
+    except Exception as exc:  # a store that cannot even be built
+        return [_error(f"The idempotency store cannot be created: {exc}", "E011")]
+    return store.check()
+
+
+def _error(message: str, code: str) -> checks.CheckMessage:
+    return checks.Error(message, id=f"idempotency_django.{code}")

@@ -1,0 +1,122 @@
+"""The ``IDEMPOTENCY`` settings namespace, read through one accessor.
+
+Like DRF's ``api_settings``: user values override :data:`DEFAULTS`, dotted
+paths are imported lazily, and everything is recomputed when a test changes
+the setting with ``override_settings``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.core.signals import setting_changed
+from django.utils.module_loading import import_string
+
+SETTING_NAME = "IDEMPOTENCY"
+
+DEFAULTS: dict[str, Any] = {
+    # Where reservations and stored responses live: a short name or a dotted path.
+    "STORE": "database",
+    "STORE_OPTIONS": {},
+    # Request headers.
+    "HEADER": "Idempotency-Key",
+    "LOCATION_HEADER": "X-Location-Id",
+    # Which methods a key protects. Safe methods are never protected.
+    "METHODS": ("POST", "PUT", "PATCH", "DELETE"),
+    # Pluggable functions, by dotted path.
+    "SCOPE_FUNCTION": "idempotency_django.scope.default_scope",
+    "FINGERPRINT_FUNCTION": "idempotency_django.fingerprint.default_fingerprint",
+    # Seconds before a reservation left by an unfinished request may be taken over.
+    "LOCK_TIMEOUT": 300,
+    # Seconds a completed response is kept and replayed.
+    "RETENTION": 86400,
+    # False: keep 2xx/3xx only (HyphaBase). True: keep 4xx too, except the
+    # statuses in NEVER_RETAINED_CLIENT_ERRORS (Hodoflow).
+    "RETAIN_CLIENT_ERRORS": False,
+    # 400 idempotency_key_missing when a protected request carries no key.
+    "REQUIRED": False,
+    # Run the view and store its response in one transaction (exactly once).
+    "ATOMIC": False,
+    # Status for a key reused with a different request: 409 (the seeds) or 422 (IETF draft).
+    "REUSE_STATUS": 409,
+    # Retry-After seconds sent with 409 in progress and 503 unavailable.
+    "RETRY_AFTER": 1,
+    "UNAVAILABLE_RETRY_AFTER": 5,
+    # What happens to a keyed request that has no principal: "ignore" runs it
+    # unprotected (never stored, never replayed); "reject" answers 401.
+    "ANONYMOUS": "ignore",
+    # Response headers copied into the stored response and replayed.
+    "REPLAY_HEADERS": (
+        "Content-Type",
+        "Content-Language",
+        "Content-Location",
+        "Location",
+        "ETag",
+        "Last-Modified",
+        "Link",
+        "Cache-Control",
+        "Expires",
+        "Vary",
+    ),
+    # Request header whose value is logged as request_id.
+    "REQUEST_ID_HEADER": "X-Request-Id",
+}
+
+#: Never stored or replayed, whatever REPLAY_HEADERS says.
+FORBIDDEN_REPLAY_HEADERS = frozenset(
+    {"set-cookie", "authorization", "proxy-authorization", "cookie", "www-authenticate"}
+)
+
+#: Client errors that stay retryable even with RETAIN_CLIENT_ERRORS: the
+#: request may succeed unchanged after a token exchange, a permission fix,
+#: a timeout, a conflict or a rate-limit wait.
+NEVER_RETAINED_CLIENT_ERRORS = frozenset({401, 403, 408, 409, 429})
+
+STORE_ALIASES = {
+    "database": "idempotency_django.stores.database.DatabaseStore",
+    "redis": "idempotency_django.stores.redis.RedisStore",
+}
+
+IMPORT_STRINGS = frozenset({"SCOPE_FUNCTION", "FINGERPRINT_FUNCTION"})
+
+
+class IdempotencySettings:
+    """Attribute access to the merged settings; imports dotted paths on first use."""
+
+    def __init__(self) -> None:
+        self._cache: dict[str, Any] = {}
+
+    @property
+    def user_settings(self) -> dict[str, Any]:
+        value = getattr(django_settings, SETTING_NAME, {})
+        return value if isinstance(value, dict) else {}
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or name not in DEFAULTS:
+            raise AttributeError(f"Invalid idempotency setting: {name!r}")
+        if name not in self._cache:
+            value = self.user_settings.get(name, DEFAULTS[name])
+            if name in IMPORT_STRINGS and isinstance(value, str):
+                value = import_string(value)
+            elif name in {"METHODS", "REPLAY_HEADERS"}:
+                value = frozenset(str(item).upper() for item in value)
+            self._cache[name] = value
+        return self._cache[name]
+
+    def reload(self) -> None:
+        self._cache.clear()
+
+
+idempotency_settings = IdempotencySettings()
+
+
+def _reload(*, setting: str, **kwargs: Any) -> None:
+    if setting == SETTING_NAME:
+        idempotency_settings.reload()
+        from idempotency_django.stores import get_store
+
+        get_store.cache_clear()
+
+
+setting_changed.connect(_reload)

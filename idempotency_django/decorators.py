@@ -1,0 +1,143 @@
+"""``@idempotent`` and ``@idempotency_exempt`` for function views, class-based views and DRF."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar, overload
+
+from django.http import HttpRequest
+from django.http.response import HttpResponseBase
+from django.views import View
+
+from idempotency_django.middleware import EXEMPT_ATTRIBUTE, PROTECTED_ATTRIBUTE
+from idempotency_django.protection import ViewOptions, protect
+
+ViewT = TypeVar("ViewT", bound=Callable[..., Any])
+
+#: Where a wrapped handler keeps its options, so class decoration leaves it alone.
+OPTIONS_ATTRIBUTE = "idempotency_options"
+
+
+@overload
+def idempotent(view: ViewT) -> ViewT: ...
+
+
+@overload
+def idempotent(
+    view: None = None,
+    *,
+    required: bool | None = None,
+    retention: int | None = None,
+    retain_client_errors: bool | None = None,
+    atomic: bool | None = None,
+) -> Callable[[ViewT], ViewT]: ...
+
+
+def idempotent(
+    view: Any = None,
+    *,
+    required: bool | None = None,
+    retention: int | None = None,
+    retain_client_errors: bool | None = None,
+    atomic: bool | None = None,
+) -> Any:
+    """Protect a view (function, class-based view, DRF view or viewset, or one action).
+
+    ``required``: answer 400 ``idempotency_key_missing`` when the key is absent.
+    ``retention``: seconds to keep the stored response. ``retain_client_errors``:
+    keep 4xx responses too. ``atomic``: run the view in a transaction that also
+    stores its response. Each defaults to the ``IDEMPOTENCY`` setting.
+    """
+    options = ViewOptions(
+        required=required,
+        retention=retention,
+        retain_client_errors=retain_client_errors,
+        atomic=atomic,
+    )
+
+    def decorate(target: Any) -> Any:
+        if isinstance(target, type):
+            return _protect_class(target, options)
+        return protect_callable(target, options)
+
+    return decorate if view is None else decorate(view)
+
+
+def idempotency_exempt(view: ViewT) -> ViewT:
+    """Never protect this view or action, whatever the middleware or class decoration."""
+    setattr(view, EXEMPT_ATTRIBUTE, True)
+    return view
+
+
+def protect_callable(func: Callable[..., Any], options: ViewOptions) -> Callable[..., Any]:
+    """Wrap a function view, a DRF ``@api_view`` function body, or a view method."""
+    if getattr(func, "cls", None) is not None:
+        raise TypeError(
+            "@idempotent must be applied below @api_view (or to the view class), "
+            "so that it sees the request DRF authenticated."
+        )
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        request = _find_request(args)
+        drf = _drf_adapter(request)
+        if drf is not None:
+            return drf(request, lambda: func(*args, **kwargs), options)
+        return protect(request, lambda: func(*args, **kwargs), options)
+
+    setattr(wrapper, PROTECTED_ATTRIBUTE, True)
+    setattr(wrapper, OPTIONS_ATTRIBUTE, options)
+    return wrapper
+
+
+def _protect_class(view_class: type, options: ViewOptions) -> type:
+    drf_view = _drf_api_view_class()
+    if drf_view is not None and issubclass(view_class, drf_view):
+        from idempotency_django.drf import protect_view_class
+
+        return protect_view_class(view_class, options)
+    if issubclass(view_class, View):
+        return type(
+            view_class.__name__,
+            (view_class,),
+            {
+                "__module__": view_class.__module__,
+                "__qualname__": view_class.__qualname__,
+                "__doc__": view_class.__doc__,
+                "dispatch": protect_callable(view_class.dispatch, options),
+            },
+        )
+    raise TypeError(f"@idempotent cannot protect {view_class!r}: not a Django or DRF view.")
+
+
+def _find_request(args: tuple[Any, ...]) -> HttpRequest:
+    # (request, ...) for function views, (self, request, ...) for methods.
+    for arg in args[:2]:
+        if isinstance(arg, HttpRequest) or _is_drf_request(arg):
+            return arg  # type: ignore[no-any-return]
+    raise TypeError("@idempotent: the view was called without a request.")
+
+
+def _is_drf_request(obj: Any) -> bool:
+    try:
+        from rest_framework.request import Request
+    except ImportError:
+        return False
+    return isinstance(obj, Request)
+
+
+def _drf_adapter(request: Any) -> Callable[..., HttpResponseBase] | None:
+    if not _is_drf_request(request):
+        return None
+    from idempotency_django.drf import protect_drf_call
+
+    return protect_drf_call
+
+
+def _drf_api_view_class() -> type | None:
+    try:
+        from rest_framework.views import APIView
+    except ImportError:
+        return None
+    return APIView

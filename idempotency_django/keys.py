@@ -1,0 +1,59 @@
+"""Reading and validating the ``Idempotency-Key`` request header."""
+
+from __future__ import annotations
+
+import hashlib
+
+MAX_KEY_LENGTH = 255
+
+
+class InvalidKey(ValueError):
+    """The header is present but is not a usable key; the message says why."""
+
+
+def parse_key(raw: str) -> str:
+    """Return the key carried by a raw header value.
+
+    Accepts 1-255 printable ASCII characters, bare or as an RFC 8941
+    sf-string (``"..."``, with ``\\"`` and ``\\\\`` escapes). A comma is
+    refused because servers join repeated headers with commas, so a comma
+    cannot be told apart from two ``Idempotency-Key`` headers.
+    """
+    value = raw.strip(" \t")
+    if len(value) >= 2 and value[0] == '"' and value[-1] == '"':
+        value = _unquote_sf_string(value[1:-1])
+    elif "," in value:
+        raise InvalidKey("Send exactly one Idempotency-Key header; commas are not allowed.")
+    if not value:
+        raise InvalidKey("The Idempotency-Key header is empty.")
+    if len(value) > MAX_KEY_LENGTH:
+        raise InvalidKey(f"The Idempotency-Key is longer than {MAX_KEY_LENGTH} characters.")
+    if not all(" " <= char <= "~" for char in value):
+        raise InvalidKey("The Idempotency-Key must be printable ASCII (no control characters).")
+    return value
+
+
+def _unquote_sf_string(inner: str) -> str:
+    chars: list[str] = []
+    escaped = False
+    for char in inner:
+        if escaped:
+            if char not in '"\\':
+                raise InvalidKey("The quoted Idempotency-Key has an invalid escape.")
+            chars.append(char)
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif char == '"':
+            raise InvalidKey("Send exactly one Idempotency-Key header.")
+        else:
+            chars.append(char)
+    if escaped:
+        raise InvalidKey("The quoted Idempotency-Key ends with a lone backslash.")
+    return "".join(chars)
+
+
+def key_digest(principal: str, location: str, key: str) -> str:
+    """A short non-reversible label for logs: identifies a key without printing it."""
+    material = "\x1f".join((principal, location, key)).encode()
+    return hashlib.sha256(material).hexdigest()[:16]

@@ -1,0 +1,82 @@
+"""Protects plain Django views. DRF views are left to the DRF integration.
+
+Place it after ``AuthenticationMiddleware`` (it scopes keys by
+``request.user``) and after ``CsrfViewMiddleware``: for a keyed request it
+calls the view itself, so view middleware listed after it does not run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.db import connections, transaction
+from django.http import HttpRequest
+from django.http.response import HttpResponseBase
+
+from idempotency_django.conf import idempotency_settings
+from idempotency_django.protection import ViewOptions, protect
+from idempotency_django.stores import get_store
+
+#: Attribute set on a view by ``@idempotent`` or ``@idempotency_exempt``.
+PROTECTED_ATTRIBUTE = "idempotency_protected"
+EXEMPT_ATTRIBUTE = "idempotency_exempt"
+
+
+class IdempotencyMiddleware:
+    sync_capable = True
+    async_capable = False
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponseBase:
+        return self.get_response(request)
+
+    def process_view(
+        self,
+        request: HttpRequest,
+        view_func: Callable[..., HttpResponseBase],
+        view_args: tuple[Any, ...],
+        view_kwargs: dict[str, Any],
+    ) -> HttpResponseBase | None:
+        settings = idempotency_settings
+        if request.method not in settings.METHODS or not _handled_here(view_func):
+            return None
+        if settings.HEADER not in request.headers and not settings.REQUIRED:
+            return None  # nothing to protect: let Django call the view as usual
+
+        # Django wraps the view in ATOMIC_REQUESTS transactions only when no
+        # view middleware answers; since this one answers, it does the same,
+        # and for the store's database it lets protect() open the transaction
+        # so the stored response commits together with the view's writes.
+        non_atomic = getattr(view_func, "_non_atomic_requests", set())
+        atomic_aliases = [
+            alias
+            for alias, settings_dict in connections.settings.items()
+            if settings_dict["ATOMIC_REQUESTS"] and alias not in non_atomic
+        ]
+        store_alias = getattr(get_store(), "alias", None)
+        view = view_func
+        for alias in atomic_aliases:
+            if alias != store_alias:
+                view = transaction.atomic(using=alias)(view)
+        options = ViewOptions(atomic=True if store_alias in atomic_aliases else None)
+        return protect(request, lambda: view(request, *view_args, **view_kwargs), options)
+
+
+def _handled_here(view_func: Callable[..., Any]) -> bool:
+    if getattr(view_func, PROTECTED_ATTRIBUTE, False) or getattr(view_func, EXEMPT_ATTRIBUTE, False):
+        return False
+    return not _is_drf_view(view_func)
+
+
+def _is_drf_view(view_func: Callable[..., Any]) -> bool:
+    view_class = getattr(view_func, "cls", None)
+    if view_class is None:
+        return False
+    try:
+        from rest_framework.views import APIView
+    except ImportError:  # DRF is optional
+        return False
+    return isinstance(view_class, type) and issubclass(view_class, APIView)

@@ -1,0 +1,50 @@
+from __future__ import annotations
+
+from django.db import models
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+
+class IdempotencyRecord(models.Model):
+    """One key within one scope: a live reservation or a stored response.
+
+    ``expires_at`` means "takeover allowed after" for a reservation and
+    "forget after" for a completed record; past it, the row counts as absent.
+    """
+
+    class State(models.TextChoices):
+        IN_PROGRESS = "in_progress", _("in progress")
+        COMPLETED = "completed", _("completed")
+
+    principal = models.CharField(_("principal"), max_length=255)
+    location = models.CharField(_("location"), max_length=255, blank=True)
+    key = models.CharField(_("idempotency key"), max_length=255)
+    fingerprint = models.CharField(_("request fingerprint"), max_length=128)
+    method = models.CharField(_("method"), max_length=16)
+    path = models.CharField(_("path"), max_length=2048)
+    request_id = models.CharField(_("request id"), max_length=255, blank=True)
+    state = models.CharField(_("state"), max_length=16, choices=State.choices)
+    token = models.CharField(_("owner token"), max_length=64)
+    status_code = models.PositiveSmallIntegerField(_("response status"), null=True, blank=True)
+    response_headers = models.JSONField(_("response headers"), default=list, blank=True)
+    response_body = models.BinaryField(_("response body"), default=b"", blank=True)
+    created_at = models.DateTimeField(_("created"), default=timezone.now)
+    completed_at = models.DateTimeField(_("completed"), null=True, blank=True)
+    expires_at = models.DateTimeField(_("expires"))
+
+    class Meta:
+        verbose_name = _("idempotency record")
+        verbose_name_plural = _("idempotency records")
+        constraints = [
+            models.UniqueConstraint(
+                fields=["principal", "location", "key"], name="idempotency_record_unique_key"
+            )
+        ]
+        indexes = [models.Index(fields=["expires_at"], name="idempotency_record_expires")]
+
+    def __str__(self) -> str:
+        return f"{self.key} ({self.principal}, {self.location or '-'})"
+
+    @property
+    def is_expired(self) -> bool:
+        return self.expires_at <= timezone.now()

@@ -1,0 +1,297 @@
+"""The key contract, in one place: every protected request goes through :func:`protect`.
+
+The middleware, the ``@idempotent`` decorator and the DRF integration only
+adapt their kind of view to ``protect(request, call_view, options)``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from django.http import FileResponse, HttpRequest, HttpResponse
+from django.http.request import RawPostDataException
+from django.http.response import HttpResponseBase
+
+from idempotency_django import problems, signals
+from idempotency_django.conf import (
+    FORBIDDEN_REPLAY_HEADERS,
+    NEVER_RETAINED_CLIENT_ERRORS,
+    idempotency_settings,
+)
+from idempotency_django.keys import InvalidKey, key_digest, parse_key
+from idempotency_django.scope import MAX_LOCATION_LENGTH
+from idempotency_django.stores import (
+    BaseStore,
+    Outcome,
+    RecordKey,
+    RequestInfo,
+    StoredResponse,
+    StoreUnavailable,
+    get_store,
+)
+
+logger = logging.getLogger("idempotency_django")
+
+REPLAYED_HEADER = "Idempotency-Replayed"
+
+#: Set on the Django request while it is being protected, so a second layer
+#: (middleware + decorator, a wrapped method calling another) stays out.
+ACTIVE_ATTRIBUTE = "_idempotency_active"
+
+
+@dataclass(frozen=True)
+class ViewOptions:
+    """Per-view overrides of the global settings; None means "use the setting"."""
+
+    required: bool | None = None
+    retention: int | None = None
+    retain_client_errors: bool | None = None
+    atomic: bool | None = None
+
+
+def protect(
+    request: HttpRequest,
+    call_view: Callable[[], HttpResponseBase],
+    options: ViewOptions = ViewOptions(),  # noqa: B008  (frozen, so sharing is safe)
+) -> HttpResponseBase:
+    """Run ``call_view`` at most once per key and scope; answer duplicates from the store."""
+    settings = idempotency_settings
+    django_request = _django_request(request)
+    if request.method not in settings.METHODS or getattr(django_request, ACTIVE_ATTRIBUTE, False):
+        return call_view()
+    raw_key = request.headers.get(settings.HEADER)
+    if raw_key is None:
+        if _option(options.required, settings.REQUIRED):
+            return problems.problem_response(
+                400, problems.KEY_MISSING, f"This endpoint requires an {settings.HEADER} header."
+            )
+        return call_view()
+
+    try:
+        key = parse_key(raw_key)
+    except InvalidKey as exc:
+        _log(logging.INFO, "rejected", request, code=problems.KEY_INVALID)
+        return problems.problem_response(400, problems.KEY_INVALID, str(exc))
+
+    scope = settings.SCOPE_FUNCTION(request)
+    if scope is None:
+        if settings.ANONYMOUS == "reject":
+            return problems.problem_response(
+                401,
+                problems.AUTHENTICATION_REQUIRED,
+                f"Requests with an {settings.HEADER} must be authenticated.",
+            )
+        _log(logging.INFO, "unprotected", request, reason="anonymous")
+        return call_view()
+    if len(scope.location) > MAX_LOCATION_LENGTH or not scope.location.isprintable():
+        return problems.problem_response(
+            400,
+            problems.LOCATION_INVALID,
+            f"The {settings.LOCATION_HEADER} header must be at most "
+            f"{MAX_LOCATION_LENGTH} printable characters.",
+        )
+
+    try:
+        fingerprint = settings.FINGERPRINT_FUNCTION(request)
+    except RawPostDataException:
+        return problems.problem_response(
+            400,
+            problems.BODY_UNAVAILABLE,
+            "The request body was consumed before it could be fingerprinted.",
+        )
+
+    record_key = RecordKey(scope.principal, scope.location, key)
+    digest = key_digest(scope.principal, scope.location, key)
+    store = get_store()
+    info = RequestInfo(
+        method=str(request.method),
+        path=request.path,
+        fingerprint=fingerprint,
+        request_id=str(request.headers.get(settings.REQUEST_ID_HEADER, "")),
+    )
+    attempt = _Attempt(request, store, record_key, digest, options)
+    try:
+        claim = store.claim(record_key, info, int(settings.LOCK_TIMEOUT))
+    except StoreUnavailable as exc:
+        attempt.log(logging.ERROR, "unavailable", error=type(exc.__cause__ or exc).__name__)
+        signals.unavailable.send(type(store), request=request, key_digest=digest, error=exc)
+        return problems.problem_response(
+            503,
+            problems.UNAVAILABLE,
+            "The idempotency key could not be claimed; nothing was done. "
+            "Retry with the same key.",
+            retry_after=int(settings.UNAVAILABLE_RETRY_AFTER),
+        )
+
+    if claim.outcome is Outcome.REPLAY:
+        assert claim.response is not None
+        attempt.log(logging.INFO, "replayed", status=claim.response.status)
+        signals.replayed.send(
+            type(store), request=request, key_digest=digest, status=claim.response.status
+        )
+        return replay_response(claim.response)
+    if claim.outcome is Outcome.REUSED:
+        attempt.log(logging.INFO, "conflict", code=problems.KEY_REUSED)
+        signals.conflict.send(type(store), request=request, key_digest=digest, code=problems.KEY_REUSED)
+        return problems.problem_response(
+            int(settings.REUSE_STATUS),
+            problems.KEY_REUSED,
+            "This idempotency key was already used with a different request. "
+            "Use a new key for a new operation.",
+        )
+    if claim.outcome is Outcome.IN_PROGRESS:
+        attempt.log(logging.INFO, "conflict", code=problems.KEY_IN_PROGRESS)
+        signals.conflict.send(
+            type(store), request=request, key_digest=digest, code=problems.KEY_IN_PROGRESS
+        )
+        return problems.problem_response(
+            409,
+            problems.KEY_IN_PROGRESS,
+            "A request with this idempotency key is still being processed. "
+            "Retry shortly to get its response.",
+            retry_after=int(settings.RETRY_AFTER),
+        )
+
+    attempt.token = claim.token
+    attempt.log(logging.INFO, "reserved")
+    signals.reserved.send(type(store), request=request, key_digest=digest)
+    return attempt.run(call_view)
+
+
+class _Attempt:
+    """One claimed key: runs the view, then stores or releases."""
+
+    def __init__(
+        self,
+        request: HttpRequest,
+        store: BaseStore,
+        key: RecordKey,
+        digest: str,
+        options: ViewOptions,
+    ) -> None:
+        self.request = request
+        self.store = store
+        self.key = key
+        self.digest = digest
+        self.options = options
+        self.token = ""
+
+    def run(self, call_view: Callable[[], HttpResponseBase]) -> HttpResponseBase:
+        settings = idempotency_settings
+        atomic = _option(self.options.atomic, settings.ATOMIC) and self.store.supports_atomic
+        django_request = _django_request(self.request)
+        setattr(django_request, ACTIVE_ATTRIBUTE, True)
+        release_reason: str | None = None
+        try:
+            with self.store.atomic() if atomic else contextlib.nullcontext():
+                response = call_view()
+                release_reason = self.finish(response)
+        except BaseException:
+            self.release(None, "exception")
+            raise
+        finally:
+            setattr(django_request, ACTIVE_ATTRIBUTE, False)
+        if release_reason is not None:
+            # Outside the atomic block: a release must survive its rollback.
+            self.release(response.status_code, release_reason)
+        return response
+
+    def finish(self, response: HttpResponseBase) -> str | None:
+        """Store the response, or say why the key must be released instead."""
+        status = response.status_code
+        if response.streaming or isinstance(response, FileResponse):
+            return "streaming"
+        if status >= 500:
+            return "server_error"
+        if not self.retains(status):
+            return "not_retained"
+        if self.store.in_rolled_back_transaction():
+            return "rolled_back"
+        assert isinstance(response, HttpResponse)
+        stored = StoredResponse(status=status, headers=replay_headers(response), body=response.content)
+        retention = int(_option(self.options.retention, idempotency_settings.RETENTION))
+        try:
+            owned = self.store.complete(self.key, self.token, stored, retention)
+        except StoreUnavailable as exc:
+            if self.store.in_transaction():
+                # The work must not commit without its record: fail the transaction.
+                raise
+            # The work is done; the client gets its answer. The reservation
+            # expires after LOCK_TIMEOUT and a retry may then run again.
+            self.log(logging.ERROR, "store_failed", status=status, error=type(exc.__cause__ or exc).__name__)
+            return None
+        if owned:
+            self.log(logging.INFO, "stored", status=status)
+            signals.stored.send(type(self.store), request=self.request, key_digest=self.digest, status=status)
+        else:
+            self.log(logging.WARNING, "lost_reservation", status=status)
+        return None
+
+    def retains(self, status: int) -> bool:
+        if status < 400:
+            return True
+        keep_client_errors = _option(
+            self.options.retain_client_errors, idempotency_settings.RETAIN_CLIENT_ERRORS
+        )
+        return bool(keep_client_errors) and status not in NEVER_RETAINED_CLIENT_ERRORS
+
+    def release(self, status: int | None, reason: str) -> None:
+        try:
+            self.store.release(self.key, self.token)
+        except StoreUnavailable as exc:
+            self.log(logging.ERROR, "release_failed", status=status, reason=reason,
+                     error=type(exc.__cause__ or exc).__name__)
+            return
+        self.log(logging.INFO, "released", status=status, reason=reason)
+        signals.released.send(
+            type(self.store), request=self.request, key_digest=self.digest, status=status, reason=reason
+        )
+
+    def log(self, level: int, event: str, **fields: Any) -> None:
+        _log(level, event, self.request, key_digest=self.digest, **fields)
+
+
+def replay_headers(response: HttpResponse) -> tuple[tuple[str, str], ...]:
+    allowed = idempotency_settings.REPLAY_HEADERS
+    return tuple(
+        (name, value)
+        for name, value in response.items()
+        if name.upper() in allowed and name.lower() not in FORBIDDEN_REPLAY_HEADERS
+    )
+
+
+def replay_response(stored: StoredResponse) -> HttpResponse:
+    response = HttpResponse(stored.body, status=stored.status)
+    del response["Content-Type"]  # only what the original response said
+    for name, value in stored.headers:
+        response[name] = value
+    response[REPLAYED_HEADER] = "true"
+    return response
+
+
+def _option(value: Any, default: Any) -> Any:
+    return default if value is None else value
+
+
+def _django_request(request: HttpRequest) -> HttpRequest:
+    # DRF's Request wraps the Django one; the flag must live on the shared object.
+    return getattr(request, "_request", request)
+
+
+def _log(level: int, event: str, request: HttpRequest, **fields: Any) -> None:
+    """One structured line per decision. Never the key, a header value or the body."""
+    if not logger.isEnabledFor(level):
+        return
+    fields = {
+        "event": event,
+        "method": request.method,
+        "path": request.path,
+        "request_id": request.headers.get(idempotency_settings.REQUEST_ID_HEADER, ""),
+        **fields,
+    }
+    line = " ".join(f"{name}={value}" for name, value in fields.items() if value is not None)
+    logger.log(level, "idempotency %s", line, extra={"idempotency": fields})

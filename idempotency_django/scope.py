@@ -1,0 +1,53 @@
+"""Who a key belongs to: the principal and the location (tenant)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.http import HttpRequest
+
+from idempotency_django.conf import idempotency_settings
+
+MAX_LOCATION_LENGTH = 255
+
+
+@dataclass(frozen=True)
+class Scope:
+    """A key is unique within a scope; no scope ever sees another's responses."""
+
+    principal: str
+    location: str = ""
+
+
+def principal_of(user: Any) -> str | None:
+    """``app_label.model:pk`` for an authenticated user, None for anyone else."""
+    if user is None or not getattr(user, "is_authenticated", False):
+        return None
+    pk = getattr(user, "pk", None)
+    if pk is None:
+        return None
+    meta = getattr(user, "_meta", None)
+    label = meta.label_lower if meta is not None else type(user).__qualname__
+    return f"{label}:{pk}"
+
+
+def default_scope(request: HttpRequest) -> Scope | None:
+    """The authenticated user and the ``X-Location-Id`` header.
+
+    ``request`` is the Django request on the middleware path and DRF's
+    ``Request`` on the DRF path, so ``request.user`` is whoever the active
+    authentication resolved (a session user, a token's user, ...).
+    Returns None for an anonymous request.
+    """
+    principal = principal_of(getattr(request, "user", None))
+    if principal is None:
+        return None
+    return Scope(principal=principal, location=location_of(request))
+
+
+def location_of(request: HttpRequest) -> str:
+    header = idempotency_settings.LOCATION_HEADER
+    if not header:
+        return ""
+    return str(request.headers.get(header, "")).strip()

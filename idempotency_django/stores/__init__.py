@@ -1,0 +1,37 @@
+"""Stores keep reservations and stored responses; pick one with ``IDEMPOTENCY["STORE"]``."""
+
+from __future__ import annotations
+
+import functools
+
+from django.utils.module_loading import import_string
+
+from idempotency_django.conf import STORE_ALIASES, idempotency_settings
+from idempotency_django.stores.base import (
+    BaseStore,
+    Claim,
+    Outcome,
+    RecordKey,
+    RequestInfo,
+    StoredResponse,
+    StoreUnavailable,
+)
+
+__all__ = [
+    "BaseStore",
+    "Claim",
+    "Outcome",
+    "RecordKey",
+    "RequestInfo",
+    "StoreUnavailable",
+    "StoredResponse",
+    "get_store",
+]
+
+
+@functools.cache
+def get_store() -> BaseStore:
+    """The configured store, built once (and again after ``override_settings``)."""
+    path = STORE_ALIASES.get(idempotency_settings.STORE, idempotency_settings.STORE)
+    store_class: type[BaseStore] = import_string(path)
+    return store_class(**idempotency_settings.STORE_OPTIONS)

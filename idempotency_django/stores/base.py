@@ -1,0 +1,110 @@
+"""The interface every store implements.
+
+A store answers three questions atomically: may this request run (claim),
+here is its answer (complete), and never mind, let a retry run (release).
+The rules about *which* answer to give live in :mod:`idempotency_django.protection`;
+a store only keeps state.
+"""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+from django.core.checks import CheckMessage
+
+
+class StoreUnavailable(Exception):
+    """The store could not be reached or failed; the request must not run."""
+
+
+@dataclass(frozen=True)
+class RecordKey:
+    """Identifies one idempotency record: a key within a scope."""
+
+    principal: str
+    location: str
+    key: str
+
+
+@dataclass(frozen=True)
+class StoredResponse:
+    status: int
+    headers: tuple[tuple[str, str], ...]
+    body: bytes
+
+
+class Outcome(enum.Enum):
+    CLAIMED = "claimed"
+    REPLAY = "replay"
+    REUSED = "reused"
+    IN_PROGRESS = "in_progress"
+
+
+@dataclass(frozen=True)
+class Claim:
+    outcome: Outcome
+    #: Proof of ownership for complete()/release(), set when CLAIMED.
+    token: str = ""
+    #: The stored answer, set when REPLAY.
+    response: StoredResponse | None = None
+
+
+@dataclass(frozen=True)
+class RequestInfo:
+    """Non-secret facts about the request, kept for inspection."""
+
+    method: str
+    path: str
+    fingerprint: str
+    request_id: str = ""
+
+
+class BaseStore(ABC):
+    #: True when complete() can join the database transaction the view ran
+    #: in, so the work and its stored response commit together.
+    supports_atomic = False
+
+    def __init__(self, **options: Any) -> None:
+        self.options = options
+
+    @abstractmethod
+    def claim(self, key: RecordKey, request: RequestInfo, lock_timeout: int) -> Claim:
+        """Reserve ``key`` for this request, or report what already holds it.
+
+        CLAIMED when the key is free, expired, or held by a reservation older
+        than ``lock_timeout`` seconds; REPLAY when a live completed record has
+        the same fingerprint; REUSED when it has another; IN_PROGRESS when a
+        live reservation holds it. Raises :class:`StoreUnavailable`.
+        """
+
+    @abstractmethod
+    def complete(
+        self, key: RecordKey, token: str, response: StoredResponse, retention: int
+    ) -> bool:
+        """Store the response for ``retention`` seconds if ``token`` still owns the key.
+
+        Returns False when the reservation was taken over meanwhile.
+        """
+
+    @abstractmethod
+    def release(self, key: RecordKey, token: str) -> None:
+        """Drop the reservation if ``token`` still owns it, so a retry runs."""
+
+    def atomic(self) -> Any:
+        """A context manager for the transaction complete() joins (stores with supports_atomic)."""
+        raise NotImplementedError
+
+    def in_transaction(self) -> bool:
+        """True when complete() would join a transaction still open around the view."""
+        return False
+
+    def in_rolled_back_transaction(self) -> bool:
+        """True when the work done so far will be rolled back."""
+        return False
+
+    def check(self) -> list[CheckMessage]:
+        """System-check messages about this store's configuration."""
+        return []

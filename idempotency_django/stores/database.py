@@ -1,0 +1,249 @@
+"""The default store: one row per key in :class:`~idempotency_django.models.IdempotencyRecord`.
+
+The claim is an INSERT guarded by a unique constraint, so two requests can
+never both own a key. It must be visible to other requests at once, even
+when the view runs inside a transaction (``ATOMIC_REQUESTS``): then claims
+and releases go through a second, autocommit connection to the same
+database, while the completion joins the view's transaction, so the work
+and its stored response commit (or roll back) together.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+from django.core import checks
+from django.core.signals import request_finished, request_started
+from django.db import DEFAULT_DB_ALIAS, Error, IntegrityError, connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.utils import load_backend
+from django.utils import timezone
+from django.utils.connection import ConnectionDoesNotExist
+
+from idempotency_django.models import IdempotencyRecord
+from idempotency_django.stores.base import (
+    BaseStore,
+    Claim,
+    Outcome,
+    RecordKey,
+    RequestInfo,
+    StoredResponse,
+    StoreUnavailable,
+)
+
+SIDE_ALIAS_SUFFIX = "__idempotency"
+
+State = IdempotencyRecord.State
+
+
+class DatabaseStore(BaseStore):
+    supports_atomic = True
+
+    def __init__(self, database: str = DEFAULT_DB_ALIAS, **options: Any) -> None:
+        super().__init__(**options)
+        self.alias = database
+
+    # -- the contract -------------------------------------------------------
+
+    def claim(self, key: RecordKey, request: RequestInfo, lock_timeout: int) -> Claim:
+        using = self._visible_alias()
+        records = IdempotencyRecord.objects.using(using)
+        token = uuid.uuid4().hex
+        with _unavailable_on_error():
+            # A bounded loop: each pass either decides or loses a race to a
+            # request that changed the row, which can only happen a few times.
+            for _attempt in range(5):
+                now = timezone.now()
+                fields = {
+                    "fingerprint": request.fingerprint,
+                    "method": request.method,
+                    "path": request.path[:2048],
+                    "request_id": request.request_id[:255],
+                    "state": State.IN_PROGRESS,
+                    "token": token,
+                    "status_code": None,
+                    "response_headers": [],
+                    "response_body": b"",
+                    "created_at": now,
+                    "completed_at": None,
+                    "expires_at": now + timedelta(seconds=lock_timeout),
+                }
+                try:
+                    with _savepoint_if_in_transaction(using):
+                        records.create(
+                            principal=key.principal, location=key.location, key=key.key, **fields
+                        )
+                    return Claim(Outcome.CLAIMED, token=token)
+                except IntegrityError:
+                    pass
+                existing = records.filter(
+                    principal=key.principal, location=key.location, key=key.key
+                ).first()
+                if existing is None:
+                    continue  # purged or released since our INSERT: try again
+                if existing.expires_at <= now:
+                    # Expired record or abandoned reservation: take it over,
+                    # unless someone else just did (compare the owner token).
+                    if records.filter(pk=existing.pk, token=existing.token).update(**fields):
+                        return Claim(Outcome.CLAIMED, token=token)
+                    continue
+                if existing.fingerprint != request.fingerprint:
+                    return Claim(Outcome.REUSED)
+                if existing.state == State.IN_PROGRESS:
+                    return Claim(Outcome.IN_PROGRESS)
+                return Claim(Outcome.REPLAY, response=_stored_response(existing))
+        raise StoreUnavailable("The idempotency record kept changing while being claimed.")
+
+    def complete(
+        self, key: RecordKey, token: str, response: StoredResponse, retention: int
+    ) -> bool:
+        # The request's own connection: inside the view's transaction when
+        # there is one, which is what makes the stored response exactly-once.
+        now = timezone.now()
+        with _unavailable_on_error():
+            updated = (
+                IdempotencyRecord.objects.using(self.alias)
+                .filter(
+                    principal=key.principal,
+                    location=key.location,
+                    key=key.key,
+                    token=token,
+                    state=State.IN_PROGRESS,
+                )
+                .update(
+                    state=State.COMPLETED,
+                    status_code=response.status,
+                    response_headers=[list(pair) for pair in response.headers],
+                    response_body=response.body,
+                    completed_at=now,
+                    expires_at=now + timedelta(seconds=retention),
+                )
+            )
+        return updated == 1
+
+    def release(self, key: RecordKey, token: str) -> None:
+        with _unavailable_on_error():
+            IdempotencyRecord.objects.using(self._visible_alias()).filter(
+                principal=key.principal,
+                location=key.location,
+                key=key.key,
+                token=token,
+                state=State.IN_PROGRESS,
+            ).delete()
+
+    def atomic(self) -> Any:
+        return transaction.atomic(using=self.alias)
+
+    def in_transaction(self) -> bool:
+        return _in_request_transaction(connections[self.alias])
+
+    def in_rolled_back_transaction(self) -> bool:
+        connection = connections[self.alias]
+        return _in_request_transaction(connection) and connection.needs_rollback
+
+    def check(self) -> list[checks.CheckMessage]:
+        if self.alias not in connections.settings:
+            return [
+                checks.Error(
+                    f"IDEMPOTENCY['STORE_OPTIONS']['database'] is {self.alias!r}, "
+                    "which is not in DATABASES.",
+                    id="idempotency_django.E010",
+                )
+            ]
+        name = str(connections.settings[self.alias].get("NAME") or "")
+        if connections.settings[self.alias]["ENGINE"].endswith("sqlite3") and (
+            name == ":memory:" or "mode=memory" in name
+        ):
+            return [
+                checks.Warning(
+                    "The idempotency store uses an in-memory SQLite database, "
+                    "which each process sees on its own.",
+                    hint="Use a database file or a server database in production.",
+                    id="idempotency_django.W010",
+                )
+            ]
+        return []
+
+    # -- connections --------------------------------------------------------
+
+    def _visible_alias(self) -> str:
+        """An alias whose writes other requests see at once.
+
+        The request's connection when it is in autocommit mode; otherwise a
+        second connection, except on SQLite, which has a single writer: there
+        the claim joins the transaction and duplicates wait for its commit.
+        """
+        connection = connections[self.alias]
+        if connection.vendor == "sqlite" or not _in_request_transaction(connection):
+            return self.alias
+        return _side_alias(self.alias)
+
+
+def _in_request_transaction(connection: BaseDatabaseWrapper) -> bool:
+    """In a transaction other than the one a Django TestCase wraps each test in."""
+    return any(
+        not getattr(block, "_from_testcase", False) for block in connection.atomic_blocks
+    )
+
+
+def _savepoint_if_in_transaction(using: str) -> contextlib.AbstractContextManager[Any]:
+    # Autocommit needs no savepoint around an INSERT that may fail; skipping
+    # it saves two round trips on the hot path.
+    if connections[using].in_atomic_block:
+        return transaction.atomic(using=using)
+    return contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def _unavailable_on_error() -> Iterator[None]:
+    try:
+        yield
+    except Error as exc:
+        raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from exc
+
+
+def _stored_response(record: IdempotencyRecord) -> StoredResponse:
+    return StoredResponse(
+        status=record.status_code or 200,
+        headers=tuple((str(name), str(value)) for name, value in record.response_headers),
+        body=bytes(record.response_body),
+    )
+
+
+def _side_alias(alias: str) -> str:
+    """This thread's autocommit connection to ``alias``, registered as ``alias__idempotency``."""
+    side = alias + SIDE_ALIAS_SUFFIX
+    try:
+        connections[side]
+    except ConnectionDoesNotExist:
+        settings_dict = connections.settings[alias]
+        backend = load_backend(settings_dict["ENGINE"])
+        connections[side] = backend.DatabaseWrapper(settings_dict, side)
+    return side
+
+
+def close_side_connections(**kwargs: Any) -> None:
+    """Close this thread's side connections that Django would close for the main ones.
+
+    Connected to ``request_started``/``request_finished`` like Django's own
+    ``close_old_connections``; call it directly from threads you start.
+    """
+    force = kwargs.get("force", False)
+    for alias in connections.settings:
+        try:
+            connection = connections[alias + SIDE_ALIAS_SUFFIX]
+        except ConnectionDoesNotExist:
+            continue
+        if force:
+            connection.close()
+        else:
+            connection.close_if_unusable_or_obsolete()
+
+
+def connect_signals() -> None:
+    request_started.connect(close_side_connections, dispatch_uid="idempotency_side_connections")
+    request_finished.connect(close_side_connections, dispatch_uid="idempotency_side_connections_f")

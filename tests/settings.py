@@ -1,0 +1,85 @@
+"""Test settings. ``TEST_DATABASE=postgres`` runs the suite on PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+
+SECRET_KEY = "tests-only-not-secret"
+DEBUG = False
+USE_TZ = True
+ALLOWED_HOSTS = ["*"]
+ROOT_URLCONF = "tests.urls"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "idempotency_django",
+    "tests.testapp",
+]
+
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "idempotency_django.middleware.IdempotencyMiddleware",
+]
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+TEST_DATABASE = os.environ.get("TEST_DATABASE", "sqlite")
+if TEST_DATABASE == "postgres":
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.postgresql",
+            "HOST": os.environ.get("PGHOST", "127.0.0.1"),
+            "PORT": os.environ.get("PGPORT", "5432"),
+            "USER": os.environ.get("PGUSER", "postgres"),
+            "NAME": os.environ.get("PGDATABASE", "test"),
+            "TEST": {"NAME": "test_idempotency_django"},
+        }
+    }
+elif TEST_DATABASE == "sqlite":
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": "idempotency-tests.sqlite3",
+            # A file, not memory, so that threads share one database.
+            "TEST": {"NAME": os.environ.get("SQLITE_TEST_NAME", "idempotency-tests.sqlite3")},
+        }
+    }
+else:
+    raise RuntimeError(f"Unknown TEST_DATABASE={TEST_DATABASE!r}")
+
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+        "rest_framework.authentication.BasicAuthentication",
+        "rest_framework.authentication.TokenAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+}
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+LOGGING_CONFIG = None

@@ -1,0 +1,136 @@
+"""Views the tests drive: each successful call creates exactly one Booking."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.views import View
+from rest_framework import serializers, status, viewsets
+from rest_framework.decorators import action, api_view
+from rest_framework.response import Response
+
+from idempotency_django import idempotency_exempt, idempotent
+from idempotency_django.drf import IdempotentMixin
+from idempotency_django.protection import ViewOptions
+from tests.testapp.models import Booking
+
+
+def _apply_test_controls(request: HttpRequest) -> HttpResponse | None:
+    delay = float(request.GET.get("delay", 0))
+    if delay:
+        time.sleep(delay)
+    if request.GET.get("raise"):
+        raise RuntimeError("the view failed")
+    return None
+
+
+def create_booking(request: HttpRequest) -> HttpResponse:
+    """A plain Django view, protected by the middleware."""
+    payload = json.loads(request.body or b"{}")
+    booking = Booking.objects.create(
+        slot=payload.get("slot", ""),
+        customer=payload.get("customer", ""),
+        location=request.headers.get("X-Location-Id", ""),
+        owner=request.user if request.user.is_authenticated else None,
+    )
+    _apply_test_controls(request)
+    wanted = int(request.GET.get("status", 201))
+    if request.GET.get("stream"):
+        return StreamingHttpResponse(iter([b"streamed ", str(booking.pk).encode()]))
+    response = JsonResponse({"id": booking.pk, "slot": booking.slot}, status=wanted)
+    response["Location"] = f"/plain/bookings/{booking.pk}/"
+    response["X-Debug-Only"] = "not replayed"
+    response.set_cookie("session_hint", "secret-cookie-value")
+    return response
+
+
+@idempotency_exempt
+def exempt_booking(request: HttpRequest) -> HttpResponse:
+    booking = Booking.objects.create(slot="exempt")
+    return JsonResponse({"id": booking.pk}, status=201)
+
+
+@idempotent(required=True, retention=60)
+def required_booking(request: HttpRequest) -> HttpResponse:
+    booking = Booking.objects.create(slot="required")
+    return JsonResponse({"id": booking.pk}, status=201)
+
+
+@idempotent(retain_client_errors=True)
+def client_error_booking(request: HttpRequest) -> HttpResponse:
+    Booking.objects.create(slot="client-error")
+    return JsonResponse({"error": "nope"}, status=int(request.GET.get("status", 422)))
+
+
+@idempotent(atomic=True)
+def atomic_booking(request: HttpRequest) -> HttpResponse:
+    payload = json.loads(request.body or b"{}")
+    booking = Booking.objects.create(slot=payload.get("slot", "atomic"))
+    _apply_test_controls(request)
+    return JsonResponse({"id": booking.pk}, status=201)
+
+
+@idempotent
+class BookingCBV(View):
+    def post(self, request: HttpRequest) -> HttpResponse:
+        booking = Booking.objects.create(slot="cbv")
+        return JsonResponse({"id": booking.pk}, status=201)
+
+
+class BookingSerializer(serializers.ModelSerializer[Booking]):
+    class Meta:
+        model = Booking
+        fields = ["id", "slot", "customer", "location"]
+
+
+class _BookingViewSetBase(viewsets.ModelViewSet[Booking]):
+    serializer_class = BookingSerializer
+
+    def get_queryset(self):  # type: ignore[no-untyped-def]
+        return Booking.objects.filter(owner=self.request.user)
+
+    def perform_create(self, serializer: BookingSerializer) -> None:
+        serializer.save(owner=self.request.user, location=self.request.headers.get("X-Location-Id", ""))
+        _apply_test_controls(self.request)
+
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, pk=None):  # type: ignore[no-untyped-def]
+        booking = self.get_object()
+        Booking.objects.create(slot=f"cancel-{booking.pk}", owner=request.user)
+        return Response({"cancelled": booking.pk})
+
+    @idempotency_exempt
+    @action(detail=False, methods=["post"])
+    def ping(self, request):  # type: ignore[no-untyped-def]
+        Booking.objects.create(slot="ping", owner=request.user)
+        return Response({"pong": True})
+
+    @idempotent(required=True)
+    @action(detail=False, methods=["post"])
+    def strict(self, request):  # type: ignore[no-untyped-def]
+        Booking.objects.create(slot="strict", owner=request.user)
+        return Response({"strict": True}, status=status.HTTP_201_CREATED)
+
+
+@idempotent
+class BookingViewSet(_BookingViewSetBase):
+    pass
+
+
+class MixinBookingViewSet(IdempotentMixin, _BookingViewSetBase):
+    idempotency_options = ViewOptions(required=True)
+
+
+class UnprotectedBookingViewSet(_BookingViewSetBase):
+    pass
+
+
+@api_view(["POST"])
+@idempotent(retention=60)
+def api_book(request):  # type: ignore[no-untyped-def]
+    serializer = BookingSerializer(data=request.data)
+    serializer.is_valid(raise_exception=True)
+    serializer.save(owner=request.user)
+    return Response(serializer.data, status=status.HTTP_201_CREATED)

@@ -1,0 +1,22 @@
+from django.contrib import admin
+from django.urls import include, path
+from rest_framework.routers import SimpleRouter
+
+from tests.testapp import views
+
+router = SimpleRouter()
+router.register("bookings", views.BookingViewSet, basename="booking")
+router.register("mixin-bookings", views.MixinBookingViewSet, basename="mixin-booking")
+router.register("unprotected-bookings", views.UnprotectedBookingViewSet, basename="unprotected")
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("plain/bookings/", views.create_booking),
+    path("plain/exempt/", views.exempt_booking),
+    path("plain/required/", views.required_booking),
+    path("plain/client-error/", views.client_error_booking),
+    path("plain/atomic/", views.atomic_booking),
+    path("plain/cbv/", views.BookingCBV.as_view()),
+    path("api/book/", views.api_book),
+    path("api/", include(router.urls)),
+]
