@@ -27,7 +27,16 @@ __all__ = ["IdempotentMixin", "protect_drf_call", "protect_view_class"]
 ViewClassT = TypeVar("ViewClassT", bound=type)
 
 #: Handlers that can receive an unsafe method.
-UNSAFE_HANDLERS = ("create", "update", "partial_update", "destroy", "post", "put", "patch", "delete")
+UNSAFE_HANDLERS = (
+    "create",
+    "update",
+    "partial_update",
+    "destroy",
+    "post",
+    "put",
+    "patch",
+    "delete",
+)
 
 
 def protect_drf_call(

@@ -50,7 +50,7 @@ class IdempotencyMiddleware:
         # view middleware answers; since this one answers, it does the same,
         # and for the store's database it lets protect() open the transaction
         # so the stored response commits together with the view's writes.
-        non_atomic = getattr(view_func, "_non_atomic_requests", set())
+        non_atomic: set[str] = getattr(view_func, "_non_atomic_requests", set())
         atomic_aliases = [
             alias
             for alias, settings_dict in connections.settings.items()
@@ -66,7 +66,9 @@ class IdempotencyMiddleware:
 
 
 def _handled_here(view_func: Callable[..., Any]) -> bool:
-    if getattr(view_func, PROTECTED_ATTRIBUTE, False) or getattr(view_func, EXEMPT_ATTRIBUTE, False):
+    if getattr(view_func, PROTECTED_ATTRIBUTE, False) or getattr(
+        view_func, EXEMPT_ATTRIBUTE, False
+    ):
         return False
     return not _is_drf_view(view_func)
 

@@ -29,9 +29,7 @@ def problem_response(
         "code": code,
         "detail": detail,
     }
-    response = HttpResponse(
-        json.dumps(body), status=status, content_type=PROBLEM_CONTENT_TYPE
-    )
+    response = HttpResponse(json.dumps(body), status=status, content_type=PROBLEM_CONTENT_TYPE)
     if retry_after is not None:
         response["Retry-After"] = str(retry_after)
     return response

@@ -56,7 +56,7 @@ class ViewOptions:
 def protect(
     request: HttpRequest,
     call_view: Callable[[], HttpResponseBase],
-    options: ViewOptions = ViewOptions(),  # noqa: B008  (frozen, so sharing is safe)
+    options: ViewOptions = ViewOptions(),
 ) -> HttpResponseBase:
     """Run ``call_view`` at most once per key and scope; answer duplicates from the store."""
     settings = idempotency_settings
@@ -122,8 +122,7 @@ def protect(
         return problems.problem_response(
             503,
             problems.UNAVAILABLE,
-            "The idempotency key could not be claimed; nothing was done. "
-            "Retry with the same key.",
+            "The idempotency key could not be claimed; nothing was done. Retry with the same key.",
             retry_after=int(settings.UNAVAILABLE_RETRY_AFTER),
         )
 
@@ -136,7 +135,9 @@ def protect(
         return replay_response(claim.response)
     if claim.outcome is Outcome.REUSED:
         attempt.log(logging.INFO, "conflict", code=problems.KEY_REUSED)
-        signals.conflict.send(type(store), request=request, key_digest=digest, code=problems.KEY_REUSED)
+        signals.conflict.send(
+            type(store), request=request, key_digest=digest, code=problems.KEY_REUSED
+        )
         return problems.problem_response(
             int(settings.REUSE_STATUS),
             problems.KEY_REUSED,
@@ -212,7 +213,9 @@ class _Attempt:
         if self.store.in_rolled_back_transaction():
             return "rolled_back"
         assert isinstance(response, HttpResponse)
-        stored = StoredResponse(status=status, headers=replay_headers(response), body=response.content)
+        stored = StoredResponse(
+            status=status, headers=replay_headers(response), body=response.content
+        )
         retention = int(_option(self.options.retention, idempotency_settings.RETENTION))
         try:
             owned = self.store.complete(self.key, self.token, stored, retention)
@@ -222,11 +225,18 @@ class _Attempt:
                 raise
             # The work is done; the client gets its answer. The reservation
             # expires after LOCK_TIMEOUT and a retry may then run again.
-            self.log(logging.ERROR, "store_failed", status=status, error=type(exc.__cause__ or exc).__name__)
+            self.log(
+                logging.ERROR,
+                "store_failed",
+                status=status,
+                error=type(exc.__cause__ or exc).__name__,
+            )
             return None
         if owned:
             self.log(logging.INFO, "stored", status=status)
-            signals.stored.send(type(self.store), request=self.request, key_digest=self.digest, status=status)
+            signals.stored.send(
+                type(self.store), request=self.request, key_digest=self.digest, status=status
+            )
         else:
             self.log(logging.WARNING, "lost_reservation", status=status)
         return None
@@ -243,12 +253,21 @@ class _Attempt:
         try:
             self.store.release(self.key, self.token)
         except StoreUnavailable as exc:
-            self.log(logging.ERROR, "release_failed", status=status, reason=reason,
-                     error=type(exc.__cause__ or exc).__name__)
+            self.log(
+                logging.ERROR,
+                "release_failed",
+                status=status,
+                reason=reason,
+                error=type(exc.__cause__ or exc).__name__,
+            )
             return
         self.log(logging.INFO, "released", status=status, reason=reason)
         signals.released.send(
-            type(self.store), request=self.request, key_digest=self.digest, status=status, reason=reason
+            type(self.store),
+            request=self.request,
+            key_digest=self.digest,
+            status=status,
+            reason=reason,
         )
 
     def log(self, level: int, event: str, **fields: Any) -> None:

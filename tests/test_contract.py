@@ -17,7 +17,9 @@ URL = "/plain/bookings/"
 BODY = json.dumps({"slot": "2026-07-30T09:00:00Z", "customer": "Dana Whitfield"})
 
 
-def post(client: Client, url: str = URL, body: str = BODY, key: str | None = "booking-1", **headers: str):
+def post(
+    client: Client, url: str = URL, body: str = BODY, key: str | None = "booking-1", **headers: str
+):
     if key is not None:
         headers["HTTP_IDEMPOTENCY_KEY"] = key
     return client.post(url, body, content_type="application/json", **headers)
@@ -80,7 +82,9 @@ def test_reuse_status_is_configurable(alice_client: Client) -> None:
     assert response.json()["code"] == "idempotency_key_reused"
 
 
-def test_in_progress_reservation_gets_409_with_retry_after(alice: User, alice_client: Client) -> None:
+def test_in_progress_reservation_gets_409_with_retry_after(
+    alice: User, alice_client: Client
+) -> None:
     IdempotencyRecord.objects.create(
         principal=f"auth.user:{alice.pk}",
         location="",
@@ -99,7 +103,9 @@ def test_in_progress_reservation_gets_409_with_retry_after(alice: User, alice_cl
     assert Booking.objects.count() == 0
 
 
-def test_abandoned_reservation_is_taken_over_after_lock_timeout(alice: User, alice_client: Client) -> None:
+def test_abandoned_reservation_is_taken_over_after_lock_timeout(
+    alice: User, alice_client: Client
+) -> None:
     IdempotencyRecord.objects.create(
         principal=f"auth.user:{alice.pk}",
         key="booking-1",
@@ -170,9 +176,19 @@ def test_4xx_not_retained_by_default(alice_client: Client, status: int) -> None:
 
 
 @override_settings(IDEMPOTENCY={"RETAIN_CLIENT_ERRORS": True})
-@pytest.mark.parametrize(("status", "retained"), [(400, True), (404, True), (422, True),
-                                                   (401, False), (403, False), (408, False),
-                                                   (409, False), (429, False)])
+@pytest.mark.parametrize(
+    ("status", "retained"),
+    [
+        (400, True),
+        (404, True),
+        (422, True),
+        (401, False),
+        (403, False),
+        (408, False),
+        (409, False),
+        (429, False),
+    ],
+)
 def test_retain_client_errors_setting(alice_client: Client, status: int, retained: bool) -> None:
     post(alice_client, url=f"{URL}?status={status}")
     replay = post(alice_client, url=f"{URL}?status={status}")

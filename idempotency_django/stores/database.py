@@ -58,7 +58,7 @@ class DatabaseStore(BaseStore):
             # request that changed the row, which can only happen a few times.
             for _attempt in range(5):
                 now = timezone.now()
-                fields = {
+                fields: dict[str, Any] = {
                     "fingerprint": request.fingerprint,
                     "method": request.method,
                     "path": request.path[:2048],
@@ -143,7 +143,7 @@ class DatabaseStore(BaseStore):
 
     def in_rolled_back_transaction(self) -> bool:
         connection = connections[self.alias]
-        return _in_request_transaction(connection) and connection.needs_rollback
+        return _in_request_transaction(connection) and bool(connection.needs_rollback)
 
     def check(self) -> list[checks.CheckMessage]:
         if self.alias not in connections.settings:
@@ -185,9 +185,7 @@ class DatabaseStore(BaseStore):
 
 def _in_request_transaction(connection: BaseDatabaseWrapper) -> bool:
     """In a transaction other than the one a Django TestCase wraps each test in."""
-    return any(
-        not getattr(block, "_from_testcase", False) for block in connection.atomic_blocks
-    )
+    return any(not getattr(block, "_from_testcase", False) for block in connection.atomic_blocks)
 
 
 def _savepoint_if_in_transaction(using: str) -> contextlib.AbstractContextManager[Any]:

@@ -92,7 +92,9 @@ class _BookingViewSetBase(viewsets.ModelViewSet[Booking]):
         return Booking.objects.filter(owner=self.request.user)
 
     def perform_create(self, serializer: BookingSerializer) -> None:
-        serializer.save(owner=self.request.user, location=self.request.headers.get("X-Location-Id", ""))
+        serializer.save(
+            owner=self.request.user, location=self.request.headers.get("X-Location-Id", "")
+        )
         _apply_test_controls(self.request)
 
     @action(detail=True, methods=["post"])

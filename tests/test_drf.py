@@ -1,0 +1,185 @@
+"""The key contract on the DRF path: viewsets, actions, @api_view, mixin, principals."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from idempotency_django.models import IdempotencyRecord
+from tests.testapp.models import Booking
+
+pytestmark = pytest.mark.django_db
+
+BODY = {"slot": "2026-07-30T09:00:00Z", "customer": "Dana Whitfield"}
+
+
+@pytest.fixture
+def api(alice: User) -> APIClient:
+    client = APIClient()
+    client.force_authenticate(alice)
+    return client
+
+
+def create(
+    client: APIClient | Client,
+    url: str = "/api/bookings/",
+    body: dict | None = None,
+    key: str | None = "book-1",
+    **headers: str,
+):
+    if key is not None:
+        headers["HTTP_IDEMPOTENCY_KEY"] = key
+    return client.post(url, json.dumps(body or BODY), content_type="application/json", **headers)
+
+
+def test_viewset_create_replays(api: APIClient) -> None:
+    first = create(api, HTTP_X_LOCATION_ID="portland")
+    assert first.status_code == 201
+    assert first.json()["location"] == "portland"
+    second = create(api, HTTP_X_LOCATION_ID="portland")
+    assert second.status_code == 201
+    assert second["Idempotency-Replayed"] == "true"
+    assert second.content == first.content
+    assert Booking.objects.count() == 1
+
+
+def test_viewset_validation_error_is_not_retained(api: APIClient) -> None:
+    bad = create(api, body={"customer": "no slot"})
+    assert bad.status_code == 400
+    assert IdempotencyRecord.objects.count() == 0
+    fixed = create(api, body=BODY, key="book-1")
+    assert fixed.status_code == 201
+
+
+def test_viewset_reuse_and_update_destroy(api: APIClient) -> None:
+    booking_id = create(api).json()["id"]
+    assert create(api, body={**BODY, "slot": "other"}).json()["code"] == "idempotency_key_reused"
+    url = f"/api/bookings/{booking_id}/"
+    patch = api.patch(url, {"customer": "Dana W."}, format="json", HTTP_IDEMPOTENCY_KEY="patch-1")
+    assert patch.status_code == 200
+    again = api.patch(url, {"customer": "Dana W."}, format="json", HTTP_IDEMPOTENCY_KEY="patch-1")
+    assert again["Idempotency-Replayed"] == "true"
+    put = api.put(url, BODY, format="json", HTTP_IDEMPOTENCY_KEY="put-1")
+    assert put.status_code == 200
+    assert (
+        api.put(url, BODY, format="json", HTTP_IDEMPOTENCY_KEY="put-1")["Idempotency-Replayed"]
+        == "true"
+    )
+    delete = api.delete(url, HTTP_IDEMPOTENCY_KEY="delete-1")
+    assert delete.status_code == 204
+    replayed_delete = api.delete(url, HTTP_IDEMPOTENCY_KEY="delete-1")
+    assert replayed_delete.status_code == 204
+    assert replayed_delete["Idempotency-Replayed"] == "true"
+    # Without the key the second delete is a plain 404.
+    assert api.delete(url).status_code == 404
+
+
+def test_custom_unsafe_action_is_protected(api: APIClient) -> None:
+    booking_id = create(api).json()["id"]
+    url = f"/api/bookings/{booking_id}/cancel/"
+    assert api.post(url, HTTP_IDEMPOTENCY_KEY="cancel-1").status_code == 200
+    assert api.post(url, HTTP_IDEMPOTENCY_KEY="cancel-1")["Idempotency-Replayed"] == "true"
+    assert Booking.objects.filter(slot__startswith="cancel-").count() == 1
+
+
+def test_exempt_action_is_not_protected(api: APIClient) -> None:
+    api.post("/api/bookings/ping/", HTTP_IDEMPOTENCY_KEY="ping")
+    api.post("/api/bookings/ping/", HTTP_IDEMPOTENCY_KEY="ping")
+    assert Booking.objects.filter(slot="ping").count() == 2
+
+
+def test_action_with_its_own_options(api: APIClient) -> None:
+    missing = api.post("/api/bookings/strict/")
+    assert missing.status_code == 400
+    assert missing.json()["code"] == "idempotency_key_missing"
+    assert api.post("/api/bookings/strict/", HTTP_IDEMPOTENCY_KEY="s").status_code == 201
+
+
+def test_mixin_viewset_requires_a_key(api: APIClient) -> None:
+    missing = create(api, url="/api/mixin-bookings/", key=None)
+    assert missing.status_code == 400
+    assert missing.json()["code"] == "idempotency_key_missing"
+    assert create(api, url="/api/mixin-bookings/").status_code == 201
+    assert create(api, url="/api/mixin-bookings/")["Idempotency-Replayed"] == "true"
+
+
+def test_api_view_function(api: APIClient) -> None:
+    assert create(api, url="/api/book/").status_code == 201
+    assert create(api, url="/api/book/")["Idempotency-Replayed"] == "true"
+    assert Booking.objects.count() == 1
+
+
+def test_undecorated_drf_view_is_left_alone_by_middleware(api: APIClient) -> None:
+    create(api, url="/api/unprotected-bookings/")
+    create(api, url="/api/unprotected-bookings/")
+    assert Booking.objects.count() == 2
+    assert IdempotencyRecord.objects.count() == 0
+
+
+def test_unauthenticated_request_is_401_before_any_claim(client: Client) -> None:
+    response = create(client)
+    assert response.status_code in (401, 403)
+    assert IdempotencyRecord.objects.count() == 0
+
+
+def test_token_principals_never_see_each_other(alice: User, bob: User) -> None:
+    alice_token, bob_token = Token.objects.create(user=alice), Token.objects.create(user=bob)
+    client = Client()  # no session: the middleware sees AnonymousUser
+    first = create(client, HTTP_AUTHORIZATION=f"Token {alice_token.key}")
+    other = create(client, HTTP_AUTHORIZATION=f"Token {bob_token.key}")
+    assert first.status_code == other.status_code == 201
+    assert "Idempotency-Replayed" not in other
+    assert other.json()["id"] != first.json()["id"]
+    replay = create(client, HTTP_AUTHORIZATION=f"Token {alice_token.key}")
+    assert replay["Idempotency-Replayed"] == "true"
+    assert replay.json()["id"] == first.json()["id"]
+    principals = set(IdempotencyRecord.objects.values_list("principal", flat=True))
+    assert principals == {f"auth.user:{alice.pk}", f"auth.user:{bob.pk}"}
+
+
+def test_basic_auth_principal(alice: User) -> None:
+    client = Client()
+    auth = "Basic " + base64.b64encode(b"alice:alice-password").decode()
+    create(client, HTTP_AUTHORIZATION=auth)
+    assert create(client, HTTP_AUTHORIZATION=auth)["Idempotency-Replayed"] == "true"
+
+
+def test_session_auth_with_csrf(alice: User) -> None:
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(alice)
+    refused = create(client)
+    assert refused.status_code == 403  # DRF's CSRF check runs before any claim
+    assert IdempotencyRecord.objects.count() == 0
+    client.get("/admin/login/")  # sets the csrftoken cookie
+    token = client.cookies["csrftoken"].value
+    assert create(client, HTTP_X_CSRFTOKEN=token).status_code == 201
+    assert create(client, HTTP_X_CSRFTOKEN=token)["Idempotency-Replayed"] == "true"
+    assert Booking.objects.count() == 1
+
+
+def test_multipart_body_is_fingerprinted(api: APIClient) -> None:
+    first = api.post("/api/bookings/", {"slot": "s1"}, format="multipart", HTTP_IDEMPOTENCY_KEY="m")
+    assert first.status_code == 201
+    second = api.post(
+        "/api/bookings/", {"slot": "s2"}, format="multipart", HTTP_IDEMPOTENCY_KEY="m"
+    )
+    assert second.json()["code"] == "idempotency_key_reused"
+
+
+def test_decorating_an_api_view_result_is_refused() -> None:
+    from rest_framework.decorators import api_view
+
+    from idempotency_django import idempotent
+
+    @api_view(["POST"])
+    def view(request):  # type: ignore[no-untyped-def]
+        return None
+
+    with pytest.raises(TypeError, match="below @api_view"):
+        idempotent(view)
