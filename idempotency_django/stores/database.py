@@ -123,7 +123,7 @@ class DatabaseStore(BaseStore):
                     expires_at=now + timedelta(seconds=retention),
                 )
             )
-        return updated == 1
+        return bool(updated == 1)
 
     def release(self, key: RecordKey, token: str) -> None:
         with _unavailable_on_error():
