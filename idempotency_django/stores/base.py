@@ -66,6 +66,9 @@ class BaseStore(ABC):
     #: True when complete() can join the database transaction the view ran
     #: in, so the work and its stored response commit together.
     supports_atomic = False
+    #: True when the store forgets expired entries by itself (e.g. Redis TTLs),
+    #: so the purge command has nothing to do.
+    expires_by_itself = False
 
     def __init__(self, **options: Any) -> None:
         self.options = options
