@@ -17,6 +17,7 @@ urlpatterns = [
     path("plain/client-error/", views.client_error_booking),
     path("plain/atomic/", views.atomic_booking),
     path("plain/cbv/", views.BookingCBV.as_view()),
+    path("plain/fragile/", views.fragile_booking),
     path("api/book/", views.api_book),
     path("api/", include(router.urls)),
 ]

@@ -136,3 +136,23 @@ def api_book(request):  # type: ignore[no-untyped-def]
     serializer.is_valid(raise_exception=True)
     serializer.save(owner=request.user)
     return Response(serializer.data, status=status.HTTP_201_CREATED)
+
+
+def crash_before_commit(view):  # type: ignore[no-untyped-def]
+    """Outside @idempotent but inside the ATOMIC_REQUESTS transaction: fails after the
+    response was stored, as a crash between "work done" and "commit" would."""
+
+    def wrapper(request, *args, **kwargs):  # type: ignore[no-untyped-def]
+        response = view(request, *args, **kwargs)
+        if request.GET.get("crash"):
+            raise RuntimeError("crashed before commit")
+        return response
+
+    return wrapper
+
+
+@crash_before_commit
+@idempotent
+def fragile_booking(request: HttpRequest) -> HttpResponse:
+    booking = Booking.objects.create(slot="fragile")
+    return JsonResponse({"id": booking.pk}, status=201)

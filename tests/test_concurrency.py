@@ -1,0 +1,148 @@
+"""Real concurrency: threads against the real database (SQLite file or PostgreSQL)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+from django.contrib.auth.models import User
+from django.db import connection, connections
+from django.test import Client
+
+from idempotency_django.models import IdempotencyRecord
+from tests.concurrency import Background, in_threads, logged_in_client
+from tests.testapp.models import Booking
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+BODY = json.dumps({"slot": "2026-07-30T09:00:00Z"})
+on_postgres = pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="needs concurrent writers (PostgreSQL)"
+)
+
+
+@pytest.fixture
+def atomic_requests() -> Iterator[None]:
+    settings_dict = connections.settings["default"]
+    settings_dict["ATOMIC_REQUESTS"] = True
+    yield
+    settings_dict["ATOMIC_REQUESTS"] = False
+
+
+def keyed_post(client: Client, url: str, key: str = "storm", body: str = BODY):  # type: ignore[no-untyped-def]
+    return client.post(url, body, content_type="application/json", HTTP_IDEMPOTENCY_KEY=key)
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.01)
+
+
+def reservation_exists() -> bool:
+    return IdempotencyRecord.objects.filter(state=IdempotencyRecord.State.IN_PROGRESS).exists()
+
+
+def assert_storm_outcome(responses: list, expected_bookings: int = 1) -> None:  # type: ignore[type-arg]
+    errors = [r for r in responses if isinstance(r, BaseException)]
+    assert not errors, errors
+    statuses = [r.status_code for r in responses]
+    assert all(status < 500 for status in statuses), statuses
+    originals = [r for r in responses if r.status_code == 201 and "Idempotency-Replayed" not in r]
+    assert len(originals) == 1
+    for response in responses:
+        if response.status_code == 409:
+            assert response.json()["code"] == "idempotency_key_in_progress"
+        else:
+            assert response.status_code == 201
+            assert response.content == originals[0].content
+    assert Booking.objects.count() == expected_bookings
+
+
+@pytest.mark.parametrize("url", ["/plain/bookings/?delay=0.2", "/api/bookings/?delay=0.2"])
+def test_storm_of_identical_requests_runs_the_view_once(alice: User, url: str) -> None:
+    clients = [logged_in_client(alice) for _ in range(12)]
+    responses = in_threads(len(clients), lambda i: keyed_post(clients[i], url))
+    assert_storm_outcome(responses)
+
+
+@on_postgres
+@pytest.mark.usefixtures("atomic_requests")
+@pytest.mark.parametrize("url", ["/plain/bookings/?delay=0.2", "/api/bookings/?delay=0.2"])
+def test_storm_under_atomic_requests(alice: User, url: str) -> None:
+    clients = [logged_in_client(alice) for _ in range(12)]
+    responses = in_threads(len(clients), lambda i: keyed_post(clients[i], url))
+    assert_storm_outcome(responses)
+
+
+@on_postgres
+@pytest.mark.usefixtures("atomic_requests")
+@pytest.mark.parametrize("url", ["/plain/bookings/", "/api/bookings/", "/plain/atomic/"])
+def test_duplicate_gets_409_at_once_while_the_first_runs_in_a_transaction(
+    alice: User, url: str
+) -> None:
+    first = Background(lambda: keyed_post(logged_in_client(alice), url + "?delay=3")).start()
+    wait_until(reservation_exists)
+    duplicate = keyed_post(logged_in_client(alice), url + "?delay=3")
+    # Answered while the first is still inside its transaction: no waiting on its locks.
+    assert first.is_running()
+    assert duplicate.status_code == 409
+    assert duplicate.json()["code"] == "idempotency_key_in_progress"
+    assert first.join().status_code == 201
+    assert Booking.objects.count() == 1
+
+
+@on_postgres
+@pytest.mark.usefixtures("atomic_requests")
+def test_work_is_invisible_until_it_commits_with_its_record(alice: User) -> None:
+    first = Background(
+        lambda: keyed_post(logged_in_client(alice), "/plain/atomic/?delay=1")
+    ).start()
+    wait_until(reservation_exists)
+    assert Booking.objects.count() == 0  # not committed yet
+    assert first.join().status_code == 201
+    record = IdempotencyRecord.objects.get()
+    assert record.state == IdempotencyRecord.State.COMPLETED
+    assert Booking.objects.count() == 1
+
+
+@pytest.mark.usefixtures("atomic_requests")
+def test_rolled_back_transaction_releases_the_key(alice: User) -> None:
+    client = logged_in_client(alice)
+    client.raise_request_exception = False
+    assert keyed_post(client, "/plain/bookings/?raise=1").status_code == 500
+    assert keyed_post(client, "/api/bookings/?raise=1").status_code == 500
+    assert Booking.objects.count() == 0  # the view's writes rolled back
+    assert IdempotencyRecord.objects.count() == 0  # and the key is free again
+    assert keyed_post(client, "/plain/bookings/").status_code == 201
+
+
+def test_atomic_option_rolls_back_work_and_releases(alice: User) -> None:
+    client = logged_in_client(alice)
+    client.raise_request_exception = False
+    assert keyed_post(client, "/plain/atomic/?raise=1").status_code == 500
+    assert Booking.objects.count() == 0
+    assert IdempotencyRecord.objects.count() == 0
+
+
+@pytest.mark.usefixtures("atomic_requests")
+def test_crash_after_storing_rolls_back_work_and_response_together(alice: User, settings) -> None:  # type: ignore[no-untyped-def]
+    """Exactly once: the stored response commits with the work or not at all."""
+    settings.IDEMPOTENCY = {"LOCK_TIMEOUT": 1}
+    client = logged_in_client(alice)
+    client.raise_request_exception = False
+    assert keyed_post(client, "/plain/fragile/?crash=1", key="fragile").status_code == 500
+    assert Booking.objects.count() == 0
+    # No completed record survived the rollback, so nothing can replay a
+    # response whose work never happened; the retry runs the work once.
+    assert not IdempotencyRecord.objects.filter(state="completed").exists()
+    if IdempotencyRecord.objects.exists():  # the reservation, left to expire
+        time.sleep(1.1)
+    retry = keyed_post(client, "/plain/fragile/", key="fragile")
+    assert retry.status_code == 201
+    assert keyed_post(client, "/plain/fragile/", key="fragile")["Idempotency-Replayed"] == "true"
+    assert Booking.objects.count() == 1
