@@ -1,0 +1,178 @@
+"""Logs, signals, store failures and system checks."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+
+import pytest
+from django.contrib.auth.models import User
+from django.db import connection
+from django.test import Client, override_settings
+from rest_framework.authtoken.models import Token
+
+from idempotency_django import signals
+from idempotency_django.checks import check_middleware, check_settings
+from idempotency_django.models import IdempotencyRecord
+from tests.testapp.models import Booking
+
+BODY = json.dumps({"slot": "2026-07-30T09:00:00Z", "customer": "Dana Whitfield"})
+SECRET_BODY = json.dumps({"slot": "s", "customer": "card-4242-4242-secret"})
+
+
+def keyed_post(
+    client: Client,
+    url: str = "/plain/bookings/",
+    key: str = "log-key-1",
+    body: str = BODY,
+    **extra: str,
+):  # type: ignore[no-untyped-def]
+    return client.post(
+        url, body, content_type="application/json", HTTP_IDEMPOTENCY_KEY=key, **extra
+    )
+
+
+@pytest.mark.django_db
+def test_one_structured_line_per_decision_without_secrets(
+    alice: User, caplog: pytest.LogCaptureFixture
+) -> None:
+    token = Token.objects.create(user=alice)
+    client = Client()
+    auth = {"HTTP_AUTHORIZATION": f"Token {token.key}", "HTTP_X_REQUEST_ID": "req-42"}
+    client.cookies["sessionid"] = "cookie-secret-value"
+    with caplog.at_level(logging.INFO, logger="idempotency_django"):
+        keyed_post(client, "/api/bookings/", body=SECRET_BODY, **auth)
+        keyed_post(client, "/api/bookings/", body=SECRET_BODY, **auth)
+        keyed_post(client, "/api/bookings/", body=BODY, **auth)
+    ours = [record for record in caplog.records if record.name == "idempotency_django"]
+    events = [record.idempotency["event"] for record in ours]  # type: ignore[attr-defined]
+    assert events == ["reserved", "stored", "replayed", "conflict"]
+    for record in ours:
+        fields = record.idempotency  # type: ignore[attr-defined]
+        assert fields["request_id"] == "req-42"
+        assert len(fields["key_digest"]) == 16
+    text = caplog.text
+    for secret in ("log-key-1", token.key, "cookie-secret-value", "card-4242", "Dana"):
+        assert secret not in text
+
+
+@pytest.mark.django_db
+def test_signals_cover_every_decision(alice_client: Client) -> None:
+    seen: list[tuple[str, object]] = []
+
+    def recorder(name: str):  # type: ignore[no-untyped-def]
+        def receive(sender, **kwargs):  # type: ignore[no-untyped-def]
+            seen.append((name, kwargs.get("code") or kwargs.get("status")))
+
+        return receive
+
+    receivers = {
+        name: recorder(name) for name in ("reserved", "replayed", "conflict", "stored", "released")
+    }
+    for name, receiver in receivers.items():
+        getattr(signals, name).connect(receiver)
+    try:
+        keyed_post(alice_client)
+        keyed_post(alice_client)
+        keyed_post(alice_client, body="{}")
+        keyed_post(alice_client, url="/plain/bookings/?status=503", key="other")
+    finally:
+        for name, receiver in receivers.items():
+            getattr(signals, name).disconnect(receiver)
+    assert seen == [
+        ("reserved", None),
+        ("stored", 201),
+        ("replayed", 201),
+        ("conflict", "idempotency_key_reused"),
+        ("reserved", None),
+        ("released", 503),
+    ]
+
+
+@pytest.fixture
+def broken_store_table(transactional_db: None) -> Iterator[None]:
+    """The store's table disappears: every store query fails for real."""
+    table = IdempotencyRecord._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(f"ALTER TABLE {table} RENAME TO {table}_gone")
+    yield
+    with connection.cursor() as cursor:
+        cursor.execute(f"ALTER TABLE {table}_gone RENAME TO {table}")
+
+
+@pytest.mark.usefixtures("broken_store_table")
+@pytest.mark.parametrize("url", ["/plain/bookings/", "/api/bookings/"])
+def test_store_failure_is_503_and_nothing_runs(alice: User, url: str) -> None:
+    client = Client()
+    client.force_login(alice)
+    unavailable: list[object] = []
+
+    def receive(sender, **kwargs):  # type: ignore[no-untyped-def]
+        unavailable.append(kwargs["error"])
+
+    signals.unavailable.connect(receive)
+    try:
+        response = keyed_post(client, url)
+    finally:
+        signals.unavailable.disconnect(receive)
+    assert response.status_code == 503
+    assert response["Content-Type"] == "application/problem+json"
+    assert response.json()["code"] == "idempotency_unavailable"
+    assert response["Retry-After"] == "5"
+    assert Booking.objects.count() == 0
+    assert len(unavailable) == 1
+
+
+def test_checks_accept_the_test_settings() -> None:
+    assert check_middleware() == []
+    assert check_settings() == []
+
+
+@override_settings(
+    MIDDLEWARE=[
+        "idempotency_django.middleware.IdempotencyMiddleware",
+        "django.contrib.auth.middleware.AuthenticationMiddleware",
+    ]
+)
+def test_check_misordered_middleware() -> None:
+    assert [m.id for m in check_middleware()] == ["idempotency_django.E001"]
+
+
+@override_settings(MIDDLEWARE=[])
+def test_check_missing_middleware() -> None:
+    assert [m.id for m in check_middleware()] == ["idempotency_django.W001"]
+
+
+@pytest.mark.parametrize(
+    ("value", "code"),
+    [
+        ({"LOCK_TIMOUT": 3}, "idempotency_django.E003"),
+        ({"LOCK_TIMEOUT": 0}, "idempotency_django.E004"),
+        ({"RETENTION": "1d"}, "idempotency_django.E004"),
+        ({"REUSE_STATUS": 400}, "idempotency_django.E005"),
+        ({"ANONYMOUS": "allow"}, "idempotency_django.E006"),
+        ({"METHODS": ["POST", "GET"]}, "idempotency_django.E007"),
+        ({"REPLAY_HEADERS": ["Content-Type", "Set-Cookie"]}, "idempotency_django.E008"),
+        ({"SCOPE_FUNCTION": "no.such.function"}, "idempotency_django.E009"),
+        ({"STORE": "no.such.Store"}, "idempotency_django.E009"),
+        ({"STORE_OPTIONS": {"database": "nope"}}, "idempotency_django.E010"),
+    ],
+)
+def test_check_invalid_settings(value: dict, code: str) -> None:  # type: ignore[type-arg]
+    with override_settings(IDEMPOTENCY=value):
+        assert code in [m.id for m in check_settings()]
+
+
+def test_check_warns_about_an_unshared_database() -> None:
+    from django.db import connections
+
+    from idempotency_django.stores.database import DatabaseStore
+
+    settings_dict = connections.settings["default"]
+    saved = dict(settings_dict)
+    settings_dict.update(ENGINE="django.db.backends.sqlite3", NAME=":memory:")
+    try:
+        assert [m.id for m in DatabaseStore().check()] == ["idempotency_django.W010"]
+    finally:
+        settings_dict.update(saved)
