@@ -16,6 +16,13 @@ class IdempotencyRecord(models.Model):
         IN_PROGRESS = "in_progress", _("in progress")
         COMPLETED = "completed", _("completed")
 
+    class Kind(models.TextChoices):
+        REQUEST = "request", _("request")
+        WEBHOOK = "webhook", _("webhook delivery")
+
+    kind = models.CharField(_("kind"), max_length=16, choices=Kind.choices, default=Kind.REQUEST)
+    #: For a webhook delivery: where its identity came from (a provider name, "body", "fallback").
+    source = models.CharField(_("source"), max_length=64, blank=True)
     principal = models.CharField(_("principal"), max_length=255)
     location = models.CharField(_("location"), max_length=255, blank=True)
     key = models.CharField(_("idempotency key"), max_length=255)
@@ -48,3 +55,23 @@ class IdempotencyRecord(models.Model):
     @property
     def is_expired(self) -> bool:
         return self.expires_at <= timezone.now()
+
+
+class WebhookDeliveryManager(models.Manager["WebhookDelivery"]):
+    def get_queryset(self) -> models.QuerySet[WebhookDelivery]:
+        return super().get_queryset().filter(kind=IdempotencyRecord.Kind.WEBHOOK)
+
+
+class WebhookDelivery(IdempotencyRecord):
+    """An accepted (or running) webhook delivery: the same rows, kind "webhook".
+
+    ``principal`` holds the trigger digest (a keyed hash of the endpoint and
+    its token, never the token), ``key`` the delivery id.
+    """
+
+    objects = WebhookDeliveryManager()
+
+    class Meta:
+        proxy = True
+        verbose_name = _("webhook delivery")
+        verbose_name_plural = _("webhook deliveries")

@@ -60,6 +60,10 @@ class RequestInfo:
     path: str
     fingerprint: str
     request_id: str = ""
+    #: "request" for the key contract, "webhook" for delivery deduplication.
+    kind: str = "request"
+    #: Where a webhook delivery's identity came from.
+    source: str = ""
 
 
 class BaseStore(ABC):
@@ -82,6 +86,14 @@ class BaseStore(ABC):
         the same fingerprint; REUSED when it has another; IN_PROGRESS when a
         live reservation holds it. Raises :class:`StoreUnavailable`.
         """
+
+    def peek(self, key: RecordKey) -> Outcome | None:
+        """What holds ``key`` now, without claiming it.
+
+        REPLAY for a live completed entry, IN_PROGRESS for a live reservation,
+        None when the key is free or expired. Used by webhook deduplication.
+        """
+        raise NotImplementedError
 
     @abstractmethod
     def complete(

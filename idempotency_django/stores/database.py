@@ -63,6 +63,8 @@ class DatabaseStore(BaseStore):
                     "method": request.method,
                     "path": request.path[:2048],
                     "request_id": request.request_id[:255],
+                    "kind": request.kind,
+                    "source": request.source[:64],
                     "state": State.IN_PROGRESS,
                     "token": token,
                     "status_code": None,
@@ -97,6 +99,23 @@ class DatabaseStore(BaseStore):
                     return Claim(Outcome.IN_PROGRESS)
                 return Claim(Outcome.REPLAY, response=_stored_response(existing))
         raise StoreUnavailable("The idempotency record kept changing while being claimed.")
+
+    def peek(self, key: RecordKey) -> Outcome | None:
+        with _unavailable_on_error():
+            state = (
+                IdempotencyRecord.objects.using(self._visible_alias())
+                .filter(
+                    principal=key.principal,
+                    location=key.location,
+                    key=key.key,
+                    expires_at__gt=timezone.now(),
+                )
+                .values_list("state", flat=True)
+                .first()
+            )
+        if state is None:
+            return None
+        return Outcome.REPLAY if state == State.COMPLETED else Outcome.IN_PROGRESS
 
     def complete(
         self, key: RecordKey, token: str, response: StoredResponse, retention: int
