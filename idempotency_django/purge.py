@@ -1,0 +1,165 @@
+"""Delete what the database store no longer needs: expired records and abandoned reservations.
+
+Usable from code (:func:`purge`) and from cron (``manage.py purge_idempotency_records``).
+
+Rows go in bounded batches: select up to ``batch_size`` primary keys in
+``expires_at`` order (the ``expires_at`` index serves both the filter and the
+order), then delete those keys, each batch in its own short statement, so a
+purge never holds a long lock while traffic runs. The delete repeats the
+expiry filter, so a row taken over by a new claim between the select and the
+delete (it is live again) is left alone, and a row another purge deleted
+first just counts nothing: counts are the rows each DELETE reports. Several
+purges may therefore run at once, e.g. from cron on every app server.
+
+Each thing to purge is a :class:`PurgeKind`; adding a model that also has an
+``expires_at`` column is one more entry in :data:`KINDS`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db import DEFAULT_DB_ALIAS, connections, models, router
+from django.db.models import Q
+from django.utils import timezone
+
+from idempotency_django.models import IdempotencyRecord
+
+__all__ = [
+    "DEFAULT_BATCH_SIZE",
+    "KINDS",
+    "PurgeKind",
+    "default_database",
+    "parse_duration",
+    "purge",
+]
+
+DEFAULT_BATCH_SIZE = 5000
+
+#: Builds a kind's filter from "now" and the optional ``--older-than`` cutoff.
+FilterBuilder = Callable[[datetime, "datetime | None"], Q]
+
+
+@dataclass(frozen=True)
+class PurgeKind:
+    """One sort of row the purge deletes: a model and the filter selecting dead rows."""
+
+    #: Key in the result.
+    label: str
+    #: What the command prints after the count.
+    description: str
+    model: type[models.Model]
+    #: ``(now, older_than_cutoff) -> Q``. Must only ever match rows nobody
+    #: needs any more: it is applied again in the DELETE itself.
+    filter: FilterBuilder
+    #: The column batches are ordered by (indexed).
+    order_by: str = "expires_at"
+
+
+def completed_filter(now: datetime, cutoff: datetime | None) -> Q:
+    """Completed records past their retention, or older than ``cutoff`` when given."""
+    dead = Q(expires_at__lte=now)
+    if cutoff is not None:
+        dead |= Q(completed_at__lt=cutoff) | Q(completed_at__isnull=True, created_at__lt=cutoff)
+    return Q(state=IdempotencyRecord.State.COMPLETED) & dead
+
+
+def abandoned_filter(now: datetime, cutoff: datetime | None) -> Q:
+    """Reservations past their takeover time. A live reservation is never matched."""
+    return Q(state=IdempotencyRecord.State.IN_PROGRESS, expires_at__lte=now)
+
+
+#: What a purge deletes, in order.
+KINDS: tuple[PurgeKind, ...] = (
+    PurgeKind("completed", "completed records", IdempotencyRecord, completed_filter),
+    PurgeKind("abandoned", "abandoned reservations", IdempotencyRecord, abandoned_filter),
+)
+
+_DURATION = re.compile(r"^\s*(\d+)\s*([smhdw])\s*$", re.IGNORECASE)
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def parse_duration(value: str) -> timedelta:
+    """``"90s"``, ``"30m"``, ``"2h"``, ``"7d"`` or ``"2w"`` as a timedelta; ValueError otherwise."""
+    match = _DURATION.match(value)
+    if match is None:
+        raise ValueError(
+            f"Invalid duration {value!r}: use a whole number and a unit, e.g. 90s, 30m, 2h, 7d."
+        )
+    amount = int(match.group(1))
+    if amount <= 0:
+        raise ValueError(f"Invalid duration {value!r}: it must be more than zero.")
+    try:
+        return timedelta(**{_UNITS[match.group(2).lower()]: amount})
+    except OverflowError as exc:
+        raise ValueError(f"Invalid duration {value!r}: too large.") from exc
+
+
+def default_database() -> str:
+    """The alias the configured store writes to (``DatabaseStore.alias``), else the router's."""
+    from idempotency_django.stores import get_store
+
+    alias = getattr(get_store(), "alias", None)
+    if isinstance(alias, str):
+        return alias
+    return router.db_for_write(IdempotencyRecord) or DEFAULT_DB_ALIAS
+
+
+def purge(
+    *,
+    using: str | None = None,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    older_than: timedelta | None = None,
+    dry_run: bool = False,
+    now: datetime | None = None,
+    kinds: Sequence[PurgeKind] = KINDS,
+    on_batch: Callable[[PurgeKind, int], None] | None = None,
+) -> dict[str, int]:
+    """Delete dead rows of every kind; return the count deleted per kind label.
+
+    With ``dry_run`` nothing is deleted and the counts are the rows that
+    would be. ``older_than`` also deletes completed records that finished
+    longer ago than that, even when still within their retention.
+    ``on_batch(kind, deleted)`` is called after every batch.
+    """
+    if batch_size < 1:
+        raise ValueError("batch_size must be at least 1.")
+    using = using or default_database()
+    now = now or timezone.now()
+    cutoff = now - older_than if older_than is not None else None
+    counts: dict[str, int] = {}
+    for kind in kinds:
+        condition = kind.filter(now, cutoff)
+        rows = kind.model._base_manager.using(using).filter(condition)
+        if dry_run:
+            counts[kind.label] = counts.get(kind.label, 0) + rows.count()
+            continue
+        total = 0
+        while True:
+            pks = list(rows.order_by(kind.order_by).values_list("pk", flat=True)[:batch_size])
+            if not pks:
+                break
+            deleted = _delete(rows, pks, using)
+            total += deleted
+            if on_batch is not None:
+                on_batch(kind, deleted)
+            if len(pks) < batch_size:
+                break
+        counts[kind.label] = counts.get(kind.label, 0) + total
+    return counts
+
+
+def _delete(rows: models.QuerySet[models.Model], pks: list[object], using: str) -> int:
+    """Delete the rows among ``pks`` that still match; return how many went."""
+    # SQLite caps the parameters of one statement; PostgreSQL takes the batch whole.
+    chunk = connections[using].ops.bulk_batch_size(["pk"], pks) or len(pks)
+    deleted = 0
+    for start in range(0, len(pks), chunk):
+        # No cascades and no signals: Django issues one DELETE, in autocommit
+        # its own transaction, and reports the rows it removed.
+        count, _per_model = rows.filter(pk__in=pks[start : start + chunk]).delete()
+        deleted += count
+    return deleted

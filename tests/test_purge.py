@@ -1,0 +1,260 @@
+from __future__ import annotations
+
+import io
+import threading
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.db import OperationalError, close_old_connections, connections
+from django.test import override_settings
+from django.utils import timezone
+
+from idempotency_django import purge as purge_module
+from idempotency_django.models import IdempotencyRecord
+from idempotency_django.purge import KINDS, parse_duration, purge
+from tests.factories import IdempotencyRecordFactory
+
+pytestmark = pytest.mark.django_db
+
+COMMAND = "purge_idempotency_records"
+
+
+def run(*args: str) -> str:
+    out = io.StringIO()
+    call_command(COMMAND, *args, stdout=out)
+    return out.getvalue()
+
+
+def remaining() -> set[str]:
+    return set(IdempotencyRecord.objects.values_list("key", flat=True))
+
+
+@pytest.fixture
+def mixed() -> dict[str, IdempotencyRecord]:
+    return {
+        "live": IdempotencyRecordFactory(key="live"),
+        "expired": IdempotencyRecordFactory(key="expired", expired=True),
+        "reserved": IdempotencyRecordFactory(key="reserved", in_progress=True),
+        "abandoned": IdempotencyRecordFactory(key="abandoned", in_progress=True, expired=True),
+    }
+
+
+def test_factory_defaults_and_traits() -> None:
+    live = IdempotencyRecordFactory()
+    reserved = IdempotencyRecordFactory(in_progress=True)
+    abandoned = IdempotencyRecordFactory(in_progress=True, expired=True)
+    assert live.state == IdempotencyRecord.State.COMPLETED and not live.is_expired
+    assert reserved.state == IdempotencyRecord.State.IN_PROGRESS and not reserved.is_expired
+    assert reserved.status_code is None and reserved.completed_at is None
+    assert abandoned.state == IdempotencyRecord.State.IN_PROGRESS and abandoned.is_expired
+
+
+def test_deletes_expired_and_abandoned_only(mixed: dict[str, IdempotencyRecord]) -> None:
+    output = run()
+    assert remaining() == {"live", "reserved"}
+    assert "Deleted 1 completed records (database 'default')." in output
+    assert "Deleted 1 abandoned reservations (database 'default')." in output
+
+
+def test_purge_function_returns_counts_per_kind(mixed: dict[str, IdempotencyRecord]) -> None:
+    IdempotencyRecordFactory.create_batch(3, expired=True)
+    assert purge() == {"completed": 4, "abandoned": 1}
+    assert purge() == {"completed": 0, "abandoned": 0}
+    assert [kind.label for kind in KINDS] == ["completed", "abandoned"]
+
+
+def test_record_expiring_exactly_now_is_expired() -> None:
+    now = timezone.now()
+    IdempotencyRecordFactory(key="edge", expires_at=now)
+    IdempotencyRecordFactory(key="later", expires_at=now + timedelta(microseconds=1))
+    assert purge(now=now) == {"completed": 1, "abandoned": 0}
+    assert remaining() == {"later"}
+
+
+def test_batch_size_is_honoured() -> None:
+    IdempotencyRecordFactory.create_batch(25, expired=True)
+    IdempotencyRecordFactory.create_batch(3)
+    batches: list[int] = []
+    counts = purge(batch_size=10, on_batch=lambda kind, deleted: batches.append(deleted))
+    assert counts == {"completed": 25, "abandoned": 0}
+    assert batches == [10, 10, 5]
+    assert IdempotencyRecord.objects.count() == 3
+
+
+def test_batch_size_option() -> None:
+    IdempotencyRecordFactory.create_batch(25, expired=True)
+    output = run("--batch-size", "10", "-v", "2")
+    assert output.count("completed records: deleted a batch of 10") == 2
+    assert "completed records: deleted a batch of 5" in output
+    assert "Deleted 25 completed records" in output
+    assert not IdempotencyRecord.objects.exists()
+
+
+def test_batches_larger_than_sqlite_parameter_limit() -> None:
+    IdempotencyRecordFactory.create_batch(1200, expired=True)
+    assert purge(batch_size=1100) == {"completed": 1200, "abandoned": 0}
+    assert not IdempotencyRecord.objects.exists()
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "ten", ""])
+def test_invalid_batch_size(value: str) -> None:
+    with pytest.raises(CommandError, match="batch-size"):
+        run("--batch-size", value)
+
+
+def test_dry_run_deletes_nothing(mixed: dict[str, IdempotencyRecord]) -> None:
+    IdempotencyRecordFactory.create_batch(2, expired=True)
+    output = run("--dry-run")
+    assert IdempotencyRecord.objects.count() == 6
+    assert "Would delete 3 completed records" in output
+    assert "Would delete 1 abandoned reservations" in output
+    assert "Dry run: nothing was deleted." in output
+    assert purge(dry_run=True) == {"completed": 3, "abandoned": 1}
+    assert IdempotencyRecord.objects.count() == 6
+
+
+def test_older_than_overrides_retention_but_spares_live_reservations() -> None:
+    now = timezone.now()
+    IdempotencyRecordFactory(key="old", created_at=now - timedelta(hours=3))
+    IdempotencyRecordFactory(key="recent", created_at=now - timedelta(hours=1))
+    IdempotencyRecordFactory(
+        key="old-no-completed-at", created_at=now - timedelta(hours=5), completed_at=None
+    )
+    IdempotencyRecordFactory(
+        key="old-created-recently-completed",
+        created_at=now - timedelta(hours=5),
+        completed_at=now - timedelta(minutes=5),
+    )
+    # A reservation that is old but was given a long takeover window: still live.
+    IdempotencyRecordFactory(
+        key="old-reservation",
+        in_progress=True,
+        created_at=now - timedelta(hours=3),
+        expires_at=now + timedelta(minutes=5),
+    )
+    IdempotencyRecordFactory(key="abandoned", in_progress=True, expired=True)
+    output = run("--older-than", "2h")
+    assert remaining() == {"recent", "old-created-recently-completed", "old-reservation"}
+    assert "Deleted 2 completed records" in output
+    assert "Deleted 1 abandoned reservations" in output
+
+
+def test_older_than_dry_run() -> None:
+    now = timezone.now()
+    IdempotencyRecordFactory(created_at=now - timedelta(days=8), expires_at=now + timedelta(days=1))
+    assert "Would delete 1 completed records" in run("--older-than", "7d", "--dry-run")
+    assert "Would delete 0 completed records" in run("--dry-run")
+    assert IdempotencyRecord.objects.count() == 1
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("90s", timedelta(seconds=90)),
+        ("30m", timedelta(minutes=30)),
+        ("2h", timedelta(hours=2)),
+        ("7d", timedelta(days=7)),
+        ("2w", timedelta(weeks=2)),
+        (" 7D ", timedelta(days=7)),
+    ],
+)
+def test_parse_duration(value: str, expected: timedelta) -> None:
+    assert parse_duration(value) == expected
+
+
+@pytest.mark.parametrize("value", ["", "7", "7y", "-1d", "0s", "1.5h", "d", "h2", "99999999999d"])
+def test_invalid_older_than(value: str) -> None:
+    with pytest.raises(ValueError, match="Invalid duration"):
+        parse_duration(value)
+    with pytest.raises(CommandError, match="older-than"):
+        run("--older-than", value)
+
+
+def test_unknown_database() -> None:
+    with pytest.raises(CommandError, match="Unknown database 'nope'"):
+        run("--database", "nope")
+
+
+@override_settings(IDEMPOTENCY={"STORE_OPTIONS": {"database": "missing"}})
+def test_database_defaults_to_the_store_alias() -> None:
+    with pytest.raises(CommandError, match="Unknown database 'missing'"):
+        run()
+    assert "(database 'default')" in run("--database", "default")
+
+
+def test_database_error_becomes_command_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(**kwargs: Any) -> dict[str, int]:
+        raise OperationalError("database is on fire")
+
+    monkeypatch.setattr(
+        "idempotency_django.management.commands.purge_idempotency_records.purge", broken
+    )
+    with pytest.raises(CommandError, match="database is on fire"):
+        run()
+
+
+def test_row_taken_over_between_select_and_delete_survives() -> None:
+    expired = IdempotencyRecordFactory.create_batch(3, expired=True)
+    now = timezone.now()
+    kind = KINDS[0]
+    rows = IdempotencyRecord.objects.filter(kind.filter(now, None))
+    pks = list(rows.values_list("pk", flat=True))
+    # A new claim takes one over: it is a live reservation again.
+    IdempotencyRecord.objects.filter(pk=expired[0].pk).update(
+        state=IdempotencyRecord.State.IN_PROGRESS, expires_at=now + timedelta(minutes=5)
+    )
+    assert purge_module._delete(rows, pks, "default") == 2
+    assert list(IdempotencyRecord.objects.values_list("pk", flat=True)) == [expired[0].pk]
+
+
+@override_settings(
+    IDEMPOTENCY={"STORE": "redis", "STORE_OPTIONS": {"cache": "redis"}},
+    CACHES={
+        "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+        "redis": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": "redis://127.0.0.1:6379/15",
+        },
+    },
+)
+def test_redis_store_has_nothing_to_purge() -> None:
+    pytest.importorskip("idempotency_django.stores.redis")
+    IdempotencyRecordFactory(expired=True)
+    output = run()
+    assert output.strip() == "The redis store expires entries by itself; nothing to purge."
+    assert IdempotencyRecord.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_purges_neither_crash_nor_double_count() -> None:
+    IdempotencyRecordFactory.create_batch(300, expired=True)
+    IdempotencyRecordFactory.create_batch(40, in_progress=True, expired=True)
+    IdempotencyRecordFactory.create_batch(20)
+    IdempotencyRecordFactory.create_batch(10, in_progress=True)
+    results: list[dict[str, int]] = []
+    errors: list[BaseException] = []
+    start = threading.Barrier(2)
+
+    def worker() -> None:
+        try:
+            start.wait()
+            results.append(purge(batch_size=25))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+        finally:
+            close_old_connections()
+            connections.close_all()
+
+    threads = [threading.Thread(target=worker) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not errors
+    assert len(results) == 2
+    assert sum(r["completed"] for r in results) == 300
+    assert sum(r["abandoned"] for r in results) == 40
+    assert IdempotencyRecord.objects.count() == 30
