@@ -1,0 +1,365 @@
+"""A Redis store, through django-redis: replays stay off the primary database.
+
+Configure it with a django-redis cache alias::
+
+    CACHES = {
+        "idempotency": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": "redis://redis:6379/2",
+            "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 1, "SOCKET_TIMEOUT": 1},
+        }
+    }
+    IDEMPOTENCY = {"STORE": "redis", "STORE_OPTIONS": {"cache": "idempotency"}}
+
+Only the cache's connection settings are used: the store talks to the raw
+client from :func:`django_redis.get_redis_connection`, so the cache's
+serializer, compressor, ``KEY_PREFIX`` and ``VERSION`` do not apply (and
+nothing is ever pickled).
+
+Key
+    ``{key_prefix}:v1:{sha256(principal \\x1f location \\x1f key)}`` in hex.
+    The raw idempotency key never reaches Redis, and a scope can only
+    address its own entries. ``v1`` is the value format below; a new
+    format gets a new key space.
+
+Value (format 1)
+    One Redis string: a one-line JSON header, a newline, then the response
+    body as raw bytes (nothing is base64-encoded or pickled)::
+
+        {"v":1,"state":"completed","token":"<32 hex>","fp":"<fingerprint>",
+         "status":201,"headers":[["Content-Type","application/json"]]}\n<body>
+
+    (the header is on one line). ``v`` is the format version, ``state`` is
+    ``in_progress`` for a reservation (then ``status`` and ``headers`` are
+    absent and the body is empty) or ``completed``; ``token`` is the owner's
+    proof of ownership, ``fp`` the request fingerprint, ``headers`` the
+    replayed headers in order. A string is about half the memory of a hash
+    with the same fields once the body passes 64 bytes (Redis then stops
+    packing the hash).
+
+    The key's TTL is the lock timeout while it is a reservation (an
+    abandoned reservation is released by its expiry) and the retention once
+    completed. Past it, Redis forgets the entry by itself.
+
+Atomicity
+    claim, complete and release are each one Lua script (``EVALSHA``, so one
+    round trip) touching one key. A claim that finds a completed entry
+    returns the stored response at once, so a replay costs one round trip.
+    complete only writes while our token still owns an in-progress entry, so
+    it never resurrects a reservation that expired or was taken over;
+    release only deletes such an entry.
+
+Clients
+    django-redis's ``DefaultClient`` (and ``HerdClient``, a subclass) and
+    ``SentinelClient`` work (the store always uses the primary). Because each
+    script touches a single key, a cache whose client class returns a
+    ``redis.cluster.RedisCluster`` works too. ``ShardClient`` does not (it
+    has no raw client). Do not set ``decode_responses``: bodies are bytes.
+
+Failures
+    Any Redis error (connection refused, timeout, a ``ResponseError``)
+    raises :class:`~idempotency_django.stores.base.StoreUnavailable`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from typing import Any
+
+from django.conf import settings
+from django.core import checks
+from django.utils.module_loading import import_string
+from redis.commands.core import Script
+from redis.exceptions import RedisClusterException, RedisError
+
+from idempotency_django.stores.base import (
+    BaseStore,
+    Claim,
+    Outcome,
+    RecordKey,
+    RequestInfo,
+    StoredResponse,
+    StoreUnavailable,
+)
+
+FORMAT_VERSION = 1
+IN_PROGRESS = "in_progress"
+COMPLETED = "completed"
+
+DJANGO_REDIS_BACKEND = "django_redis.cache.RedisCache"
+#: Cache backends each process (or host) has on its own: a reservation made in
+#: one worker would be invisible to the others.
+NOT_SHARED_BACKENDS = frozenset(
+    {
+        "django.core.cache.backends.locmem.LocMemCache",
+        "django.core.cache.backends.dummy.DummyCache",
+        "django.core.cache.backends.filebased.FileBasedCache",
+    }
+)
+
+# The header of a stored value, or nil when the value is not format 1.
+_LUA_HEAD = """
+local function head_of(value)
+  local newline = string.find(value, '\\n', 1, true)
+  if not newline then
+    return nil
+  end
+  local ok, head = pcall(cjson.decode, string.sub(value, 1, newline - 1))
+  if ok and type(head) == 'table' and head['v'] == 1 then
+    return head
+  end
+  return nil
+end
+"""
+
+# KEYS[1] the entry; ARGV: fingerprint, the reservation's value, lock timeout (ms).
+# Returns {"claimed"}, {"in_progress"}, {"reused"} or {"replay", value}.
+CLAIM_SCRIPT = (
+    _LUA_HEAD
+    + """
+local value = redis.call('GET', KEYS[1])
+if value then
+  local head = head_of(value)
+  if head then
+    if head['fp'] ~= ARGV[1] then
+      return {'reused'}
+    end
+    if head['state'] == 'in_progress' then
+      return {'in_progress'}
+    end
+    if head['state'] == 'completed' then
+      return {'replay', value}
+    end
+  end
+end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+return {'claimed'}
+"""
+)
+
+# KEYS[1] the entry; ARGV: token, retention (ms), status, headers (JSON), body.
+# Returns 1 when stored, 0 when the token no longer owns an in-progress entry.
+COMPLETE_SCRIPT = (
+    _LUA_HEAD
+    + """
+local value = redis.call('GET', KEYS[1])
+if not value then
+  return 0
+end
+local head = head_of(value)
+if not head or head['state'] ~= 'in_progress' or head['token'] ~= ARGV[1] then
+  return 0
+end
+local completed = '{"v":1,"state":"completed","token":' .. cjson.encode(head['token'])
+  .. ',"fp":' .. cjson.encode(head['fp']) .. ',"status":' .. ARGV[3]
+  .. ',"headers":' .. ARGV[4] .. '}\\n' .. ARGV[5]
+redis.call('SET', KEYS[1], completed, 'PX', ARGV[2])
+return 1
+"""
+)
+
+# KEYS[1] the entry; ARGV: token. Returns 1 when the reservation was dropped.
+RELEASE_SCRIPT = (
+    _LUA_HEAD
+    + """
+local value = redis.call('GET', KEYS[1])
+if not value then
+  return 0
+end
+local head = head_of(value)
+if head and head['state'] == 'in_progress' and head['token'] == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+)
+
+_ERRORS = (RedisError, RedisClusterException)
+
+
+class RedisStore(BaseStore):
+    """Reservations and stored responses as Redis hashes that expire by themselves."""
+
+    supports_atomic = False
+    expires_by_itself = True
+
+    def __init__(
+        self, cache: str = "default", key_prefix: str = "idempotency", **options: Any
+    ) -> None:
+        super().__init__(**options)
+        self.alias = cache
+        self.key_prefix = key_prefix
+        self._scripts: dict[str, Script] = {}
+
+    # -- the contract -------------------------------------------------------
+
+    def claim(self, key: RecordKey, request: RequestInfo, lock_timeout: int) -> Claim:
+        token = uuid.uuid4().hex
+        reservation = _header(
+            {"v": 1, "state": IN_PROGRESS, "token": token, "fp": request.fingerprint}
+        )
+        reply = self._run(
+            "claim",
+            CLAIM_SCRIPT,
+            self.redis_key(key),
+            request.fingerprint,
+            reservation + b"\n",
+            _milliseconds(lock_timeout),
+        )
+        outcome = _text(reply[0])
+        if outcome == "claimed":
+            return Claim(Outcome.CLAIMED, token=token)
+        if outcome == "reused":
+            return Claim(Outcome.REUSED)
+        if outcome == "in_progress":
+            return Claim(Outcome.IN_PROGRESS)
+        if outcome == "replay":
+            return Claim(Outcome.REPLAY, response=decode_response(reply[1]))
+        raise StoreUnavailable(f"Unexpected reply from the claim script: {outcome!r}")
+
+    def complete(
+        self, key: RecordKey, token: str, response: StoredResponse, retention: int
+    ) -> bool:
+        headers = _header([list(pair) for pair in response.headers])
+        reply = self._run(
+            "complete",
+            COMPLETE_SCRIPT,
+            self.redis_key(key),
+            token,
+            _milliseconds(retention),
+            str(response.status),
+            headers,
+            bytes(response.body),
+        )
+        return bool(reply == 1)
+
+    def release(self, key: RecordKey, token: str) -> None:
+        self._run("release", RELEASE_SCRIPT, self.redis_key(key), token)
+
+    def check(self) -> list[checks.CheckMessage]:
+        where = f"IDEMPOTENCY['STORE_OPTIONS']['cache'] is {self.alias!r}"
+        caches_setting: dict[str, dict[str, Any]] = getattr(settings, "CACHES", {})
+        config = caches_setting.get(self.alias)
+        if config is None:
+            return [
+                checks.Error(
+                    f"{where}, which is not in CACHES.",
+                    hint="Add a django-redis cache (django_redis.cache.RedisCache) for it.",
+                    id="idempotency_django.E020",
+                )
+            ]
+        backend = str(config.get("BACKEND", ""))
+        messages: list[checks.CheckMessage] = []
+        if not _is_django_redis(backend):
+            messages.append(
+                checks.Error(
+                    f"{where}, whose BACKEND {backend!r} is not django-redis.",
+                    hint=f"The Redis store needs BACKEND {DJANGO_REDIS_BACKEND!r} "
+                    "(Django's own redis backend has no raw client to run scripts on).",
+                    id="idempotency_django.E020",
+                )
+            )
+        if not settings.DEBUG and (backend in NOT_SHARED_BACKENDS or _is_fake(config)):
+            messages.append(
+                checks.Error(
+                    f"{where}, which is not shared between processes: each worker would "
+                    "see only its own reservations and run duplicates.",
+                    hint="Point the store at a Redis server every worker uses.",
+                    id="idempotency_django.E021",
+                )
+            )
+        options = config.get("OPTIONS") or {}
+        client_class = str(options.get("CLIENT_CLASS", ""))
+        if client_class.endswith("ShardClient"):
+            messages.append(
+                checks.Error(
+                    f"{where}, whose CLIENT_CLASS {client_class!r} has no raw client.",
+                    hint="Use DefaultClient or SentinelClient (or a cluster client).",
+                    id="idempotency_django.E022",
+                )
+            )
+        if (options.get("CONNECTION_POOL_KWARGS") or {}).get("decode_responses"):
+            messages.append(
+                checks.Error(
+                    f"{where}, whose connections decode responses; stored bodies are bytes.",
+                    hint="Remove decode_responses from CONNECTION_POOL_KWARGS.",
+                    id="idempotency_django.E022",
+                )
+            )
+        return messages
+
+    # -- helpers ------------------------------------------------------------
+
+    def redis_key(self, key: RecordKey) -> str:
+        """The Redis key of ``key``: its scope and value, hashed."""
+        material = "\x1f".join((key.principal, key.location, key.key)).encode()
+        return f"{self.key_prefix}:v{FORMAT_VERSION}:{hashlib.sha256(material).hexdigest()}"
+
+    def client(self) -> Any:
+        """The raw redis-py client of the cache (looked up each time: it is per thread)."""
+        from django_redis import get_redis_connection
+
+        return get_redis_connection(self.alias, write=True)
+
+    def _run(self, name: str, source: str, redis_key: str, *args: str | int | bytes) -> Any:
+        try:
+            client = self.client()
+            script = self._scripts.get(name)
+            if script is None:
+                script = self._scripts[name] = client.register_script(source)
+            return script(keys=[redis_key], args=list(args), client=client)
+        except _ERRORS as exc:
+            raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from exc
+
+
+def _milliseconds(seconds: int) -> int:
+    return max(1, int(seconds * 1000))
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _bytes(value: Any) -> bytes:
+    return value if isinstance(value, bytes) else str(value).encode()
+
+
+def _header(value: Any) -> bytes:
+    """Compact ASCII JSON: never a raw newline, whatever the header values hold."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+
+
+def decode_response(value: Any) -> StoredResponse:
+    """The response kept in a completed value (format 1)."""
+    head_bytes, _, body = _bytes(value).partition(b"\n")
+    try:
+        head = json.loads(head_bytes)
+        return StoredResponse(
+            status=int(head["status"]),
+            headers=tuple((str(name), str(value)) for name, value in head.get("headers") or []),
+            body=body,
+        )
+    except (ValueError, TypeError, KeyError) as exc:
+        raise StoreUnavailable(f"A stored response could not be decoded: {exc}") from exc
+
+
+def _is_django_redis(backend: str) -> bool:
+    if backend == DJANGO_REDIS_BACKEND:
+        return True
+    try:
+        from django_redis.cache import RedisCache
+
+        backend_class = import_string(backend)
+    except ImportError:
+        return False
+    return isinstance(backend_class, type) and issubclass(backend_class, RedisCache)
+
+
+def _is_fake(config: dict[str, Any]) -> bool:
+    """A django-redis cache wired to fakeredis, which lives in one process."""
+    options = config.get("OPTIONS") or {}
+    pool_kwargs = options.get("CONNECTION_POOL_KWARGS") or {}
+    suspects = (options.get("REDIS_CLIENT_CLASS"), pool_kwargs.get("connection_class"))
+    return any("fakeredis" in repr(suspect) for suspect in suspects if suspect is not None)
