@@ -42,7 +42,7 @@ Value (format 1)
     completed. Past it, Redis forgets the entry by itself.
 
 Atomicity
-    claim, complete and release are each one Lua script (``EVALSHA``, so one
+    claim, complete, release and peek are each one Lua script (``EVALSHA``, so one
     round trip) touching one key. A claim that finds a completed entry
     returns the stored response at once, so a replay costs one round trip.
     complete only writes while our token still owns an in-progress entry, so
@@ -176,6 +176,22 @@ return 0
 """
 )
 
+# KEYS[1] the entry. Returns the state of a format-1 entry, or nil (no body is sent back).
+PEEK_SCRIPT = (
+    _LUA_HEAD
+    + """
+local value = redis.call('GET', KEYS[1])
+if not value then
+  return nil
+end
+local head = head_of(value)
+if head then
+  return head['state']
+end
+return nil
+"""
+)
+
 _ERRORS = (RedisError, RedisClusterException)
 
 
@@ -218,6 +234,12 @@ class RedisStore(BaseStore):
         if outcome == "replay":
             return Claim(Outcome.REPLAY, response=decode_response(reply[1]))
         raise StoreUnavailable(f"Unexpected reply from the claim script: {outcome!r}")
+
+    def peek(self, key: RecordKey) -> Outcome | None:
+        state = self._run("peek", PEEK_SCRIPT, self.redis_key(key))
+        if state is None:
+            return None
+        return Outcome.REPLAY if _text(state) == COMPLETED else Outcome.IN_PROGRESS
 
     def complete(
         self, key: RecordKey, token: str, response: StoredResponse, retention: int
