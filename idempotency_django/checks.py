@@ -23,6 +23,14 @@ MUST_PRECEDE = (
     "django.middleware.csrf.CsrfViewMiddleware",
 )
 UNSAFE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
+POSITIVE_INTEGERS = (
+    "LOCK_TIMEOUT",
+    "RETENTION",
+    "RETRY_AFTER",
+    "UNAVAILABLE_RETRY_AFTER",
+    "WEBHOOK_RETENTION",
+    "WEBHOOK_FALLBACK_BUCKET",
+)
 
 
 @checks.register(checks.Tags.compatibility)
@@ -60,7 +68,7 @@ def check_settings(**kwargs: Any) -> list[checks.CheckMessage]:
         if name not in DEFAULTS
     ]
     merged = {**DEFAULTS, **user}
-    for name in ("LOCK_TIMEOUT", "RETENTION", "RETRY_AFTER", "UNAVAILABLE_RETRY_AFTER"):
+    for name in POSITIVE_INTEGERS:
         value = merged[name]
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
             errors.append(_error(f"{SETTING_NAME}[{name!r}] must be a positive integer.", "E004"))
@@ -86,7 +94,7 @@ def check_settings(**kwargs: Any) -> list[checks.CheckMessage]:
                 "E008",
             )
         )
-    for name in ("SCOPE_FUNCTION", "FINGERPRINT_FUNCTION"):
+    for name in ("SCOPE_FUNCTION", "FINGERPRINT_FUNCTION", "WEBHOOK_BODY_ID_FUNCTION"):
         value = merged[name]
         if isinstance(value, str):
             try:

@@ -61,6 +61,26 @@ DEFAULTS: dict[str, Any] = {
     ),
     # Request header whose value is logged as request_id.
     "REQUEST_ID_HEADER": "X-Request-Id",
+    # -- Webhook delivery deduplication (a separate contract) --------------
+    # Headers that carry a sender's stable delivery id, tried in order after
+    # Idempotency-Key: (header, source name).
+    "WEBHOOK_ID_HEADERS": (
+        ("webhook-id", "standard-webhooks"),
+        ("svix-id", "svix"),
+        ("X-GitHub-Delivery", "github"),
+        ("X-Shopify-Webhook-Id", "shopify"),
+        ("X-Shopify-Event-Id", "shopify"),
+        ("I-Twilio-Idempotency-Token", "twilio"),
+    ),
+    # Dotted path to a function(request) -> str | None reading an id from the
+    # body, e.g. "idempotency_django.webhooks.stripe_event_id". None: no body id.
+    "WEBHOOK_BODY_ID_FUNCTION": None,
+    # Seconds an accepted delivery's identity is kept (7 days).
+    "WEBHOOK_RETENTION": 7 * 24 * 3600,
+    # Seconds per bucket of the fallback hash (trigger token + raw body).
+    "WEBHOOK_FALLBACK_BUCKET": 300,
+    # The URL keyword argument that holds the trigger token.
+    "WEBHOOK_TOKEN_KWARG": "token",
 }
 
 #: Never stored or replayed, whatever REPLAY_HEADERS says.
@@ -78,7 +98,7 @@ STORE_ALIASES = {
     "redis": "idempotency_django.stores.redis.RedisStore",
 }
 
-IMPORT_STRINGS = frozenset({"SCOPE_FUNCTION", "FINGERPRINT_FUNCTION"})
+IMPORT_STRINGS = frozenset({"SCOPE_FUNCTION", "FINGERPRINT_FUNCTION", "WEBHOOK_BODY_ID_FUNCTION"})
 
 
 class IdempotencySettings:

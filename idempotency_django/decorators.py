@@ -80,7 +80,7 @@ def protect_callable(func: Callable[..., Any], options: ViewOptions) -> Callable
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        request = _find_request(args)
+        request = find_request(args)
         drf = _drf_adapter(request)
         if drf is not None:
             return drf(request, lambda: func(*args, **kwargs), options)
@@ -111,7 +111,7 @@ def _protect_class(view_class: type, options: ViewOptions) -> type:
     raise TypeError(f"@idempotent cannot protect {view_class!r}: not a Django or DRF view.")
 
 
-def _find_request(args: tuple[Any, ...]) -> HttpRequest:
+def find_request(args: tuple[Any, ...]) -> HttpRequest:
     # (request, ...) for function views, (self, request, ...) for methods.
     for arg in args[:2]:
         if isinstance(arg, HttpRequest) or _is_drf_request(arg):

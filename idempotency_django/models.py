@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import ClassVar, cast
+
 from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
@@ -59,7 +61,8 @@ class IdempotencyRecord(models.Model):
 
 class WebhookDeliveryManager(models.Manager["WebhookDelivery"]):
     def get_queryset(self) -> models.QuerySet[WebhookDelivery]:
-        return super().get_queryset().filter(kind=IdempotencyRecord.Kind.WEBHOOK)
+        deliveries = super().get_queryset().filter(kind=IdempotencyRecord.Kind.WEBHOOK)
+        return cast("models.QuerySet[WebhookDelivery]", deliveries)
 
 
 class WebhookDelivery(IdempotencyRecord):
@@ -69,7 +72,7 @@ class WebhookDelivery(IdempotencyRecord):
     its token, never the token), ``key`` the delivery id.
     """
 
-    objects = WebhookDeliveryManager()
+    objects: ClassVar[WebhookDeliveryManager] = WebhookDeliveryManager()
 
     class Meta:
         proxy = True

@@ -19,5 +19,7 @@ urlpatterns = [
     path("plain/cbv/", views.BookingCBV.as_view()),
     path("plain/fragile/", views.fragile_booking),
     path("api/book/", views.api_book),
+    path("hooks/<str:token>/", views.webhook_receiver),
+    path("api/hooks/<str:token>/", views.drf_webhook_receiver),
     path("api/", include(router.urls)),
 ]

@@ -8,12 +8,19 @@ import time
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.views import View
 from rest_framework import serializers, status, viewsets
-from rest_framework.decorators import action, api_view
+from rest_framework.decorators import (
+    action,
+    api_view,
+    authentication_classes,
+    permission_classes,
+)
+from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 
 from idempotency_django import idempotency_exempt, idempotent
 from idempotency_django.drf import IdempotentMixin
 from idempotency_django.protection import ViewOptions
+from idempotency_django.webhooks import deduplicate_webhook
 from tests.testapp.models import Booking
 
 
@@ -156,3 +163,22 @@ def crash_before_commit(view):  # type: ignore[no-untyped-def]
 def fragile_booking(request: HttpRequest) -> HttpResponse:
     booking = Booking.objects.create(slot="fragile")
     return JsonResponse({"id": booking.pk}, status=201)
+
+
+@deduplicate_webhook
+def webhook_receiver(request: HttpRequest, token: str) -> HttpResponse:
+    """Each accepted delivery starts one run (a Booking row)."""
+    _apply_test_controls(request)
+    if request.GET.get("fail"):
+        return JsonResponse({"status": "failed"}, status=int(request.GET["fail"]))
+    run = Booking.objects.create(slot="webhook-run", customer=token[:0])
+    return JsonResponse({"status": "accepted", "run_id": run.pk}, status=202)
+
+
+@api_view(["POST"])
+@permission_classes([AllowAny])
+@authentication_classes([])
+@deduplicate_webhook(retention=3600)
+def drf_webhook_receiver(request, token):  # type: ignore[no-untyped-def]
+    run = Booking.objects.create(slot="drf-webhook-run")
+    return Response({"status": "accepted", "run_id": run.pk}, status=202)

@@ -1,0 +1,223 @@
+"""Webhook delivery deduplication: identity sources, buckets, expiry, failures, secrets."""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import datetime, timedelta, timezone
+
+import pytest
+import time_machine
+from django.db import connection
+from django.test import Client, override_settings
+
+from idempotency_django.models import IdempotencyRecord, WebhookDelivery
+from tests.concurrency import in_threads
+from tests.testapp.models import Booking
+
+TOKEN = "trg_9f8e7d6c5b4a-secret-token"
+URL = f"/hooks/{TOKEN}/"
+BODY = json.dumps({"event": "order.paid", "order": 4471})
+
+
+def deliver(client: Client, url: str = URL, body: str = BODY, **headers: str):  # type: ignore[no-untyped-def]
+    return client.post(url, body, content_type="application/json", **headers)
+
+
+def runs() -> int:
+    return Booking.objects.filter(slot__endswith="webhook-run").count()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("header", "source"),
+    [
+        ("HTTP_IDEMPOTENCY_KEY", "idempotency-key"),
+        ("HTTP_WEBHOOK_ID", "standard-webhooks"),
+        ("HTTP_SVIX_ID", "svix"),
+        ("HTTP_X_GITHUB_DELIVERY", "github"),
+        ("HTTP_X_SHOPIFY_WEBHOOK_ID", "shopify"),
+        ("HTTP_X_SHOPIFY_EVENT_ID", "shopify"),
+        ("HTTP_I_TWILIO_IDEMPOTENCY_TOKEN", "twilio"),
+    ],
+)
+def test_each_delivery_header_deduplicates(client: Client, header: str, source: str) -> None:
+    first = deliver(client, **{header: "delivery-1"})
+    assert first.status_code == 202
+    assert first.json()["status"] == "accepted"
+    duplicate = deliver(client, body='{"different": "body"}', **{header: "delivery-1"})
+    assert duplicate.status_code == 202
+    assert duplicate.json() == {"status": "duplicate"}
+    assert "run_id" not in duplicate.json()
+    assert runs() == 1
+    delivery = WebhookDelivery.objects.get()
+    assert delivery.key == "delivery-1"
+    assert delivery.source == source
+    assert json.loads(bytes(delivery.response_body))["run_id"] == str(first.json()["run_id"])
+    assert deliver(client, **{header: "delivery-2"}).json()["status"] == "accepted"
+    assert runs() == 2
+
+
+@pytest.mark.django_db
+def test_idempotency_key_wins_over_provider_headers(client: Client) -> None:
+    deliver(client, HTTP_IDEMPOTENCY_KEY="k", HTTP_WEBHOOK_ID="a")
+    assert (
+        deliver(client, HTTP_IDEMPOTENCY_KEY="k", HTTP_WEBHOOK_ID="b").json()["status"]
+        == "duplicate"
+    )
+
+
+@pytest.mark.django_db
+@override_settings(
+    IDEMPOTENCY={"WEBHOOK_BODY_ID_FUNCTION": "idempotency_django.webhooks.stripe_event_id"}
+)
+def test_body_id_hook_reads_stripe_event_id(client: Client) -> None:
+    event = {"id": "evt_1NG8Du2eZvKYlo2CUI79vXWy", "object": "event", "type": "charge.succeeded"}
+    deliver(client, body=json.dumps(event))
+    retried = {**event, "request": {"retry": 1}}
+    assert deliver(client, body=json.dumps(retried)).json()["status"] == "duplicate"
+    assert WebhookDelivery.objects.get().source == "body"
+
+
+@pytest.mark.django_db
+def test_fallback_hash_catches_a_short_retry(client: Client) -> None:
+    deliver(client)
+    assert deliver(client).json()["status"] == "duplicate"
+    assert deliver(client, body='{"other": 1}').json()["status"] == "accepted"
+    delivery = WebhookDelivery.objects.order_by("pk").first()
+    assert delivery is not None and delivery.source == "fallback"
+    assert TOKEN not in delivery.key and BODY not in delivery.key
+
+
+BOUNDARY = datetime(2026, 12, 2, 12, 0, 0, tzinfo=timezone.utc)  # a multiple of 300 s
+
+
+@pytest.mark.django_db
+def test_fallback_retry_across_a_bucket_boundary_is_caught(client: Client) -> None:
+    with time_machine.travel(BOUNDARY - timedelta(seconds=1), tick=False):
+        assert deliver(client).json()["status"] == "accepted"
+    with time_machine.travel(BOUNDARY + timedelta(seconds=1), tick=False):
+        assert deliver(client).json()["status"] == "duplicate"
+    assert runs() == 1
+
+
+@pytest.mark.django_db
+def test_fallback_protects_short_retries_only(client: Client) -> None:
+    with time_machine.travel(BOUNDARY, tick=False):
+        deliver(client)
+    with time_machine.travel(BOUNDARY + timedelta(seconds=601), tick=False):
+        assert deliver(client).json()["status"] == "accepted"
+    assert runs() == 2
+
+
+@pytest.mark.django_db
+def test_accepted_identity_is_kept_seven_days(client: Client) -> None:
+    with time_machine.travel(BOUNDARY, tick=False):
+        deliver(client, HTTP_WEBHOOK_ID="msg_1")
+    with time_machine.travel(BOUNDARY + timedelta(days=7, seconds=-1), tick=False):
+        assert deliver(client, HTTP_WEBHOOK_ID="msg_1").json()["status"] == "duplicate"
+    with time_machine.travel(BOUNDARY + timedelta(days=7, seconds=1), tick=False):
+        assert deliver(client, HTTP_WEBHOOK_ID="msg_1").json()["status"] == "accepted"
+    assert runs() == 2
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("query", ["?fail=500", "?fail=503", "?fail=401", "?raise=1"])
+def test_failed_delivery_is_not_recorded(client: Client, query: str) -> None:
+    client.raise_request_exception = False
+    assert deliver(client, URL + query, HTTP_WEBHOOK_ID="msg_f").status_code >= 400
+    assert WebhookDelivery.objects.count() == 0
+    assert deliver(client, HTTP_WEBHOOK_ID="msg_f").json()["status"] == "accepted"
+
+
+@pytest.mark.django_db
+def test_triggers_are_separate_scopes(client: Client) -> None:
+    deliver(client, HTTP_WEBHOOK_ID="msg_1")
+    assert (
+        deliver(client, "/hooks/another-token/", HTTP_WEBHOOK_ID="msg_1").json()["status"]
+        == "accepted"
+    )
+
+
+@pytest.mark.django_db
+def test_in_progress_delivery_gets_409_with_retry_after(client: Client) -> None:
+    from idempotency_django.webhooks import TRIGGER_PREFIX, trigger_digest
+
+    WebhookDelivery.objects.create(
+        kind="webhook",
+        principal=TRIGGER_PREFIX + trigger_digest("hooks/<str:token>/", TOKEN),
+        key="msg_busy",
+        fingerprint="",
+        method="POST",
+        path="hooks/<str:token>/",
+        state="in_progress",
+        token="another-worker",
+        expires_at=datetime.now(timezone.utc) + timedelta(seconds=300),
+    )
+    response = deliver(client, HTTP_WEBHOOK_ID="msg_busy")
+    assert response.status_code == 409
+    assert response.json()["code"] == "webhook_delivery_in_progress"
+    assert response["Retry-After"] == "1"
+    assert runs() == 0
+
+
+@pytest.mark.django_db
+def test_drf_receiver(client: Client) -> None:
+    url = f"/api/hooks/{TOKEN}/"
+    assert deliver(client, url, HTTP_SVIX_ID="msg_d").json()["status"] == "accepted"
+    assert deliver(client, url, HTTP_SVIX_ID="msg_d").json() == {"status": "duplicate"}
+    assert Booking.objects.filter(slot="drf-webhook-run").count() == 1
+    remaining = WebhookDelivery.objects.get().expires_at - datetime.now(timezone.utc)
+    assert timedelta(minutes=59) < remaining <= timedelta(hours=1)
+
+
+@pytest.mark.django_db
+def test_invalid_idempotency_key_is_400(client: Client) -> None:
+    response = deliver(client, HTTP_IDEMPOTENCY_KEY="x" * 300)
+    assert response.status_code == 400
+    assert runs() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_store_unavailable_is_503_and_nothing_runs(client: Client) -> None:
+    table = IdempotencyRecord._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(f"ALTER TABLE {table} RENAME TO {table}_gone")
+    try:
+        response = deliver(client, HTTP_WEBHOOK_ID="msg_u")
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f"ALTER TABLE {table}_gone RENAME TO {table}")
+    assert response.status_code == 503
+    assert response["Retry-After"] == "5"
+    assert runs() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_identical_deliveries_run_once() -> None:
+    clients = [Client() for _ in range(12)]
+    responses = in_threads(
+        len(clients), lambda i: deliver(clients[i], URL + "?delay=0.2", HTTP_WEBHOOK_ID="msg_c")
+    )
+    assert not [r for r in responses if isinstance(r, BaseException)]
+    statuses = sorted(r.status_code for r in responses)
+    assert all(s in (202, 409) for s in statuses), statuses
+    accepted = [r for r in responses if r.status_code == 202 and r.json()["status"] == "accepted"]
+    assert len(accepted) == 1
+    assert runs() == 1
+
+
+@pytest.mark.django_db
+def test_no_token_url_or_body_is_stored_or_logged(
+    client: Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.DEBUG, logger="idempotency_django"):
+        deliver(client)
+        deliver(client)
+        deliver(client, HTTP_WEBHOOK_ID="msg_s")
+    assert "duplicate" in caplog.text
+    assert TOKEN not in caplog.text and URL not in caplog.text and "order.paid" not in caplog.text
+    for row in IdempotencyRecord.objects.values():
+        dumped = repr(row)
+        assert TOKEN not in dumped
+        assert "order.paid" not in dumped
