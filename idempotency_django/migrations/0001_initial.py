@@ -5,53 +5,98 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='IdempotencyRecord',
+            name="IdempotencyRecord",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('kind', models.CharField(choices=[('request', 'request'), ('webhook', 'webhook delivery')], default='request', max_length=16, verbose_name='kind')),
-                ('source', models.CharField(blank=True, max_length=64, verbose_name='source')),
-                ('principal', models.CharField(max_length=255, verbose_name='principal')),
-                ('location', models.CharField(blank=True, max_length=255, verbose_name='location')),
-                ('key', models.CharField(max_length=255, verbose_name='idempotency key')),
-                ('fingerprint', models.CharField(max_length=128, verbose_name='request fingerprint')),
-                ('method', models.CharField(max_length=16, verbose_name='method')),
-                ('path', models.CharField(max_length=2048, verbose_name='path')),
-                ('request_id', models.CharField(blank=True, max_length=255, verbose_name='request id')),
-                ('state', models.CharField(choices=[('in_progress', 'in progress'), ('completed', 'completed')], max_length=16, verbose_name='state')),
-                ('token', models.CharField(max_length=64, verbose_name='owner token')),
-                ('status_code', models.PositiveSmallIntegerField(blank=True, null=True, verbose_name='response status')),
-                ('response_headers', models.JSONField(blank=True, default=list, verbose_name='response headers')),
-                ('response_body', models.BinaryField(blank=True, default=b'', verbose_name='response body')),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now, verbose_name='created')),
-                ('completed_at', models.DateTimeField(blank=True, null=True, verbose_name='completed')),
-                ('expires_at', models.DateTimeField(verbose_name='expires')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[("request", "request"), ("webhook", "webhook delivery")],
+                        default="request",
+                        max_length=16,
+                        verbose_name="kind",
+                    ),
+                ),
+                ("source", models.CharField(blank=True, max_length=64, verbose_name="source")),
+                ("principal", models.CharField(max_length=255, verbose_name="principal")),
+                ("location", models.CharField(blank=True, max_length=255, verbose_name="location")),
+                ("key", models.CharField(max_length=255, verbose_name="idempotency key")),
+                (
+                    "fingerprint",
+                    models.CharField(max_length=128, verbose_name="request fingerprint"),
+                ),
+                ("method", models.CharField(max_length=16, verbose_name="method")),
+                ("path", models.CharField(max_length=2048, verbose_name="path")),
+                (
+                    "request_id",
+                    models.CharField(blank=True, max_length=255, verbose_name="request id"),
+                ),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[("in_progress", "in progress"), ("completed", "completed")],
+                        max_length=16,
+                        verbose_name="state",
+                    ),
+                ),
+                ("token", models.CharField(max_length=64, verbose_name="owner token")),
+                (
+                    "status_code",
+                    models.PositiveSmallIntegerField(
+                        blank=True, null=True, verbose_name="response status"
+                    ),
+                ),
+                (
+                    "response_headers",
+                    models.JSONField(blank=True, default=list, verbose_name="response headers"),
+                ),
+                (
+                    "response_body",
+                    models.BinaryField(blank=True, default=b"", verbose_name="response body"),
+                ),
+                (
+                    "created_at",
+                    models.DateTimeField(default=django.utils.timezone.now, verbose_name="created"),
+                ),
+                (
+                    "completed_at",
+                    models.DateTimeField(blank=True, null=True, verbose_name="completed"),
+                ),
+                ("expires_at", models.DateTimeField(verbose_name="expires")),
             ],
             options={
-                'verbose_name': 'idempotency record',
-                'verbose_name_plural': 'idempotency records',
-                'indexes': [models.Index(fields=['expires_at'], name='idempotency_record_expires')],
-                'constraints': [models.UniqueConstraint(fields=('principal', 'location', 'key'), name='idempotency_record_unique_key')],
+                "verbose_name": "idempotency record",
+                "verbose_name_plural": "idempotency records",
+                "indexes": [models.Index(fields=["expires_at"], name="idempotency_record_expires")],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("principal", "location", "key"),
+                        name="idempotency_record_unique_key",
+                    )
+                ],
             },
         ),
         migrations.CreateModel(
-            name='WebhookDelivery',
-            fields=[
-            ],
+            name="WebhookDelivery",
+            fields=[],
             options={
-                'verbose_name': 'webhook delivery',
-                'verbose_name_plural': 'webhook deliveries',
-                'proxy': True,
-                'indexes': [],
-                'constraints': [],
+                "verbose_name": "webhook delivery",
+                "verbose_name_plural": "webhook deliveries",
+                "proxy": True,
+                "indexes": [],
+                "constraints": [],
             },
-            bases=('idempotency_django.idempotencyrecord',),
+            bases=("idempotency_django.idempotencyrecord",),
         ),
     ]
