@@ -262,15 +262,15 @@ def test_concurrent_duplicates_run_once(alice: User) -> None:
 
 
 def _store_check_ids(
-    caches: dict[str, Any], debug: bool = False, cache: str = "default"
+    caches: dict[str, Any], debug: bool = False, cache: str = "default", **idempotency: Any
 ) -> set[str]:
     with override_settings(
         CACHES=caches,
         DEBUG=debug,
-        IDEMPOTENCY={"STORE": "redis", "STORE_OPTIONS": {"cache": cache}},
+        IDEMPOTENCY={"STORE": "redis", "STORE_OPTIONS": {"cache": cache}, **idempotency},
     ):
         messages = check_settings()
-    assert all(isinstance(m, checks.CheckMessage) and m.is_serious() for m in messages)
+    assert all(isinstance(m, checks.CheckMessage) for m in messages)
     return {str(m.id) for m in messages}
 
 
@@ -326,6 +326,11 @@ def test_check_unsupported_client_options() -> None:
     decoding = redis_cache("redis://a/0")
     decoding["OPTIONS"]["CONNECTION_POOL_KWARGS"] = {"decode_responses": True}
     assert _store_check_ids({"default": decoding}) == {"idempotency_django.E022"}
+
+
+def test_check_atomic_has_no_effect_on_redis() -> None:
+    caches = {"default": redis_cache("redis://127.0.0.1:6379/15")}
+    assert _store_check_ids(caches, ATOMIC=True) == {"idempotency_django.W020"}
 
 
 def test_the_short_name_builds_the_store() -> None:

@@ -310,6 +310,17 @@ class RedisStore(BaseStore):
                     id="idempotency_django.E022",
                 )
             )
+        user_settings = getattr(settings, "IDEMPOTENCY", None)
+        if isinstance(user_settings, dict) and user_settings.get("ATOMIC"):
+            messages.append(
+                checks.Warning(
+                    "IDEMPOTENCY['ATOMIC'] has no effect with the Redis store: the stored "
+                    "response cannot commit in the view's database transaction.",
+                    hint="Use the database store where the work and its response must "
+                    "commit together.",
+                    id="idempotency_django.W020",
+                )
+            )
         return messages
 
     # -- helpers ------------------------------------------------------------
