@@ -298,6 +298,8 @@ class ExpiringRecordAdmin(_ModelAdmin):
 
     actions = ["release_reservations"]
     show_full_result_count = False
+    if hasattr(admin, "ShowFacets"):  # Django 5.0+: facet counts are a COUNT per choice
+        show_facets = admin.ShowFacets.NEVER
     list_per_page = 50
     list_max_show_all = 500
     paginator = EstimatedCountPaginator
