@@ -338,3 +338,15 @@ def test_the_short_name_builds_the_store() -> None:
         store = get_store()
         assert isinstance(store, RedisStore)
         assert store.alias == ALIAS and store.key_prefix == "idempotency"
+
+
+def test_the_logged_key_digest_is_the_start_of_the_redis_key() -> None:
+    from idempotency_django.keys import key_digest
+    from idempotency_django.stores import RecordKey
+
+    store = RedisStore()
+    key = RecordKey("auth.user:1", "portland", "booking-1")
+    assert store.redis_key(key).startswith(
+        "idempotency:v1:" + key_digest(key.principal, key.location, key.key)
+    )
+    assert RedisStore(key_prefix="shop").redis_key(key).startswith("shop:v1:")
