@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 import redis
+from asgiref.sync import async_to_sync
 from django.contrib.auth.models import User
 from django.core import checks
 from django.db import connections
-from django.test import Client, override_settings
+from django.test import AsyncClient, Client, override_settings
 
 from idempotency_django import signals
 from idempotency_django.checks import check_settings
@@ -155,6 +156,26 @@ def _round_trips(server: redis.Redis) -> int:
     # The store itself only ever sends EVALSHA; the rest ran inside the scripts.
     assert set(calls) <= {"evalsha", "get", "set", "del"}, calls
     return calls["evalsha"]
+
+
+@pytest.mark.usefixtures("on_redis")
+def test_async_view_on_redis(alice: User) -> None:
+    client = AsyncClient()
+    async_to_sync(client.aforce_login)(alice)
+
+    async def scenario() -> list[Any]:
+        headers = {"Idempotency-Key": "async-redis-1"}
+        return [
+            await client.post("/async/bookings/", BODY, "application/json", headers=headers)
+            for _ in range(2)
+        ]
+
+    first, replay = async_to_sync(scenario)()
+    assert first.status_code == 201
+    assert replay["Idempotency-Replayed"] == "true"
+    assert replay.content == first.content
+    assert Booking.objects.count() == 1
+    assert len(stored_entries()) == 1
 
 
 # -- a real outage -----------------------------------------------------------------
