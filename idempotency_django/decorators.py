@@ -6,12 +6,13 @@ import functools
 from collections.abc import Callable
 from typing import Any, TypeVar, overload
 
+from asgiref.sync import iscoroutinefunction
 from django.http import HttpRequest
 from django.http.response import HttpResponseBase
 from django.views import View
 
 from idempotency_django.middleware import EXEMPT_ATTRIBUTE, PROTECTED_ATTRIBUTE
-from idempotency_django.protection import ViewOptions, protect
+from idempotency_django.protection import ViewOptions, aprotect, protect
 
 ViewT = TypeVar("ViewT", bound=Callable[..., Any])
 
@@ -78,13 +79,24 @@ def protect_callable(func: Callable[..., Any], options: ViewOptions) -> Callable
             "so that it sees the request DRF authenticated."
         )
 
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        request = find_request(args)
-        drf = _drf_adapter(request)
-        if drf is not None:
-            return drf(request, lambda: func(*args, **kwargs), options)
-        return protect(request, lambda: func(*args, **kwargs), options)
+    if iscoroutinefunction(func):
+
+        @functools.wraps(func)
+        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+            return await aprotect(find_request(args), lambda: func(*args, **kwargs), options)
+
+        wrapper: Callable[..., Any] = async_wrapper
+    else:
+
+        @functools.wraps(func)
+        def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
+            request = find_request(args)
+            drf = _drf_adapter(request)
+            if drf is not None:
+                return drf(request, lambda: func(*args, **kwargs), options)
+            return protect(request, lambda: func(*args, **kwargs), options)
+
+        wrapper = sync_wrapper
 
     setattr(wrapper, PROTECTED_ATTRIBUTE, True)
     setattr(wrapper, OPTIONS_ATTRIBUTE, options)

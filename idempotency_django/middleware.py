@@ -10,12 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from asgiref.sync import async_to_sync, iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.db import connections, transaction
 from django.http import HttpRequest
 from django.http.response import HttpResponseBase
 
 from idempotency_django.conf import idempotency_settings
-from idempotency_django.protection import ViewOptions, protect
+from idempotency_django.protection import ViewOptions, aprotect, protect
 from idempotency_django.stores import get_store
 
 #: Attribute set on a view by ``@idempotent`` or ``@idempotency_exempt``.
@@ -25,13 +26,40 @@ EXEMPT_ATTRIBUTE = "idempotency_exempt"
 
 class IdempotencyMiddleware:
     sync_capable = True
-    async_capable = False
+    async_capable = True
 
-    def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]) -> None:
+    def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
         self.get_response = get_response
+        self.async_mode = iscoroutinefunction(get_response)
+        if self.async_mode:
+            markcoroutinefunction(self)
+            # Django awaits a coroutine process_view and runs a sync one in a thread.
+            self.process_view = self._aprocess_view  # type: ignore[method-assign,assignment]
 
-    def __call__(self, request: HttpRequest) -> HttpResponseBase:
+    def __call__(self, request: HttpRequest) -> Any:
+        if self.async_mode:
+            return self.__acall__(request)
         return self.get_response(request)
+
+    async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
+        response: HttpResponseBase = await self.get_response(request)
+        return response
+
+    async def _aprocess_view(
+        self,
+        request: HttpRequest,
+        view_func: Callable[..., Any],
+        view_args: tuple[Any, ...],
+        view_kwargs: dict[str, Any],
+    ) -> HttpResponseBase | None:
+        if not _wants_protection(request, view_func):
+            return None
+        if not iscoroutinefunction(view_func):
+            # A sync view under ASGI: the sync path, transaction included, in a thread.
+            return await sync_to_async(self._protect_sync_view)(
+                request, view_func, view_args, view_kwargs
+            )
+        return await aprotect(request, lambda: view_func(request, *view_args, **view_kwargs))
 
     def process_view(
         self,
@@ -40,12 +68,21 @@ class IdempotencyMiddleware:
         view_args: tuple[Any, ...],
         view_kwargs: dict[str, Any],
     ) -> HttpResponseBase | None:
-        settings = idempotency_settings
-        if request.method not in settings.METHODS or not _handled_here(view_func):
+        if not _wants_protection(request, view_func):
             return None
-        if settings.HEADER not in request.headers and not settings.REQUIRED:
-            return None  # nothing to protect: let Django call the view as usual
+        if iscoroutinefunction(view_func):  # an async view under WSGI
+            return async_to_sync(aprotect)(
+                request, lambda: view_func(request, *view_args, **view_kwargs)
+            )
+        return self._protect_sync_view(request, view_func, view_args, view_kwargs)
 
+    def _protect_sync_view(
+        self,
+        request: HttpRequest,
+        view_func: Callable[..., HttpResponseBase],
+        view_args: tuple[Any, ...],
+        view_kwargs: dict[str, Any],
+    ) -> HttpResponseBase:
         # Django wraps the view in ATOMIC_REQUESTS transactions only when no
         # view middleware answers; since this one answers, it does the same,
         # and for the store's database it lets protect() open the transaction
@@ -63,6 +100,14 @@ class IdempotencyMiddleware:
                 view = transaction.atomic(using=alias)(view)
         options = ViewOptions(atomic=True if store_alias in atomic_aliases else None)
         return protect(request, lambda: view(request, *view_args, **view_kwargs), options)
+
+
+def _wants_protection(request: HttpRequest, view_func: Callable[..., Any]) -> bool:
+    settings = idempotency_settings
+    if request.method not in settings.METHODS or not _handled_here(view_func):
+        return False
+    # Without a key (and not required) there is nothing to do: Django calls the view.
+    return settings.HEADER in request.headers or bool(settings.REQUIRED)
 
 
 def _handled_here(view_func: Callable[..., Any]) -> bool:

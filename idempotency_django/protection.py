@@ -1,17 +1,25 @@
-"""The key contract, in one place: every protected request goes through :func:`protect`.
+"""The key contract, in one place: every protected request goes through :func:`protect`
+(or :func:`aprotect` for ``async def`` views).
 
 The middleware, the ``@idempotent`` decorator and the DRF integration only
 adapt their kind of view to ``protect(request, call_view, options)``.
+
+The rules are written once, as a generator (:func:`_flow`) that yields each
+step doing I/O (a store call, the scope lookup, the view, a signal) to a
+driver: :func:`protect` runs the steps inline, :func:`aprotect` awaits them,
+sending blocking ones to a thread. So the two paths cannot drift apart.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
+from asgiref.sync import sync_to_async
+from django.dispatch import Signal
 from django.http import FileResponse, HttpRequest, HttpResponse
 from django.http.request import RawPostDataException
 from django.http.response import HttpResponseBase
@@ -53,23 +61,95 @@ class ViewOptions:
     atomic: bool | None = None
 
 
+@dataclass(frozen=True)
+class _Blocking:
+    """Synchronous work that may touch the database or the network."""
+
+    call: Callable[[], Any]
+
+
+@dataclass(frozen=True)
+class _Send:
+    signal: Signal
+    kwargs: dict[str, Any]
+
+
+class _RunView:
+    """Call the view; the driver sends back its response."""
+
+
+_RUN_VIEW = _RunView()
+
+_Flow = Generator["_Blocking | _Send | _RunView", Any, HttpResponseBase]
+
+
 def protect(
     request: HttpRequest,
     call_view: Callable[[], HttpResponseBase],
     options: ViewOptions = ViewOptions(),
 ) -> HttpResponseBase:
     """Run ``call_view`` at most once per key and scope; answer duplicates from the store."""
+    flow = _flow(request, options, can_be_atomic=True)
+    step: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            effect = flow.send(step) if error is None else flow.throw(error)
+        except StopIteration as finished:
+            return finished.value  # type: ignore[no-any-return]
+        step, error = None, None
+        try:
+            if isinstance(effect, _Blocking):
+                step = effect.call()
+            elif isinstance(effect, _Send):
+                effect.signal.send(**effect.kwargs)
+            else:
+                step = call_view()
+        except BaseException as exc:
+            error = exc
+
+
+async def aprotect(
+    request: HttpRequest,
+    call_view: Callable[[], Awaitable[HttpResponseBase]],
+    options: ViewOptions = ViewOptions(),
+) -> HttpResponseBase:
+    """:func:`protect` for ``async def`` views: blocking steps run in a worker thread.
+
+    Django runs no async view inside a transaction, so ``atomic`` does not apply.
+    """
+    flow = _flow(request, options, can_be_atomic=False)
+    step: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            effect = flow.send(step) if error is None else flow.throw(error)
+        except StopIteration as finished:
+            return finished.value  # type: ignore[no-any-return]
+        step, error = None, None
+        try:
+            if isinstance(effect, _Blocking):
+                step = await sync_to_async(effect.call)()
+            elif isinstance(effect, _Send):
+                await sync_to_async(effect.signal.send)(**effect.kwargs)
+            else:
+                step = await call_view()
+        except BaseException as exc:
+            error = exc
+
+
+def _flow(request: HttpRequest, options: ViewOptions, *, can_be_atomic: bool) -> _Flow:
     settings = idempotency_settings
     django_request = _django_request(request)
     if request.method not in settings.METHODS or getattr(django_request, ACTIVE_ATTRIBUTE, False):
-        return call_view()
+        return (yield from _unprotected())
     raw_key = request.headers.get(settings.HEADER)
     if raw_key is None:
         if _option(options.required, settings.REQUIRED):
             return problems.problem_response(
                 400, problems.KEY_MISSING, f"This endpoint requires an {settings.HEADER} header."
             )
-        return call_view()
+        return (yield from _unprotected())
 
     try:
         key = parse_key(raw_key)
@@ -77,7 +157,8 @@ def protect(
         _log(logging.INFO, "rejected", request, code=problems.KEY_INVALID)
         return problems.problem_response(400, problems.KEY_INVALID, str(exc))
 
-    scope = settings.SCOPE_FUNCTION(request)
+    # request.user may need a database query: a blocking step.
+    scope = yield _Blocking(lambda: settings.SCOPE_FUNCTION(request))
     if scope is None:
         if settings.ANONYMOUS == "reject":
             return problems.problem_response(
@@ -86,7 +167,7 @@ def protect(
                 f"Requests with an {settings.HEADER} must be authenticated.",
             )
         _log(logging.INFO, "unprotected", request, reason="anonymous")
-        return call_view()
+        return (yield from _unprotected())
     if len(scope.location) > MAX_LOCATION_LENGTH or not scope.location.isprintable():
         return problems.problem_response(
             400,
@@ -111,14 +192,14 @@ def protect(
         method=str(request.method),
         path=request.path,
         fingerprint=fingerprint,
-        request_id=str(request.headers.get(settings.REQUEST_ID_HEADER, "")),
+        request_id=str(request.headers.get(settings.REQUEST_ID_HEADER, ""))[:255],
     )
     attempt = _Attempt(request, store, record_key, digest, options)
     try:
-        claim = store.claim(record_key, info, int(settings.LOCK_TIMEOUT))
+        claim = yield _Blocking(lambda: store.claim(record_key, info, int(settings.LOCK_TIMEOUT)))
     except StoreUnavailable as exc:
         attempt.log(logging.ERROR, "unavailable", error=type(exc.__cause__ or exc).__name__)
-        signals.unavailable.send(type(store), request=request, key_digest=digest, error=exc)
+        yield attempt.send(signals.unavailable, error=exc)
         return problems.problem_response(
             503,
             problems.UNAVAILABLE,
@@ -129,15 +210,11 @@ def protect(
     if claim.outcome is Outcome.REPLAY:
         assert claim.response is not None
         attempt.log(logging.INFO, "replayed", status=claim.response.status)
-        signals.replayed.send(
-            type(store), request=request, key_digest=digest, status=claim.response.status
-        )
+        yield attempt.send(signals.replayed, status=claim.response.status)
         return replay_response(claim.response)
     if claim.outcome is Outcome.REUSED:
         attempt.log(logging.INFO, "conflict", code=problems.KEY_REUSED)
-        signals.conflict.send(
-            type(store), request=request, key_digest=digest, code=problems.KEY_REUSED
-        )
+        yield attempt.send(signals.conflict, code=problems.KEY_REUSED)
         return problems.problem_response(
             int(settings.REUSE_STATUS),
             problems.KEY_REUSED,
@@ -146,9 +223,7 @@ def protect(
         )
     if claim.outcome is Outcome.IN_PROGRESS:
         attempt.log(logging.INFO, "conflict", code=problems.KEY_IN_PROGRESS)
-        signals.conflict.send(
-            type(store), request=request, key_digest=digest, code=problems.KEY_IN_PROGRESS
-        )
+        yield attempt.send(signals.conflict, code=problems.KEY_IN_PROGRESS)
         return problems.problem_response(
             409,
             problems.KEY_IN_PROGRESS,
@@ -159,8 +234,14 @@ def protect(
 
     attempt.token = claim.token
     attempt.log(logging.INFO, "reserved")
-    signals.reserved.send(type(store), request=request, key_digest=digest)
-    return attempt.run(call_view)
+    yield attempt.send(signals.reserved)
+    atomic = can_be_atomic and _option(options.atomic, settings.ATOMIC)
+    return (yield from attempt.run(atomic=bool(atomic) and store.supports_atomic))
+
+
+def _unprotected() -> _Flow:
+    response: HttpResponseBase = yield _RUN_VIEW
+    return response
 
 
 class _Attempt:
@@ -181,27 +262,29 @@ class _Attempt:
         self.options = options
         self.token = ""
 
-    def run(self, call_view: Callable[[], HttpResponseBase]) -> HttpResponseBase:
-        settings = idempotency_settings
-        atomic = _option(self.options.atomic, settings.ATOMIC) and self.store.supports_atomic
+    def run(self, *, atomic: bool) -> _Flow:
         django_request = _django_request(self.request)
         setattr(django_request, ACTIVE_ATTRIBUTE, True)
         release_reason: str | None = None
         try:
+            # In the sync driver this block stays open across the steps, so
+            # the view and complete() share one transaction.
             with self.store.atomic() if atomic else contextlib.nullcontext():
-                response = call_view()
-                release_reason = self.finish(response)
+                response: HttpResponseBase = yield _RUN_VIEW
+                release_reason = yield from self.finish(response)
+        except GeneratorExit:
+            raise
         except BaseException:
-            self.release(None, "exception")
+            yield from self.release(None, "exception")
             raise
         finally:
             setattr(django_request, ACTIVE_ATTRIBUTE, False)
         if release_reason is not None:
             # Outside the atomic block: a release must survive its rollback.
-            self.release(response.status_code, release_reason)
+            yield from self.release(response.status_code, release_reason)
         return response
 
-    def finish(self, response: HttpResponseBase) -> str | None:
+    def finish(self, response: HttpResponseBase) -> Generator[Any, Any, str | None]:
         """Store the response, or say why the key must be released instead."""
         status = response.status_code
         if response.streaming or isinstance(response, FileResponse):
@@ -210,7 +293,7 @@ class _Attempt:
             return "server_error"
         if not self.retains(status):
             return "not_retained"
-        if self.store.in_rolled_back_transaction():
+        if (yield _Blocking(self.store.in_rolled_back_transaction)):
             return "rolled_back"
         assert isinstance(response, HttpResponse)
         stored = StoredResponse(
@@ -218,9 +301,11 @@ class _Attempt:
         )
         retention = int(_option(self.options.retention, idempotency_settings.RETENTION))
         try:
-            owned = self.store.complete(self.key, self.token, stored, retention)
+            owned = yield _Blocking(
+                lambda: self.store.complete(self.key, self.token, stored, retention)
+            )
         except StoreUnavailable as exc:
-            if self.store.in_transaction():
+            if (yield _Blocking(self.store.in_transaction)):
                 # The work must not commit without its record: fail the transaction.
                 raise
             # The work is done; the client gets its answer. The reservation
@@ -234,9 +319,7 @@ class _Attempt:
             return None
         if owned:
             self.log(logging.INFO, "stored", status=status)
-            signals.stored.send(
-                type(self.store), request=self.request, key_digest=self.digest, status=status
-            )
+            yield self.send(signals.stored, status=status)
         else:
             self.log(logging.WARNING, "lost_reservation", status=status)
         return None
@@ -249,9 +332,9 @@ class _Attempt:
         )
         return bool(keep_client_errors) and status not in NEVER_RETAINED_CLIENT_ERRORS
 
-    def release(self, status: int | None, reason: str) -> None:
+    def release(self, status: int | None, reason: str) -> Generator[Any, Any, None]:
         try:
-            self.store.release(self.key, self.token)
+            yield _Blocking(lambda: self.store.release(self.key, self.token))
         except StoreUnavailable as exc:
             self.log(
                 logging.ERROR,
@@ -262,12 +345,17 @@ class _Attempt:
             )
             return
         self.log(logging.INFO, "released", status=status, reason=reason)
-        signals.released.send(
-            type(self.store),
-            request=self.request,
-            key_digest=self.digest,
-            status=status,
-            reason=reason,
+        yield self.send(signals.released, status=status, reason=reason)
+
+    def send(self, signal: Signal, **kwargs: Any) -> _Send:
+        return _Send(
+            signal,
+            {
+                "sender": type(self.store),
+                "request": self.request,
+                "key_digest": self.digest,
+                **kwargs,
+            },
         )
 
     def log(self, level: int, event: str, **fields: Any) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 SECRET_KEY = "tests-only-not-secret"
 DEBUG = False
@@ -54,7 +55,8 @@ if TEST_DATABASE == "postgres":
             "HOST": os.environ.get("PGHOST", "127.0.0.1"),
             "PORT": os.environ.get("PGPORT", "5432"),
             "USER": os.environ.get("PGUSER", "postgres"),
-            "NAME": os.environ.get("PGDATABASE", "test"),
+            # A server process started by a test points NAME at the test database.
+            "NAME": os.environ.get("TESTS_DB_NAME", os.environ.get("PGDATABASE", "test")),
             "TEST": {"NAME": "test_idempotency_django"},
         }
     }
@@ -62,9 +64,14 @@ elif TEST_DATABASE == "sqlite":
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
-            "NAME": "idempotency-tests.sqlite3",
-            # A file, not memory, so that threads share one database.
-            "TEST": {"NAME": os.environ.get("SQLITE_TEST_NAME", "idempotency-tests.sqlite3")},
+            "NAME": os.environ.get("TESTS_DB_NAME", "idempotency-tests.sqlite3"),
+            # A file, not memory, so that threads and server processes share one
+            # database; one per test run, so that parallel runs do not collide.
+            "TEST": {
+                "NAME": os.path.join(
+                    tempfile.gettempdir(), f"idempotency-tests-{os.getpid()}.sqlite3"
+                )
+            },
         }
     }
 else:

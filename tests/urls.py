@@ -19,6 +19,8 @@ urlpatterns = [
     path("plain/cbv/", views.BookingCBV.as_view()),
     path("plain/fragile/", views.fragile_booking),
     path("api/book/", views.api_book),
+    path("async/bookings/", views.async_booking),
+    path("async/decorated/", views.decorated_async_booking),
     path("hooks/<str:token>/", views.webhook_receiver),
     path("api/hooks/<str:token>/", views.drf_webhook_receiver),
     path("api/", include(router.urls)),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 
@@ -182,3 +183,24 @@ def webhook_receiver(request: HttpRequest, token: str) -> HttpResponse:
 def drf_webhook_receiver(request, token):  # type: ignore[no-untyped-def]
     run = Booking.objects.create(slot="drf-webhook-run")
     return Response({"status": "accepted", "run_id": run.pk}, status=202)
+
+
+async def async_booking(request: HttpRequest) -> HttpResponse:
+    """An async view, protected by the middleware (under ASGI and WSGI alike)."""
+    payload = json.loads(request.body or b"{}")
+    user = await request.auser()
+    booking = await Booking.objects.acreate(
+        slot=payload.get("slot", ""), owner=user if user.is_authenticated else None
+    )
+    delay = float(request.GET.get("delay", 0))
+    if delay:
+        await asyncio.sleep(delay)
+    return JsonResponse({"id": booking.pk, "slot": booking.slot}, status=201)
+
+
+@idempotent(required=True)
+async def decorated_async_booking(request: HttpRequest) -> HttpResponse:
+    booking = await Booking.objects.acreate(slot="decorated-async")
+    if request.GET.get("status"):
+        return JsonResponse({"error": True}, status=int(request.GET["status"]))
+    return JsonResponse({"id": booking.pk}, status=201)

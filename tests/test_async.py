@@ -1,0 +1,199 @@
+"""Async views: Django's AsyncClient, and a real ASGI server (uvicorn) under a storm."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from asgiref.sync import async_to_sync
+from django.contrib.auth.models import User
+from django.contrib.sessions.backends.db import SessionStore
+from django.db import connection
+from django.test import AsyncClient
+
+from idempotency_django.models import IdempotencyRecord
+from tests.testapp.models import Booking
+
+BODY = json.dumps({"slot": "2026-07-30T09:00:00Z"})
+ROOT = Path(__file__).resolve().parent.parent
+CSRF_SECRET = "a" * 16 + "B" * 16  # a well-formed CSRF secret, sent as cookie and header
+
+
+async def apost(client: AsyncClient, url: str, key: str | None = "async-1", body: str = BODY):  # type: ignore[no-untyped-def]
+    headers = {"Idempotency-Key": key} if key is not None else {}
+    return await client.post(url, body, content_type="application/json", headers=headers)
+
+
+@pytest.fixture
+def aclient(alice: User) -> AsyncClient:
+    client = AsyncClient()
+    async_to_sync(client.aforce_login)(alice)
+    return client
+
+
+@pytest.mark.django_db
+def test_async_view_through_async_middleware(aclient: AsyncClient) -> None:
+    async def scenario():  # type: ignore[no-untyped-def]
+        first = await apost(aclient, "/async/bookings/")
+        replay = await apost(aclient, "/async/bookings/")
+        reused = await apost(aclient, "/async/bookings/", body="{}")
+        return first, replay, reused
+
+    first, replay, reused = async_to_sync(scenario)()
+    assert first.status_code == 201
+    assert replay["Idempotency-Replayed"] == "true"
+    assert replay.content == first.content
+    assert reused.json()["code"] == "idempotency_key_reused"
+    assert Booking.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_sync_view_under_asgi_is_protected(aclient: AsyncClient) -> None:
+    async def scenario():  # type: ignore[no-untyped-def]
+        await apost(aclient, "/plain/bookings/")
+        return await apost(aclient, "/plain/bookings/")
+
+    assert async_to_sync(scenario)()["Idempotency-Replayed"] == "true"
+    assert Booking.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_decorated_async_view(aclient: AsyncClient) -> None:
+    async def scenario():  # type: ignore[no-untyped-def]
+        missing = await apost(aclient, "/async/decorated/", key=None)
+        failed = await apost(aclient, "/async/decorated/?status=503")
+        first = await apost(aclient, "/async/decorated/")
+        replay = await apost(aclient, "/async/decorated/")
+        return missing, failed, first, replay
+
+    missing, failed, first, replay = async_to_sync(scenario)()
+    assert missing.json()["code"] == "idempotency_key_missing"
+    assert failed.status_code == 503
+    assert first.status_code == 201
+    assert replay["Idempotency-Replayed"] == "true"
+    assert Booking.objects.filter(slot="decorated-async").count() == 2  # the 503 and the 201
+
+
+@pytest.mark.django_db
+def test_async_view_under_wsgi(alice_client) -> None:  # type: ignore[no-untyped-def]
+    for _ in range(2):
+        response = alice_client.post(
+            "/async/bookings/", BODY, content_type="application/json", HTTP_IDEMPOTENCY_KEY="w"
+        )
+    assert response["Idempotency-Replayed"] == "true"
+    assert Booking.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_concurrent_async_requests_run_once(aclient: AsyncClient) -> None:
+    async def storm():  # type: ignore[no-untyped-def]
+        return await asyncio.gather(
+            *(apost(aclient, "/async/bookings/?delay=0.3", key="storm") for _ in range(10))
+        )
+
+    responses = async_to_sync(storm)()
+    statuses = sorted(r.status_code for r in responses)
+    assert statuses.count(201) == 1 and statuses.count(409) == 9, statuses
+    assert Booking.objects.count() == 1
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def uvicorn_server(transactional_db: None) -> Iterator[str]:
+    pytest.importorskip("uvicorn")
+    port = _free_port()
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "TESTS_DB_NAME": str(connection.settings_dict["NAME"]),
+    }
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "tests.asgi:application",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                    break
+            except OSError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise RuntimeError("uvicorn did not start") from None
+                time.sleep(0.1)
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def test_same_key_storm_against_a_real_asgi_server(uvicorn_server: str, django_user_model) -> None:  # type: ignore[no-untyped-def]
+    user = django_user_model.objects.create_user("storm", password="pw")
+    session = SessionStore()
+    session["_auth_user_id"] = str(user.pk)
+    session["_auth_user_backend"] = "django.contrib.auth.backends.ModelBackend"
+    session["_auth_user_hash"] = user.get_session_auth_hash()
+    session.create()
+
+    def send(_: int) -> tuple[int, dict[str, str], bytes]:
+        request = urllib.request.Request(
+            uvicorn_server + "/async/bookings/?delay=0.5",
+            data=BODY.encode(),
+            method="POST",
+            headers={
+                "Content-Type": "application/json",
+                "Idempotency-Key": "uvicorn-storm",
+                "Cookie": f"sessionid={session.session_key}; csrftoken={CSRF_SECRET}",
+                "X-CSRFToken": CSRF_SECRET,
+            },
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return response.status, dict(response.headers), response.read()
+        except urllib.error.HTTPError as error:
+            return error.code, dict(error.headers), error.read()
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        results = list(pool.map(send, range(16)))
+    statuses = [status for status, _, _ in results]
+    assert all(status in (201, 409) for status in statuses), statuses
+    assert statuses.count(201) >= 1
+    originals = [
+        body
+        for status, headers, body in results
+        if status == 201 and "Idempotency-Replayed" not in headers
+    ]
+    assert len(originals) == 1
+    assert Booking.objects.count() == 1
+    assert IdempotencyRecord.objects.get().state == "completed"
