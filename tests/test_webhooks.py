@@ -221,3 +221,33 @@ def test_no_token_url_or_body_is_stored_or_logged(
         dumped = repr(row)
         assert TOKEN not in dumped
         assert "order.paid" not in dumped
+
+
+@pytest.mark.django_db(transaction=True)
+def test_redis_store_deduplicates_deliveries_once_under_concurrency() -> None:
+    from tests.redis_helpers import raw_client, redis_store_settings
+
+    with redis_store_settings():
+        clients = [Client() for _ in range(12)]
+        responses = in_threads(
+            len(clients),
+            lambda i: deliver(clients[i], URL + "?delay=0.2", HTTP_WEBHOOK_ID="msg_r"),
+        )
+        assert not [r for r in responses if isinstance(r, BaseException)]
+        accepted = [
+            r for r in responses if r.status_code == 202 and r.json()["status"] == "accepted"
+        ]
+        assert len(accepted) == 1
+        assert all(r.status_code in (202, 409) for r in responses)
+        assert deliver(Client(), HTTP_WEBHOOK_ID="msg_r").json() == {"status": "duplicate"}
+        # The fallback's previous-bucket check works on Redis too.
+        with time_machine.travel(BOUNDARY - timedelta(seconds=1), tick=False):
+            assert deliver(Client()).json()["status"] == "accepted"
+        with time_machine.travel(BOUNDARY + timedelta(seconds=1), tick=False):
+            assert deliver(Client()).json()["status"] == "duplicate"
+        stored = b"".join(raw_client().get(key) or b"" for key in raw_client().keys("*"))
+        assert TOKEN.encode() not in stored
+        assert b"order.paid" not in stored
+        ttls = [raw_client().ttl(key) for key in raw_client().keys("*")]
+        assert all(6 * 86400 < ttl <= 7 * 86400 for ttl in ttls), ttls
+    assert runs() == 2
