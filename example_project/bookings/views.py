@@ -1,0 +1,94 @@
+"""The same booking operation over DRF and plain Django, and a webhook receiver."""
+
+import json
+import time
+
+from django.conf import settings
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
+from django.views.decorators.csrf import csrf_exempt, ensure_csrf_cookie
+from django.views.decorators.http import require_POST
+from rest_framework import viewsets
+
+from bookings.forms import BookingForm
+from bookings.models import Booking, WebhookRun
+from bookings.serializers import BookingSerializer
+from idempotency_django import idempotent
+from idempotency_django.webhooks import deduplicate_webhook
+
+
+def location_of(request: HttpRequest) -> str:
+    return str(request.headers.get("X-Location-Id", "")).strip()
+
+
+def simulate_slow_work() -> None:
+    """Creating a booking takes EXAMPLE_BOOKING_DELAY_MS (0 by default)."""
+    if settings.EXAMPLE_BOOKING_DELAY_MS > 0:
+        time.sleep(settings.EXAMPLE_BOOKING_DELAY_MS / 1000)
+
+
+# --8<-- [start:viewset]
+@idempotent  # create, update, partial_update and destroy
+class BookingViewSet(viewsets.ModelViewSet):
+    serializer_class = BookingSerializer
+
+    def get_queryset(self):
+        # The caller's bookings in the location the request names.
+        return Booking.objects.filter(owner=self.request.user, location=location_of(self.request))
+
+    def perform_create(self, serializer):
+        simulate_slow_work()
+        serializer.save(owner=self.request.user, location=location_of(self.request))
+
+
+# --8<-- [end:viewset]
+
+
+# --8<-- [start:plain_view]
+@require_POST
+def plain_create_booking(request):
+    """A plain Django view: IdempotencyMiddleware protects it, no decorator needed."""
+    if not request.user.is_authenticated:
+        return JsonResponse({"detail": "Log in first."}, status=401)
+    try:
+        payload = json.loads(request.body)
+    except ValueError:
+        return JsonResponse({"detail": "The body must be JSON."}, status=400)
+    form = BookingForm(payload if isinstance(payload, dict) else {})
+    if not form.is_valid():
+        return JsonResponse({"errors": form.errors}, status=400)
+    simulate_slow_work()
+    booking = form.save(commit=False)
+    booking.owner = request.user
+    booking.location = location_of(request)
+    booking.save()
+    return JsonResponse(BookingSerializer(booking).data, status=201)
+
+
+# --8<-- [end:plain_view]
+
+
+# --8<-- [start:webhook]
+@csrf_exempt  # a sender has no CSRF token; verify its signature instead (see below)
+@require_POST
+@deduplicate_webhook
+def webhook_receiver(request, token):
+    """Each delivery starts one run; a duplicate gets 202 {"status": "duplicate"}."""
+    try:
+        event = json.loads(request.body or b"{}")
+    except ValueError:
+        return JsonResponse({"status": "invalid"}, status=400)  # released: not recorded
+    kind = event.get("type", "") if isinstance(event, dict) else ""
+    run = WebhookRun.objects.create(event=str(kind)[:128])
+    return JsonResponse({"status": "accepted", "run_id": run.pk}, status=202)
+
+
+# --8<-- [end:webhook]
+
+
+@login_required
+@ensure_csrf_cookie
+def index(request: HttpRequest) -> HttpResponse:
+    """The booking page: a form whose Idempotency-Key is made once per form."""
+    return render(request, "bookings/index.html", {"location": "portland"})

@@ -1,0 +1,166 @@
+"""Settings for the example project, driven by environment variables.
+
+``DATABASE_URL``              database (default: SQLite file example_project/db.sqlite3)
+``REDIS_URL``                 a django-redis cache as "default" (default: local memory)
+``EXAMPLE_IDEMPOTENCY_BACKEND`` "db" (default) or "redis" (needs REDIS_URL)
+``EXAMPLE_BOOKING_DELAY_MS``  creating a booking sleeps that long (to see 409 in progress)
+``EXAMPLE_LOCK_TIMEOUT_S``    IDEMPOTENCY["LOCK_TIMEOUT"] (default 300)
+``EXAMPLE_RETENTION_S``       IDEMPOTENCY["RETENTION"] (default 86400)
+``EXAMPLE_ATOMIC_REQUESTS``   "1": ATOMIC_REQUESTS on the default database (default off)
+``EXAMPLE_DEBUG``             "0" turns DEBUG off (default on: a local demo)
+``EXAMPLE_SECRET_KEY``, ``EXAMPLE_ALLOWED_HOSTS`` (comma-separated, added to the local ones)
+"""
+
+import os
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env_flag(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def env_int(name: str, default: int) -> int:
+    value = os.environ.get(name, "").strip()
+    return int(value) if value else default
+
+
+DEBUG = env_flag("EXAMPLE_DEBUG", True)
+SECRET_KEY = os.environ.get(
+    "EXAMPLE_SECRET_KEY", "django-insecure-example-project-only-do-not-deploy-3f9c2a71b6"
+)
+ALLOWED_HOSTS = ["127.0.0.1", "localhost", "[::1]"] + [
+    host.strip() for host in os.environ.get("EXAMPLE_ALLOWED_HOSTS", "").split(",") if host.strip()
+]
+
+# --8<-- [start:installed_apps]
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "idempotency_django",
+    "bookings",
+]
+# --8<-- [end:installed_apps]
+
+# --8<-- [start:middleware]
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last: after AuthenticationMiddleware (keys are scoped by request.user)
+    # and CsrfViewMiddleware (it calls keyed views itself from process_view).
+    "idempotency_django.middleware.IdempotencyMiddleware",
+]
+# --8<-- [end:middleware]
+
+ROOT_URLCONF = "example.urls"
+WSGI_APPLICATION = "example.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+DATABASES = {
+    "default": dj_database_url.config(
+        default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}",
+        conn_max_age=0,
+    )
+}
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    # runserver is threaded: let a writer wait for another instead of failing.
+    DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = 20
+DATABASES["default"]["ATOMIC_REQUESTS"] = env_flag("EXAMPLE_ATOMIC_REQUESTS", False)
+
+REDIS_URL = os.environ.get("REDIS_URL", "").strip()
+if REDIS_URL:
+    CACHES = {
+        "default": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": REDIS_URL,
+            "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 1, "SOCKET_TIMEOUT": 1},
+        }
+    }
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
+# --8<-- [start:idempotency]
+IDEMPOTENCY = {
+    "STORE": "database",
+    "LOCK_TIMEOUT": env_int("EXAMPLE_LOCK_TIMEOUT_S", 300),  # 5 minutes
+    "RETENTION": env_int("EXAMPLE_RETENTION_S", 86400),  # 24 hours
+}
+# --8<-- [end:idempotency]
+
+BACKEND = os.environ.get("EXAMPLE_IDEMPOTENCY_BACKEND", "db").strip().lower() or "db"
+if BACKEND == "redis":
+    if not REDIS_URL:
+        raise ImproperlyConfigured("EXAMPLE_IDEMPOTENCY_BACKEND=redis needs REDIS_URL.")
+    # --8<-- [start:redis_store]
+    IDEMPOTENCY["STORE"] = "redis"
+    IDEMPOTENCY["STORE_OPTIONS"] = {"cache": "default"}
+    # --8<-- [end:redis_store]
+elif BACKEND != "db":
+    raise ImproperlyConfigured(f"EXAMPLE_IDEMPOTENCY_BACKEND must be db or redis, not {BACKEND!r}.")
+
+#: Milliseconds creating a booking takes (simulated work), to see "409 in progress".
+EXAMPLE_BOOKING_DELAY_MS = env_int("EXAMPLE_BOOKING_DELAY_MS", 0)
+
+# --8<-- [start:rest_framework]
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        # Basic first, so a bad or missing credential is 401 + WWW-Authenticate
+        # (a client exchanges its credential once) rather than 403.
+        "rest_framework.authentication.BasicAuthentication",
+        "rest_framework.authentication.SessionAuthentication",  # with CSRF
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+}
+# --8<-- [end:rest_framework]
+
+LOGIN_URL = "/admin/login/"
+LOGIN_REDIRECT_URL = "/"
+
+AUTH_PASSWORD_VALIDATORS = []
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"idempotency_django": {"handlers": ["console"], "level": "INFO"}},
+}

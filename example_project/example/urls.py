@@ -1,0 +1,15 @@
+from bookings import views
+from django.contrib import admin
+from django.urls import include, path
+from rest_framework.routers import DefaultRouter
+
+router = DefaultRouter()
+router.register("bookings", views.BookingViewSet, basename="booking")
+
+urlpatterns = [
+    path("", views.index, name="index"),
+    path("admin/", admin.site.urls),
+    path("api/", include(router.urls)),
+    path("plain/bookings/", views.plain_create_booking, name="plain-bookings"),
+    path("hooks/<str:token>/", views.webhook_receiver, name="webhook"),
+]

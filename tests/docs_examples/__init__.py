@@ -1,0 +1,1 @@
+"""Code the documentation includes (with pymdownx.snippets); tests import and run it."""

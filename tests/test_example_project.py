@@ -1,0 +1,359 @@
+"""The example project, end to end, in a subprocess: manage.py check, migrate,
+createsuperuser, then a real ``runserver`` driven over HTTP with urllib.
+
+The example has its own settings, so it cannot run inside this suite's Django
+(tests/settings.py); everything here talks to 127.0.0.1 only.
+
+The ``curl`` blocks in example_project/README.md and docs/*.md make the same
+requests as these tests (create, replay, reuse 409, in progress 409, missing slot
+400, list, PATCH, DELETE, the plain view, a webhook delivery twice): keep them in step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.cookiejar
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from base64 import b64encode
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.docs_examples.client import PermanentFailure, RetryPolicy, post_idempotently
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+MANAGE = REPO_ROOT / "example_project" / "manage.py"
+PASSWORD = "password"
+BASIC = "Basic " + b64encode(f"alice:{PASSWORD}".encode()).decode()
+DELAY_MS = 1500
+BOOKING = {"slot": "2026-07-30T09:00:00Z", "customer": "Dana Whitfield"}
+
+
+def example_env(tmp_dir: Path, **extra: str) -> dict[str, str]:
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith("EXAMPLE_")
+        and name not in {"DJANGO_SETTINGS_MODULE", "DATABASE_URL", "REDIS_URL"}
+    }
+    env["DATABASE_URL"] = f"sqlite:///{tmp_dir / 'example.sqlite3'}"
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra)
+    return env
+
+
+def manage(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(MANAGE), *args],
+        env=env,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def example_server(tmp_dir: Path, delay_ms: int) -> Iterator[str]:
+    """Migrate a fresh SQLite database, create alice, serve; yields the base URL."""
+    env = example_env(tmp_dir, EXAMPLE_BOOKING_DELAY_MS=str(delay_ms))
+    for args in (
+        ("check",),
+        ("migrate", "--noinput"),
+        ("createsuperuser", "--noinput", "--username", "alice", "--email", "alice@example.com"),
+    ):
+        done = manage({**env, "DJANGO_SUPERUSER_PASSWORD": PASSWORD}, *args)
+        assert done.returncode == 0, f"manage.py {' '.join(args)} failed:\n{done.stderr}"
+    port = free_port()
+    log = (tmp_dir / "server.log").open("w")
+    server = subprocess.Popen(
+        [sys.executable, str(MANAGE), "runserver", "--noreload", f"127.0.0.1:{port}"],
+        env=env,
+        cwd=REPO_ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    log.flush()
+                    raise RuntimeError(
+                        "the example server did not start:\n" + (tmp_dir / "server.log").read_text()
+                    ) from None
+                time.sleep(0.1)
+        yield base
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        log.close()
+
+
+@dataclass
+class Reply:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self):  # type: ignore[no-untyped-def]
+        return json.loads(self.body)
+
+    @property
+    def replayed(self) -> bool:
+        return self.headers.get("idempotency-replayed") == "true"
+
+
+def call(
+    base: str,
+    method: str,
+    path: str,
+    payload: object | None = None,
+    *,
+    key: str | None = None,
+    location: str | None = "portland",
+    basic: bool = True,
+    opener: urllib.request.OpenerDirector | None = None,
+    **headers: str,
+) -> Reply:
+    data = None if payload is None else json.dumps(payload).encode()
+    request = urllib.request.Request(base + path, data=data, method=method)
+    if data is not None:
+        request.add_header("Content-Type", "application/json")
+    if basic:
+        request.add_header("Authorization", BASIC)
+    if key is not None:
+        request.add_header("Idempotency-Key", key)
+    if location is not None:
+        request.add_header("X-Location-Id", location)
+    for name, value in headers.items():
+        request.add_header(name.replace("_", "-"), value)
+    open_url = opener.open if opener is not None else urllib.request.urlopen
+    try:
+        with open_url(request, timeout=30) as response:
+            return Reply(response.status, _lower(response.headers), response.read())
+    except urllib.error.HTTPError as error:
+        return Reply(error.code, _lower(error.headers), error.read())
+
+
+def _lower(headers: object) -> dict[str, str]:
+    return {str(k).lower(): str(v) for k, v in headers.items()}  # type: ignore[attr-defined]
+
+
+def session_login(base: str) -> tuple[urllib.request.OpenerDirector, http.cookiejar.CookieJar]:
+    """Log in through /admin/login/ like a browser: a CSRF cookie, then the form."""
+    jar = http.cookiejar.CookieJar()
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+    opener.open(base + "/admin/login/?next=/", timeout=30).read()
+    form = urllib.parse.urlencode(
+        {
+            "csrfmiddlewaretoken": cookie(jar, "csrftoken"),
+            "username": "alice",
+            "password": PASSWORD,
+            "next": "/",
+        }
+    ).encode()
+    with opener.open(base + "/admin/login/?next=/", data=form, timeout=30) as page:
+        assert page.url.rstrip("/") == base, "the login did not redirect to the booking page"
+    return opener, jar
+
+
+def cookie(jar: http.cookiejar.CookieJar, name: str) -> str:
+    return next(c.value for c in jar if c.name == name and c.value is not None)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with example_server(tmp_path_factory.mktemp("example"), DELAY_MS) as base:
+        yield base
+
+
+def test_create_replay_and_reuse(server: str) -> None:
+    first = call(server, "POST", "/api/bookings/", BOOKING, key="booking-8891")
+    assert first.status == 201, first.body
+    created = first.json()
+    assert set(created) == {"id", "slot", "customer", "location"}
+    assert created["slot"] == "2026-07-30T09:00:00Z"
+    assert created["customer"] == "Dana Whitfield"
+    assert created["location"] == "portland"
+    assert not first.replayed
+
+    again = call(server, "POST", "/api/bookings/", BOOKING, key="booking-8891")
+    assert again.status == 201
+    assert again.replayed
+    assert again.body == first.body
+
+    moved = {**BOOKING, "slot": "2026-07-31T09:00:00Z"}
+    reused = call(server, "POST", "/api/bookings/", moved, key="booking-8891")
+    assert reused.status == 409
+    assert reused.headers["content-type"] == "application/problem+json"
+    assert reused.json()["code"] == "idempotency_key_reused"
+
+    listed = call(server, "GET", "/api/bookings/")
+    assert [b["id"] for b in listed.json()].count(created["id"]) == 1
+
+
+def test_concurrent_duplicate_is_in_progress_then_replays(server: str) -> None:
+    payload = {**BOOKING, "slot": "2026-07-30T10:00:00Z"}
+    replies: list[Reply] = []
+
+    def post() -> None:
+        replies.append(call(server, "POST", "/api/bookings/", payload, key="booking-8892"))
+
+    first = threading.Thread(target=post)
+    first.start()
+    time.sleep(0.4)  # the first has claimed the key and is sleeping DELAY_MS
+    post()
+    first.join()
+    by_status = {reply.status: reply for reply in replies}
+    assert sorted(by_status) == [201, 409]
+    assert by_status[409].json()["code"] == "idempotency_key_in_progress"
+    assert by_status[409].headers["retry-after"] == "1"
+    retried = call(server, "POST", "/api/bookings/", payload, key="booking-8892")
+    assert retried.status == 201 and retried.replayed
+    assert retried.json()["id"] == by_status[201].json()["id"]
+
+
+def test_missing_slot_is_400_and_not_kept(server: str) -> None:
+    bad = call(server, "POST", "/api/bookings/", {"customer": "Dana Whitfield"}, key="booking-8893")
+    assert bad.status == 400
+    assert "slot" in bad.json()
+    # Nothing was kept for the 400, so the same key with the fixed body runs.
+    fixed = call(server, "POST", "/api/bookings/", BOOKING, key="booking-8893")
+    assert fixed.status == 201 and not fixed.replayed
+
+
+def test_list_is_per_location(server: str) -> None:
+    made = call(server, "POST", "/api/bookings/", BOOKING, key="lisbon-1", location="lisbon")
+    assert made.status == 201
+    lisbon = call(server, "GET", "/api/bookings/", location="lisbon").json()
+    assert [b["id"] for b in lisbon] == [made.json()["id"]]
+    portland = call(server, "GET", "/api/bookings/", location="portland").json()
+    assert made.json()["id"] not in [b["id"] for b in portland]
+
+
+def test_patch_and_delete_are_idempotent(server: str) -> None:
+    booking = call(server, "POST", "/api/bookings/", BOOKING, key="booking-8894").json()
+    path = f"/api/bookings/{booking['id']}/"
+    change = {"slot": "2026-07-30T11:00:00Z"}
+    patched = call(server, "PATCH", path, change, key="booking-8894-move")
+    assert patched.status == 200 and patched.json()["slot"] == "2026-07-30T11:00:00Z"
+    again = call(server, "PATCH", path, change, key="booking-8894-move")
+    assert again.status == 200 and again.replayed and again.body == patched.body
+
+    deleted = call(server, "DELETE", path, key="booking-8894-cancel")
+    assert deleted.status == 204
+    redeleted = call(server, "DELETE", path, key="booking-8894-cancel")
+    assert redeleted.status == 204 and redeleted.replayed  # not 404
+    assert call(server, "DELETE", path, key="booking-8894-cancel-2").status == 404
+
+
+def test_plain_view_with_session_and_csrf(server: str) -> None:
+    opener, jar = session_login(server)
+    csrf = cookie(jar, "csrftoken")
+    payload = {**BOOKING, "slot": "2026-07-30T12:00:00Z"}
+    first = call(
+        server, "POST", "/plain/bookings/", payload, key="plain-1", basic=False, opener=opener,
+        X_CSRFToken=csrf,
+    )  # fmt: skip
+    assert first.status == 201, first.body
+    assert first.json()["slot"] == "2026-07-30T12:00:00Z"
+    again = call(
+        server, "POST", "/plain/bookings/", payload, key="plain-1", basic=False, opener=opener,
+        X_CSRFToken=csrf,
+    )  # fmt: skip
+    assert again.status == 201 and again.replayed and again.body == first.body
+    no_csrf = call(server, "POST", "/plain/bookings/", payload, key="plain-2", basic=False,
+                   opener=opener)  # fmt: skip
+    assert no_csrf.status == 403
+    missing = call(
+        server, "POST", "/plain/bookings/", {"customer": "x"}, key="plain-3", basic=False,
+        opener=opener, X_CSRFToken=csrf,
+    )  # fmt: skip
+    assert missing.status == 400
+
+
+def test_webhook_accepted_then_duplicate(server: str) -> None:
+    event = {"type": "booking.paid", "booking": 1}
+    headers = {"webhook-id": "msg_2KWPBgLlAfxdpx2AI54pPJ85f4W"}
+    first = call(server, "POST", "/hooks/trg_9f8e7d6c/", event, basic=False, location=None,
+                 **headers)  # fmt: skip
+    assert first.status == 202
+    assert first.json()["status"] == "accepted"
+    assert first.json()["run_id"]
+    duplicate = call(server, "POST", "/hooks/trg_9f8e7d6c/", event, basic=False, location=None,
+                     **headers)  # fmt: skip
+    assert duplicate.status == 202
+    assert duplicate.json() == {"status": "duplicate"}
+    other = call(server, "POST", "/hooks/trg_9f8e7d6c/", event, basic=False, location=None,
+                 **{"webhook-id": "msg_other"})  # fmt: skip
+    assert other.json()["status"] == "accepted"
+    assert other.json()["run_id"] != first.json()["run_id"]
+
+
+def test_docs_client_waits_out_in_progress_and_gets_the_replay(server: str) -> None:
+    """tests/docs_examples/client.py, as docs/clients.md shows it, against the server."""
+    payload = {**BOOKING, "slot": "2026-07-30T13:00:00Z"}
+    headers = {"Authorization": BASIC, "X-Location-Id": "portland"}
+    waits: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        time.sleep(seconds)
+
+    policy = RetryPolicy(sleep=sleep)
+    url = server + "/api/bookings/"
+    first = threading.Thread(
+        target=post_idempotently, args=(url, payload), kwargs={"headers": headers, "key": "cli-1"}
+    )
+    first.start()
+    time.sleep(0.4)
+    answer = post_idempotently(url, payload, headers=headers, key="cli-1", policy=policy)
+    first.join()
+    assert answer.status == 201 and answer.replayed
+    assert waits and waits[0] == 1.0  # Retry-After of the in-progress 409
+    with pytest.raises(PermanentFailure) as reused:
+        post_idempotently(
+            url, {**payload, "customer": "Someone else"}, headers=headers, key="cli-1"
+        )
+    assert reused.value.answer.problem_code() == "idempotency_key_reused"
+
+
+def test_docs_client_exchanges_credentials_once(server: str) -> None:
+    url = server + "/api/bookings/"
+    exchanges: list[int] = []
+
+    def exchange() -> dict[str, str]:
+        exchanges.append(1)
+        return {"Authorization": BASIC}
+
+    bad = {"Authorization": "Basic " + b64encode(b"alice:stale").decode(), "X-Location-Id": "x"}
+    payload = {**BOOKING, "slot": "2026-07-30T14:00:00Z"}
+    answer = post_idempotently(url, payload, headers=bad, exchange_credentials=exchange)
+    assert answer.status == 201 and exchanges == [1]
