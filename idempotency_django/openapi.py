@@ -1,0 +1,337 @@
+"""OpenAPI documentation of the key contract through drf-spectacular.
+
+Enable it once, in settings::
+
+    REST_FRAMEWORK = {
+        "DEFAULT_SCHEMA_CLASS": "idempotency_django.openapi.IdempotentAutoSchema",
+    }
+
+Every operation whose handler is protected (``@idempotent`` on the view,
+viewset or action, below ``@api_view``, or ``IdempotentMixin``) and whose
+method is in ``IDEMPOTENCY["METHODS"]`` then documents the
+``Idempotency-Key`` request header, the ``Idempotency-Replayed`` header on
+its success responses, and the problem responses the key contract can
+answer. Exempt handlers and unprotected views are left as they are.
+
+This module imports drf-spectacular; nothing else in the package imports
+this module, so drf-spectacular stays optional.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from http import HTTPStatus
+from typing import Any
+
+from drf_spectacular.openapi import AutoSchema
+from drf_spectacular.plumbing import ComponentRegistry, ResolvedComponent, get_doc
+from drf_spectacular.settings import spectacular_settings
+from drf_spectacular.utils import OpenApiParameter
+
+from idempotency_django import problems
+from idempotency_django.conf import idempotency_settings
+from idempotency_django.decorators import OPTIONS_ATTRIBUTE
+from idempotency_django.drf import IdempotentMixin
+from idempotency_django.keys import MAX_KEY_LENGTH
+from idempotency_django.middleware import EXEMPT_ATTRIBUTE
+from idempotency_django.protection import REPLAYED_HEADER, ViewOptions
+
+__all__ = ["PROBLEM_COMPONENT_NAME", "IdempotentAutoSchema", "view_idempotency_options"]
+
+#: Name of the problem-details schema in ``components.schemas``.
+PROBLEM_COMPONENT_NAME = "IdempotencyProblem"
+
+#: Printable ASCII without a comma, no leading or trailing space: the bare keys
+#: :func:`idempotency_django.keys.parse_key` accepts (it also accepts a quoted
+#: RFC 8941 sf-string, which may contain a comma).
+KEY_PATTERN = r"^[\x21-\x2B\x2D-\x7E](?:[\x20-\x2B\x2D-\x7E]*[\x21-\x2B\x2D-\x7E])?$"
+
+PROBLEM_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "An RFC 9457 problem details object with a stable `code` member.",
+    "properties": {
+        "type": {"type": "string", "description": "Problem type URI.", "example": "about:blank"},
+        "title": {"type": "string", "description": "The HTTP status phrase."},
+        "status": {"type": "integer", "description": "The HTTP status code."},
+        "code": {"type": "string", "description": "A stable, machine-readable error code."},
+        "detail": {"type": "string", "description": "What went wrong, for a human."},
+    },
+    "required": ["type", "title", "status", "code", "detail"],
+}
+
+_RETRY_AFTER_HEADER: dict[str, Any] = {
+    "schema": {"type": "integer", "minimum": 0},
+    "description": "Seconds to wait before retrying with the same key.",
+}
+
+
+def view_idempotency_options(view: Any, method: str) -> ViewOptions | None:
+    """The options the handler serving ``method`` on this DRF view runs with.
+
+    None when that handler is not protected, is exempt, or ``method`` is not
+    one the key protects. ``view`` is a view instance as drf-spectacular
+    builds it (a viewset instance has ``action`` set).
+    """
+    if method.upper() not in idempotency_settings.METHODS:
+        return None
+    action = getattr(view, "action", None)
+    name = action if isinstance(action, str) and action else method.lower()
+    handler = getattr(view, name, None)
+    if handler is None:
+        return None
+    return _handler_options(handler)
+
+
+def _handler_options(handler: Any) -> ViewOptions | None:
+    func = getattr(handler, "__func__", handler)
+    if getattr(func, EXEMPT_ATTRIBUTE, False):
+        return None
+    options = getattr(func, OPTIONS_ATTRIBUTE, None)
+    if isinstance(options, ViewOptions):
+        return options
+    # @api_view installs ``def handler(self, *args, **kwargs): return func(...)``
+    # on a generated APIView: the protected function is in its closure.
+    for cell in getattr(func, "__closure__", None) or ():
+        try:
+            inner = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        if callable(inner) and not getattr(inner, EXEMPT_ATTRIBUTE, False):
+            options = getattr(inner, OPTIONS_ATTRIBUTE, None)
+            if isinstance(options, ViewOptions):
+                return options
+    return None
+
+
+def _class_doc(cls: type, *, skip: type) -> str:
+    excludes = spectacular_settings.GET_LIB_DOC_EXCLUDES()
+    for klass in cls.__mro__:
+        if klass in excludes:
+            break
+        if klass is not skip and klass.__doc__:
+            return "\n".join(line.rstrip() for line in inspect.cleandoc(klass.__doc__).split("\n"))
+    return ""
+
+
+class IdempotentAutoSchema(AutoSchema):
+    """drf-spectacular's ``AutoSchema`` that also documents the Idempotency-Key contract.
+
+    Subclass it to change the texts, or to combine it with another
+    ``AutoSchema`` subclass (put this one first). ``@extend_schema`` keeps
+    working: its parameters and responses take precedence over the ones
+    added here.
+    """
+
+    def idempotency_options(self) -> ViewOptions | None:
+        """The protection options of the current operation, or None if unprotected."""
+        return view_idempotency_options(self.view, self.method)
+
+    def idempotency_key_required(self, options: ViewOptions) -> bool:
+        required = options.required
+        return bool(idempotency_settings.REQUIRED if required is None else required)
+
+    def get_description(self) -> str:  # type: ignore[override]
+        description: str = super().get_description()
+        if description and description == get_doc(IdempotentMixin):
+            # drf-spectacular takes the first docstring along the view's MRO,
+            # which is IdempotentMixin's when the view has none of its own.
+            return _class_doc(type(self.view), skip=IdempotentMixin)
+        return description
+
+    def get_override_parameters(self) -> list[Any]:
+        parameters: list[Any] = list(super().get_override_parameters())
+        options = self.idempotency_options()
+        if options is None:
+            return parameters
+        header = OpenApiParameter(
+            name=idempotency_settings.HEADER,
+            type={"type": "string", "minLength": 1, "maxLength": MAX_KEY_LENGTH},
+            location=OpenApiParameter.HEADER,
+            required=self.idempotency_key_required(options),
+            description=self.idempotency_key_description(options),
+            pattern=KEY_PATTERN,
+        )
+        # Ours first: a parameter of the same name from @extend_schema replaces it.
+        return [header, *parameters]
+
+    def idempotency_key_description(self, options: ViewOptions) -> str:
+        required = self.idempotency_key_required(options)
+        return (
+            "A client-generated unique key for this operation (e.g. a UUID), sent again "
+            "unchanged on every retry. The first request with a key runs; a retry with the "
+            "same key and the same request gets the stored response, marked with "
+            f"`{REPLAYED_HEADER}: true`, without running again. 1 to {MAX_KEY_LENGTH} "
+            "printable ASCII characters, no comma (or an RFC 8941 quoted string). "
+            + (
+                "Required on this endpoint."
+                if required
+                else "Optional: without it the request runs unprotected."
+            )
+        )
+
+    def get_operation(
+        self,
+        path: str,
+        path_regex: str,
+        path_prefix: str,
+        method: str,
+        registry: ComponentRegistry,
+    ) -> dict[str, Any] | None:
+        operation = super().get_operation(path, path_regex, path_prefix, method, registry)
+        if operation is None:
+            return None
+        options = self.idempotency_options()
+        if options is not None:
+            self.add_idempotency_responses(operation.setdefault("responses", {}), options)
+        return operation
+
+    def add_idempotency_responses(self, responses: dict[str, Any], options: ViewOptions) -> None:
+        """Add the replay header to 2xx responses and the problem responses."""
+        for code, response in responses.items():
+            if str(code).startswith("2") and isinstance(response, dict):
+                response.setdefault("headers", {}).setdefault(
+                    REPLAYED_HEADER,
+                    {
+                        "schema": {"type": "string", "enum": ["true"]},
+                        "description": "`true` when this is the stored response of an "
+                        "earlier request with the same key, replayed without running "
+                        "the operation again. Absent otherwise.",
+                    },
+                )
+        for status, description, codes, headers in self.idempotency_problems(options):
+            self._add_problem_response(responses, status, description, codes, headers)
+
+    def idempotency_problems(
+        self, options: ViewOptions
+    ) -> list[tuple[int, str, list[tuple[str, str]], dict[str, Any]]]:
+        """(status, description, [(code, detail)], headers) for each problem response."""
+        header = idempotency_settings.HEADER
+        bad_request = [
+            (problems.KEY_INVALID, f"The {header} header is malformed."),
+            (
+                problems.LOCATION_INVALID,
+                f"The {idempotency_settings.LOCATION_HEADER} header is too long or not printable.",
+            ),
+        ]
+        if self.idempotency_key_required(options):
+            bad_request.insert(
+                0, (problems.KEY_MISSING, f"This endpoint requires an {header} header.")
+            )
+        reused = (
+            problems.KEY_REUSED,
+            "This idempotency key was already used with a different request. "
+            "Use a new key for a new operation.",
+        )
+        in_progress = (
+            problems.KEY_IN_PROGRESS,
+            "A request with this idempotency key is still being processed. "
+            "Retry shortly to get its response.",
+        )
+        retry_after = {"Retry-After": copy.deepcopy(_RETRY_AFTER_HEADER)}
+        result: list[tuple[int, str, list[tuple[str, str]], dict[str, Any]]] = [
+            (400, f"The {header} header is missing or invalid.", bad_request, {})
+        ]
+        if idempotency_settings.ANONYMOUS == "reject":
+            result.append(
+                (
+                    401,
+                    f"Requests with an {header} must be authenticated.",
+                    [
+                        (
+                            problems.AUTHENTICATION_REQUIRED,
+                            f"Requests with an {header} must be authenticated.",
+                        )
+                    ],
+                    {},
+                )
+            )
+        reuse_status = int(idempotency_settings.REUSE_STATUS)
+        if reuse_status == 409:
+            result.append(
+                (
+                    409,
+                    "The key was used with a different request, or a request with this "
+                    "key is still being processed (with Retry-After).",
+                    [reused, in_progress],
+                    retry_after,
+                )
+            )
+        else:
+            result.append(
+                (
+                    409,
+                    "A request with this key is still being processed.",
+                    [in_progress],
+                    retry_after,
+                )
+            )
+            result.append(
+                (reuse_status, "The key was used with a different request.", [reused], {})
+            )
+        result.append(
+            (
+                503,
+                "The idempotency store could not be reached; nothing was done. "
+                "Retry with the same key.",
+                [
+                    (
+                        problems.UNAVAILABLE,
+                        "The idempotency key could not be claimed; nothing was done. "
+                        "Retry with the same key.",
+                    )
+                ],
+                {"Retry-After": copy.deepcopy(_RETRY_AFTER_HEADER)},
+            )
+        )
+        return result
+
+    def _problem_ref(self) -> dict[str, Any]:
+        component = ResolvedComponent(  # type: ignore[no-untyped-call]
+            name=PROBLEM_COMPONENT_NAME,
+            type=ResolvedComponent.SCHEMA,
+            schema=copy.deepcopy(PROBLEM_SCHEMA),
+            object=PROBLEM_COMPONENT_NAME,
+        )
+        self.registry.register_on_missing(component)
+        ref: dict[str, Any] = component.ref
+        return ref
+
+    def _add_problem_response(
+        self,
+        responses: dict[str, Any],
+        status: int,
+        description: str,
+        codes: list[tuple[str, str]],
+        headers: dict[str, Any],
+    ) -> None:
+        examples = {
+            code: {
+                "summary": code,
+                "value": {
+                    "type": "about:blank",
+                    "title": HTTPStatus(status).phrase,
+                    "status": status,
+                    "code": code,
+                    "detail": detail,
+                },
+            }
+            for code, detail in codes
+        }
+        media = {"schema": self._problem_ref(), "examples": examples}
+        response = responses.get(str(status))
+        if not isinstance(response, dict):
+            response = responses[str(status)] = {"description": description}
+        # A response the view documents itself (e.g. a 400 validation error)
+        # keeps its own content and description; the problem type is added.
+        content = response.setdefault("content", {})
+        existing = content.get(problems.PROBLEM_CONTENT_TYPE)
+        if existing is None:
+            content[problems.PROBLEM_CONTENT_TYPE] = media
+        elif isinstance(existing.get("examples"), dict):
+            for code, example in examples.items():
+                existing["examples"].setdefault(code, example)
+        for name, header in headers.items():
+            response.setdefault("headers", {}).setdefault(name, copy.deepcopy(header))
+        if not response.get("description"):
+            response["description"] = description
