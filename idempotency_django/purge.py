@@ -4,8 +4,9 @@ Usable from code (:func:`purge`) and from cron (``manage.py purge_idempotency_re
 
 Rows go in bounded batches: select up to ``batch_size`` primary keys in
 ``expires_at`` order (the ``expires_at`` index serves both the filter and the
-order), then delete those keys, each batch in its own short statement, so a
-purge never holds a long lock while traffic runs. The delete repeats the
+order; each batch resumes where the last one ended), then delete those keys,
+each batch in its own short statement, so a purge never holds a long lock
+while traffic runs. The delete repeats the
 expiry filter, so a row taken over by a new claim between the select and the
 delete (it is live again) is left alone, and a row another purge deleted
 first just counts nothing: counts are the rows each DELETE reports. Several
@@ -138,10 +139,18 @@ def purge(
             counts[kind.label] = counts.get(kind.label, 0) + rows.count()
             continue
         total = 0
+        floor: object = None
         while True:
-            pks = list(rows.order_by(kind.order_by).values_list("pk", flat=True)[:batch_size])
-            if not pks:
+            # Resume from the last batch's highest expiry (>=, so ties are not
+            # skipped) rather than rescanning the index past rows of other kinds.
+            batch_rows = rows if floor is None else rows.filter(**{f"{kind.order_by}__gte": floor})
+            batch = list(
+                batch_rows.order_by(kind.order_by).values_list("pk", kind.order_by)[:batch_size]
+            )
+            if not batch:
                 break
+            pks = [pk for pk, _value in batch]
+            floor = batch[-1][1]
             deleted = _delete(rows, pks, using)
             total += deleted
             if on_batch is not None:

@@ -68,11 +68,16 @@ def records() -> dict[str, IdempotencyRecord]:
         "client-error": IdempotencyRecordFactory(
             key="key-client-error", principal="user:2", status_code=422, location="shop-7"
         ),
-        "server-error": IdempotencyRecordFactory(key="key-server-error", status_code=500),
-        "expired": IdempotencyRecordFactory(key="key-expired", expired=True),
-        "reserved": IdempotencyRecordFactory(key="key-reserved", in_progress=True, method="PATCH"),
+        "server-error": IdempotencyRecordFactory(
+            key="key-server-error", principal="svc:a", status_code=500
+        ),
+        "expired": IdempotencyRecordFactory(key="key-expired", principal="svc:b", expired=True),
+        "reserved": IdempotencyRecordFactory(
+            key="key-reserved", principal="svc:c", in_progress=True, method="PATCH"
+        ),
         "abandoned": IdempotencyRecordFactory(
             key="key-abandoned",
+            principal="svc:d",
             in_progress=True,
             created_at=now - timedelta(days=3),
             expires_at=now - timedelta(days=3) + timedelta(seconds=300),
