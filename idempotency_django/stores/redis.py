@@ -196,7 +196,7 @@ _ERRORS = (RedisError, RedisClusterException)
 
 
 class RedisStore(BaseStore):
-    """Reservations and stored responses as Redis hashes that expire by themselves."""
+    """Reservations and stored responses as Redis strings that expire by themselves."""
 
     supports_atomic = False
     expires_by_itself = True
