@@ -233,6 +233,7 @@ def _flow(request: HttpRequest, options: ViewOptions, *, can_be_atomic: bool) ->
         )
 
     attempt.token = claim.token
+    attempt.attempt = "takeover" if claim.took_over else "first"
     attempt.log(logging.INFO, "reserved")
     yield attempt.send(signals.reserved)
     atomic = can_be_atomic and _option(options.atomic, settings.ATOMIC)
@@ -261,6 +262,9 @@ class _Attempt:
         self.digest = digest
         self.options = options
         self.token = ""
+        #: For the logs: "first" or "takeover" once claimed; any request that
+        #: finds the key held is a "retry" of the operation.
+        self.attempt = "retry"
 
     def run(self, *, atomic: bool) -> _Flow:
         django_request = _django_request(self.request)
@@ -359,7 +363,7 @@ class _Attempt:
         )
 
     def log(self, level: int, event: str, **fields: Any) -> None:
-        _log(level, event, self.request, key_digest=self.digest, **fields)
+        _log(level, event, self.request, key_digest=self.digest, attempt=self.attempt, **fields)
 
 
 def replay_headers(response: HttpResponse) -> tuple[tuple[str, str], ...]:

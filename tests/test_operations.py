@@ -48,6 +48,8 @@ def test_one_structured_line_per_decision_without_secrets(
     ours = [record for record in caplog.records if record.name == "idempotency_django"]
     events = [record.idempotency["event"] for record in ours]  # type: ignore[attr-defined]
     assert events == ["reserved", "stored", "replayed", "conflict"]
+    attempts = [record.idempotency["attempt"] for record in ours]  # type: ignore[attr-defined]
+    assert attempts == ["first", "first", "retry", "retry"]
     for record in ours:
         fields = record.idempotency  # type: ignore[attr-defined]
         assert fields["request_id"] == "req-42"
@@ -176,3 +178,29 @@ def test_check_warns_about_an_unshared_database() -> None:
         assert [m.id for m in DatabaseStore().check()] == ["idempotency_django.W010"]
     finally:
         settings_dict.update(saved)
+
+
+@pytest.mark.django_db
+def test_takeover_is_logged_as_such(alice: User, caplog: pytest.LogCaptureFixture) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    IdempotencyRecord.objects.create(
+        principal=f"auth.user:{alice.pk}",
+        key="log-key-1",
+        fingerprint="x",
+        method="POST",
+        path="/plain/bookings/",
+        state=IdempotencyRecord.State.IN_PROGRESS,
+        token="crashed-worker",
+        expires_at=timezone.now() - timedelta(seconds=1),
+    )
+    client = Client()
+    client.force_login(alice)
+    with caplog.at_level(logging.INFO, logger="idempotency_django"):
+        assert keyed_post(client).status_code == 201
+    reserved = [
+        r for r in caplog.records if getattr(r, "idempotency", {}).get("event") == "reserved"
+    ]
+    assert [r.idempotency["attempt"] for r in reserved] == ["takeover"]  # type: ignore[attr-defined]

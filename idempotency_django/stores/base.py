@@ -50,6 +50,9 @@ class Claim:
     token: str = ""
     #: The stored answer, set when REPLAY.
     response: StoredResponse | None = None
+    #: CLAIMED by taking over a reservation abandoned past its lock timeout
+    #: (stores that can tell; an expired Redis key is simply gone).
+    took_over: bool = False
 
 
 @dataclass(frozen=True)

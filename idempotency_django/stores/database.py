@@ -91,7 +91,8 @@ class DatabaseStore(BaseStore):
                     # Expired record or abandoned reservation: take it over,
                     # unless someone else just did (compare the owner token).
                     if records.filter(pk=existing.pk, token=existing.token).update(**fields):
-                        return Claim(Outcome.CLAIMED, token=token)
+                        took_over = existing.state == State.IN_PROGRESS
+                        return Claim(Outcome.CLAIMED, token=token, took_over=took_over)
                     continue
                 if existing.fingerprint != request.fingerprint:
                     return Claim(Outcome.REUSED)
