@@ -1,0 +1,1 @@
+"""Optional ready-made recipes; each module imports its own third-party dependency."""

@@ -1,0 +1,119 @@
+"""Prometheus counters for the key contract, fed by :mod:`idempotency_django.signals`.
+
+Connect once, e.g. in an ``AppConfig.ready``::
+
+    from idempotency_django.contrib import prometheus
+
+    prometheus.connect()  # or connect(registry=my_registry)
+
+One counter, ``idempotency_decisions_total``, labelled by ``decision``
+(``reserved``, ``replayed``, ``conflict``, ``stored``, ``released``,
+``unavailable``), ``code`` (conflicts: ``idempotency_key_reused`` or
+``idempotency_key_in_progress``) and ``reason`` (releases: ``server_error``,
+``not_retained``, ``streaming``, ``rolled_back``, ``exception``). Labels that
+do not apply to a decision are empty. Needs ``prometheus-client``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Any
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter
+
+from idempotency_django import signals
+
+__all__ = ["METRIC_NAME", "connect", "disconnect"]
+
+METRIC_NAME = "idempotency_decisions"  # exposed as idempotency_decisions_total
+LABELS = ("decision", "code", "reason")
+
+_lock = threading.Lock()
+_counter: Counter | None = None
+_registry: CollectorRegistry | None = None
+
+
+def connect(registry: CollectorRegistry | None = None) -> Counter:
+    """Create the counter in ``registry`` (the default one if None) and count each signal.
+
+    Safe to call more than once: a second call with the same registry changes
+    nothing; with another registry the counter moves there.
+    """
+    global _counter, _registry
+    target = REGISTRY if registry is None else registry
+    with _lock:
+        if _counter is not None and _registry is target:
+            return _counter
+        _disconnect_locked()
+        _counter = Counter(
+            METRIC_NAME,
+            "Idempotency-Key decisions, by decision (and conflict code or release reason).",
+            labelnames=LABELS,
+            registry=target,
+        )
+        _registry = target
+        for signal, receiver in _RECEIVERS:
+            signal.connect(receiver, weak=False, dispatch_uid=_uid(receiver))
+        return _counter
+
+
+def disconnect() -> None:
+    """Stop counting and remove the counter from its registry. Safe when not connected."""
+    with _lock:
+        _disconnect_locked()
+
+
+def _disconnect_locked() -> None:
+    global _counter, _registry
+    for signal, receiver in _RECEIVERS:
+        signal.disconnect(receiver, dispatch_uid=_uid(receiver))
+    if _counter is not None and _registry is not None:
+        with contextlib.suppress(KeyError):  # already unregistered by the project
+            _registry.unregister(_counter)
+    _counter = None
+    _registry = None
+
+
+def _uid(receiver: Any) -> str:
+    return f"idempotency_django.contrib.prometheus.{receiver.__name__}"
+
+
+def _count(decision: str, code: str = "", reason: str = "") -> None:
+    counter = _counter
+    if counter is not None:
+        counter.labels(decision=decision, code=code, reason=reason).inc()
+
+
+def _on_reserved(sender: Any, **kwargs: Any) -> None:
+    _count("reserved")
+
+
+def _on_replayed(sender: Any, **kwargs: Any) -> None:
+    _count("replayed")
+
+
+def _on_conflict(sender: Any, *, code: str = "", **kwargs: Any) -> None:
+    _count("conflict", code=str(code))
+
+
+def _on_stored(sender: Any, **kwargs: Any) -> None:
+    _count("stored")
+
+
+def _on_released(sender: Any, *, reason: str = "", **kwargs: Any) -> None:
+    _count("released", reason=str(reason))
+
+
+def _on_unavailable(sender: Any, **kwargs: Any) -> None:
+    _count("unavailable")
+
+
+_RECEIVERS = (
+    (signals.reserved, _on_reserved),
+    (signals.replayed, _on_replayed),
+    (signals.conflict, _on_conflict),
+    (signals.stored, _on_stored),
+    (signals.released, _on_released),
+    (signals.unavailable, _on_unavailable),
+)
