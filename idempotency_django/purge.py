@@ -19,6 +19,7 @@ Each thing to purge is a :class:`PurgeKind`; adding a model that also has an
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -118,16 +119,20 @@ def purge(
     now: datetime | None = None,
     kinds: Sequence[PurgeKind] = KINDS,
     on_batch: Callable[[PurgeKind, int], None] | None = None,
+    pause: float = 0.0,
 ) -> dict[str, int]:
     """Delete dead rows of every kind; return the count deleted per kind label.
 
     With ``dry_run`` nothing is deleted and the counts are the rows that
     would be. ``older_than`` also deletes completed records that finished
     longer ago than that, even when still within their retention.
-    ``on_batch(kind, deleted)`` is called after every batch.
+    ``on_batch(kind, deleted)`` is called after every batch. ``pause``
+    seconds are slept between batches, to leave the database to traffic.
     """
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1.")
+    if pause < 0:
+        raise ValueError("pause must not be negative.")
     using = using or default_database()
     now = now or timezone.now()
     cutoff = now - older_than if older_than is not None else None
@@ -157,6 +162,8 @@ def purge(
                 on_batch(kind, deleted)
             if len(pks) < batch_size:
                 break
+            if pause:
+                time.sleep(pause)
         counts[kind.label] = counts.get(kind.label, 0) + total
     return counts
 

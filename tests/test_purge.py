@@ -99,6 +99,22 @@ def test_batches_larger_than_sqlite_parameter_limit() -> None:
     assert not IdempotencyRecord.objects.exists()
 
 
+def test_pause_between_full_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    sleeps: list[float] = []
+    monkeypatch.setattr(purge_module.time, "sleep", sleeps.append)
+    IdempotencyRecordFactory.create_batch(25, expired=True)
+    assert "Deleted 25 completed records" in run("--batch-size", "10", "--pause", "0.25")
+    assert sleeps == [0.25, 0.25]
+    with pytest.raises(ValueError, match="pause"):
+        purge(pause=-1)
+
+
+@pytest.mark.parametrize("value", ["-1", "soon", "4000"])
+def test_invalid_pause(value: str) -> None:
+    with pytest.raises(CommandError, match="pause"):
+        run("--pause", value)
+
+
 @pytest.mark.parametrize("value", ["0", "-3", "ten", ""])
 def test_invalid_batch_size(value: str) -> None:
     with pytest.raises(CommandError, match="batch-size"):

@@ -34,6 +34,16 @@ def _positive_int(value: str) -> int:
     return number
 
 
+def _pause(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise ArgumentTypeError(f"{value!r} is not a number of seconds.") from None
+    if not 0 <= seconds <= 3600:
+        raise ArgumentTypeError("it must be between 0 and 3600 seconds.")
+    return seconds
+
+
 def _duration(value: str) -> timedelta:
     try:
         return parse_duration(value)
@@ -71,6 +81,13 @@ class Command(BaseCommand):
             ),
         )
         parser.add_argument(
+            "--pause",
+            type=_pause,
+            default=0.0,
+            metavar="SECONDS",
+            help="Sleep this long between batches, to leave the database to traffic (default 0).",
+        )
+        parser.add_argument(
             "--database",
             help="Database alias to purge (default: the one the idempotency store uses).",
         )
@@ -101,6 +118,7 @@ class Command(BaseCommand):
                 older_than=options["older_than"],
                 dry_run=dry_run,
                 on_batch=progress,
+                pause=options["pause"],
             )
         except Error as exc:
             raise CommandError(f"Purge failed on database {using!r}: {exc}") from exc
