@@ -691,20 +691,7 @@ def stack(
             redis.start()
         manage(env, "migrate", "--noinput")
         with ThreadPoolExecutor(max_workers=len(credentials)) as pool:
-            list(
-                pool.map(
-                    lambda user: manage(
-                        {**env, "DJANGO_SUPERUSER_PASSWORD": user.password},
-                        "createsuperuser",
-                        "--noinput",
-                        "--username",
-                        user.username,
-                        "--email",
-                        f"{user.username}@example.com",
-                    ),  # fmt: skip
-                    credentials.values(),
-                )
-            )
+            list(pool.map(lambda user: _createsuperuser(env, user), credentials.values()))
         server.start()
         if login_users:
             for user in credentials.values():
@@ -717,6 +704,14 @@ def stack(
             redis.stop()
         if own_db:
             db.drop()
+
+
+def _createsuperuser(env: dict[str, str], user: Credentials) -> None:
+    manage(
+        {**env, "DJANGO_SUPERUSER_PASSWORD": user.password},
+        *("createsuperuser", "--noinput", "--username", user.username),
+        *("--email", f"{user.username}@example.com"),
+    )
 
 
 def _archive(
@@ -896,3 +891,79 @@ def statuses(replies: Iterable[Reply]) -> dict[str, int]:
             label += " replayed"
         counts[label] = counts.get(label, 0) + 1
     return dict(sorted(counts.items()))
+
+
+@dataclass
+class Outage:
+    stopped_at: float = 0.0  # the service is down from here (stop() returned)
+    restart_at: float = 0.0  # start() called here
+    back_at: float = 0.0  # start() returned
+
+    def during(self, reply: Reply) -> bool:
+        """Sent after the stop and answered before the restart began."""
+        return self.stopped_at <= reply.started and (
+            reply.started + reply.latency_ms / 1000 <= self.restart_at
+        )
+
+
+def traffic_with_outage(
+    stack_: Stack,
+    user: Credentials,
+    *,
+    stop: Callable[[], None],
+    start: Callable[[], None],
+    prefix: str,
+    stop_after: float = 1.5,
+    down_for: float = 3.0,
+    clients: int = 6,
+    max_keys: int = 400,
+    max_attempts: int = 100,
+    pause: float = 0.1,
+) -> tuple[dict[str, list[Reply]], Outage]:
+    """Clients book new keys (each retried until 201, bounded) while a service stops and starts.
+
+    New keys are started until ``stop_after + down_for + 2`` seconds; the whole
+    run is bounded by ``max_keys`` keys and ``max_attempts`` tries per key.
+    """
+    replies: dict[str, list[Reply]] = {}
+    lock = threading.Lock()
+    outage = Outage()
+    began = time.monotonic()
+    traffic_end = began + stop_after + down_for + 2
+    counter = iter(range(max_keys))
+
+    def client() -> None:
+        while time.monotonic() < traffic_end:
+            with lock:
+                index = next(counter, None)
+                if index is None:
+                    return
+                key = f"{prefix}-{index:04d}"
+                answers = replies[key] = []
+            for _ in range(max_attempts):
+                reply = post_booking(stack_, user, key)
+                with lock:
+                    answers.append(reply)
+                if reply.status in FINAL or reply.status not in RETRYABLE:
+                    break
+                time.sleep(pause)
+
+    def operator() -> None:
+        time.sleep(stop_after)
+        stop()
+        outage.stopped_at = time.monotonic()
+        time.sleep(down_for)
+        outage.restart_at = time.monotonic()
+        start()
+        outage.back_at = time.monotonic()
+
+    threads = [threading.Thread(target=client, daemon=True) for _ in range(clients)]
+    chaos = threading.Thread(target=operator, daemon=True)
+    chaos.start()
+    for thread in threads:
+        thread.start()
+    chaos.join(timeout=120)
+    for thread in threads:
+        thread.join(timeout=180)
+    assert outage.back_at, "the service was not restarted"
+    return replies, outage

@@ -50,7 +50,7 @@ def test_one_key_storm_books_once(store: str) -> None:
             max(0, len(bookings) - 1),
             p50,
             p99,
-            note=", ".join(f"{n}× {label}" for label, n in harness.statuses(replies).items()),
+            note=", ".join(f"{n} x {label}" for label, n in harness.statuses(replies).items()),
         )
     )
     assert not other, [reply.short() for reply in other]
