@@ -1,0 +1,49 @@
+"""Plain Django views as docs/django.md shows them; tests/test_docs.py drives them."""
+
+from __future__ import annotations
+
+import json
+
+from django.http import JsonResponse
+from django.views import View
+
+from idempotency_django import idempotency_exempt, idempotent
+from tests.testapp.models import Booking
+
+
+def create_booking(request):
+    """Protected by IdempotencyMiddleware alone: nothing to add to the view."""
+    payload = json.loads(request.body)
+    booking = Booking.objects.create(slot=payload["slot"], owner=request.user)
+    return JsonResponse({"id": booking.pk, "slot": booking.slot}, status=201)
+
+
+# --8<-- [start:options]
+@idempotent(required=True, retention=3600, atomic=True)
+def pay_invoice(request, invoice_id):
+    """A key is required here; the payment and its stored response commit together."""
+    Booking.objects.create(slot=f"invoice-{invoice_id}", owner=request.user)
+    return JsonResponse({"invoice": invoice_id, "paid": True}, status=201)
+
+
+@idempotent(retain_client_errors=True)
+def redeem_voucher(request):
+    """A 422 (voucher expired) is replayed too: retrying cannot change it."""
+    return JsonResponse({"detail": "This voucher has expired."}, status=422)
+
+
+@idempotent
+class CancelBooking(View):
+    def post(self, request, pk):
+        Booking.objects.filter(pk=pk, owner=request.user).update(customer="cancelled")
+        return JsonResponse({"cancelled": pk})
+
+
+@idempotency_exempt
+def track_click(request):
+    """Counting every request is the point here: never deduplicated."""
+    Booking.objects.create(slot="click")
+    return JsonResponse({}, status=204)
+
+
+# --8<-- [end:options]

@@ -1,0 +1,133 @@
+"""Settings the documentation shows; tests/test_docs.py checks each one with Django's checks."""
+
+from __future__ import annotations
+
+# --8<-- [start:everything]
+IDEMPOTENCY = {
+    "STORE": "database",
+    "STORE_OPTIONS": {},
+    "HEADER": "Idempotency-Key",
+    "LOCATION_HEADER": "X-Location-Id",
+    "METHODS": ("POST", "PUT", "PATCH", "DELETE"),
+    "SCOPE_FUNCTION": "idempotency_django.scope.default_scope",
+    "FINGERPRINT_FUNCTION": "idempotency_django.fingerprint.default_fingerprint",
+    "LOCK_TIMEOUT": 300,
+    "RETENTION": 86400,
+    "RETAIN_CLIENT_ERRORS": False,
+    "REQUIRED": False,
+    "ATOMIC": False,
+    "REUSE_STATUS": 409,
+    "RETRY_AFTER": 1,
+    "UNAVAILABLE_RETRY_AFTER": 5,
+    "ANONYMOUS": "ignore",
+    "REPLAY_HEADERS": (
+        "Content-Type",
+        "Content-Language",
+        "Content-Location",
+        "Location",
+        "ETag",
+        "Last-Modified",
+        "Link",
+        "Cache-Control",
+        "Expires",
+        "Vary",
+    ),
+    "REQUEST_ID_HEADER": "X-Request-Id",
+    "WEBHOOK_ID_HEADERS": (
+        ("webhook-id", "standard-webhooks"),
+        ("svix-id", "svix"),
+        ("X-GitHub-Delivery", "github"),
+        ("X-Shopify-Webhook-Id", "shopify"),
+        ("X-Shopify-Event-Id", "shopify"),
+        ("I-Twilio-Idempotency-Token", "twilio"),
+    ),
+    "WEBHOOK_BODY_ID_FUNCTION": None,
+    "WEBHOOK_RETENTION": 7 * 24 * 3600,
+    "WEBHOOK_FALLBACK_BUCKET": 300,
+    "WEBHOOK_TOKEN_KWARG": "token",
+}
+# --8<-- [end:everything]
+
+EVERYTHING = IDEMPOTENCY
+
+# --8<-- [start:atomic]
+from psycopg import IsolationLevel  # noqa: E402
+
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": "bookings",
+        "ATOMIC_REQUESTS": True,  # the view's writes and its stored response commit together
+        # PostgreSQL's default, stated: other requests must see a claim at once.
+        "OPTIONS": {"isolation_level": IsolationLevel.READ_COMMITTED},
+    }
+}
+# Or, without ATOMIC_REQUESTS, for every protected view:
+IDEMPOTENCY = {"ATOMIC": True}
+# --8<-- [end:atomic]
+
+ATOMIC_DATABASES = DATABASES
+ATOMIC = IDEMPOTENCY
+
+# --8<-- [start:strict]
+IDEMPOTENCY = {
+    "REQUIRED": True,  # 400 idempotency_key_missing without a key
+    "ANONYMOUS": "reject",  # 401 for a keyed request nobody authenticated
+    "REUSE_STATUS": 422,  # as the IETF draft says, instead of 409
+    "RETAIN_CLIENT_ERRORS": True,  # replay 400/404/422 too (never 401/403/408/409/429)
+}
+# --8<-- [end:strict]
+
+STRICT = IDEMPOTENCY
+
+# --8<-- [start:webhook_headers]
+from idempotency_django.conf import DEFAULTS  # noqa: E402
+
+IDEMPOTENCY = {
+    "WEBHOOK_ID_HEADERS": (
+        *DEFAULTS["WEBHOOK_ID_HEADERS"],  # keep the built-in providers...
+        ("X-Paddle-Event-Id", "paddle"),  # ...and add yours: (header, source name)
+    ),
+}
+# --8<-- [end:webhook_headers]
+
+WEBHOOK_HEADERS = IDEMPOTENCY
+
+# --8<-- [start:stripe]
+IDEMPOTENCY = {
+    # Stripe sends no delivery header; its event id is in the body.
+    "WEBHOOK_BODY_ID_FUNCTION": "idempotency_django.webhooks.stripe_event_id",
+}
+# --8<-- [end:stripe]
+
+STRIPE = IDEMPOTENCY
+
+# --8<-- [start:body_id_function]
+import json  # noqa: E402
+
+
+def paddle_notification_id(request):
+    """For WEBHOOK_BODY_ID_FUNCTION: the delivery id from the body, or None."""
+    try:
+        payload = json.loads(request.body)
+    except ValueError:
+        return None
+    return payload.get("notification_id") if isinstance(payload, dict) else None
+
+
+IDEMPOTENCY = {
+    "WEBHOOK_BODY_ID_FUNCTION": "myproject.webhooks.paddle_notification_id",
+}
+# --8<-- [end:body_id_function]
+
+BODY_ID_FUNCTION = {"WEBHOOK_BODY_ID_FUNCTION": f"{__name__}.paddle_notification_id"}
+
+#: Every IDEMPOTENCY example above, by name, for tests/test_docs.py.
+EXAMPLES = {
+    "everything": EVERYTHING,
+    "atomic": ATOMIC,
+    "strict": STRICT,
+    "webhook_headers": WEBHOOK_HEADERS,
+    "stripe": STRIPE,
+    "body_id_function": BODY_ID_FUNCTION,
+}

@@ -1,0 +1,416 @@
+"""The documentation site: it builds strictly, and every code block in it is exercised.
+
+* ``python`` (and ``js``) blocks must be pymdownx.snippets includes of real files that
+  tests import or the example project runs, never inline code;
+* ``console`` blocks with ``curl`` may stay inline: tests/test_example_project.py
+  makes the same requests against the example project (this test checks that each
+  one targets a route the example serves);
+* the problem responses on docs/errors.md are checked against the library's codes;
+* the settings page documents every key of ``conf.DEFAULTS``;
+* the examples under tests/docs_examples are run below.
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib.util
+import json
+import re
+import subprocess
+import sys
+import time
+from http import HTTPStatus
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.core import checks
+from django.test import Client, RequestFactory, override_settings
+
+from idempotency_django import problems, webhooks
+from idempotency_django.checks import check_settings
+from idempotency_django.conf import DEFAULTS
+from idempotency_django.fingerprint import default_fingerprint
+from idempotency_django.models import WebhookDelivery
+from idempotency_django.protection import ViewOptions, protect
+from idempotency_django.stores import RecordKey, RequestInfo, get_store
+from tests.docs_examples import metrics, settings_examples
+from tests.docs_examples.webhooks import WEBHOOK_SECRET, sign
+from tests.testapp.models import Booking
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DOCS = REPO_ROOT / "docs"
+PAGES = sorted(DOCS.glob("*.md"))
+#: Pages other people write; the build waits for them to exist.
+OTHERS_PAGES = {"stores.md", "operating.md", "reliability-results.md"}
+INCLUDE_LANGUAGES = {"python", "py", "pycon", "js", "javascript"}
+SNIPPET = re.compile(r'^\s*-{1,}8<-{1,}\s+"(?P<path>[^":]+)(?::(?P<section>[\w-]+))?"\s*$')
+FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>`{3,}|~{3,})\s*(?P<lang>[\w+-]*)")
+#: Routes of the example project that curl examples may call.
+EXAMPLE_ROUTES = re.compile(r"^/(api/bookings/(\d+/)?|plain/bookings/|hooks/[\w-]+/)$")
+PROBLEM_CODES = sorted(
+    {
+        value
+        for name, value in vars(problems).items()
+        if name.isupper() and isinstance(value, str) and value.startswith("idempotency_")
+    }
+    | {webhooks.IN_PROGRESS}
+)
+
+
+def code_blocks(page: Path) -> list[tuple[int, str, list[str]]]:
+    """(line number, language, lines) of every fenced block on the page."""
+    blocks = []
+    lines = page.read_text().splitlines()
+    index = 0
+    while index < len(lines):
+        opened = FENCE.match(lines[index])
+        if not opened:
+            index += 1
+            continue
+        fence, start, body = opened["fence"], index + 1, []
+        index += 1
+        while index < len(lines) and not lines[index].strip().startswith(fence):
+            body.append(lines[index])
+            index += 1
+        blocks.append((start, opened["lang"].lower(), body))
+        index += 1
+    return blocks
+
+
+def nav_pages() -> list[str]:
+    text = (REPO_ROOT / "mkdocs.yml").read_text()
+    return re.findall(r":\s*([\w-]+\.md)\s*$", text, flags=re.MULTILINE)
+
+
+# -- the site -----------------------------------------------------------------
+
+
+def test_every_nav_page_exists_except_the_ones_being_written() -> None:
+    missing = [page for page in nav_pages() if not (DOCS / page).exists()]
+    assert set(missing) <= OTHERS_PAGES, missing
+    assert {p.name for p in PAGES} - OTHERS_PAGES <= set(nav_pages()), "a page is not in nav"
+
+
+def test_mkdocs_build_strict(tmp_path: Path) -> None:
+    if importlib.util.find_spec("mkdocs") is None:
+        pytest.skip("mkdocs is not installed (pip install mkdocs-material)")
+    missing = [page for page in nav_pages() if not (DOCS / page).exists()]
+    assert set(missing) <= OTHERS_PAGES, missing
+    if missing:
+        pytest.skip(f"waiting for {', '.join(missing)} (written by someone else)")
+    site = tmp_path / "site"
+    built = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert built.returncode == 0, built.stdout + built.stderr
+    quickstart = (site / "quickstart" / "index.html").read_text()
+    assert "BookingViewSet" in quickstart  # the snippet was included
+    assert "--8&lt;--" not in quickstart and "--8<--" not in quickstart
+
+
+# -- code blocks ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
+def test_code_blocks_are_included_from_exercised_files(page: Path) -> None:
+    inline = []
+    for line_number, lang, body in code_blocks(page):
+        if lang not in INCLUDE_LANGUAGES:
+            continue
+        lines = [line for line in body if line.strip()]
+        if not lines or not all(SNIPPET.match(line) for line in lines):
+            inline.append(f"{page.name}:{line_number} ({lang})")
+            continue
+        for line in lines:
+            match = SNIPPET.match(line)
+            assert match is not None
+            source = REPO_ROOT / match["path"]
+            assert source.exists(), f"{page.name}:{line_number}: {match['path']} does not exist"
+            if match["section"]:
+                text = source.read_text()
+                for edge in ("start", "end"):
+                    marker = f"--8<-- [{edge}:{match['section']}]"
+                    assert marker in text, f"{match['path']} has no {marker}"
+    if inline and page.name in OTHERS_PAGES:
+        pytest.xfail(f"inline code blocks on a page someone else writes: {inline}")
+    assert not inline, f"inline code blocks; include them from a tested file: {inline}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
+def test_curl_examples_call_the_example_project(page: Path) -> None:
+    for line_number, lang, body in code_blocks(page):
+        if lang not in {"console", "shell", "bash", "sh"}:
+            continue
+        for url in re.findall(r"https?://[^\s'\"\\]+", "\n".join(body)):
+            path = re.sub(r"^https?://[^/]+", "", url)
+            if page.name in OTHERS_PAGES:
+                continue
+            assert url.startswith("http://127.0.0.1:8000/"), f"{page.name}:{line_number}: {url}"
+            assert EXAMPLE_ROUTES.match(path), f"{page.name}:{line_number}: {path}"
+
+
+def test_settings_page_documents_every_setting() -> None:
+    text = (DOCS / "settings.md").read_text()
+    headings = set(re.findall(r"^#{2,4}\s+`([A-Z_]+)`\s*$", text, flags=re.MULTILINE))
+    assert set(DEFAULTS) - headings == set(), "settings missing from docs/settings.md"
+    assert headings - set(DEFAULTS) == set(), "docs/settings.md documents unknown settings"
+
+
+def test_errors_page_documents_every_problem_code() -> None:
+    text = (DOCS / "errors.md").read_text()
+    headings = set(re.findall(r"^#{2,4}\s+`([a-z_]+)`", text, flags=re.MULTILINE))
+    assert set(PROBLEM_CODES) - headings == set(), "codes missing from docs/errors.md"
+    assert headings - set(PROBLEM_CODES) == set(), "docs/errors.md has unknown codes"
+    examples = [body for _, lang, body in code_blocks(DOCS / "errors.md") if lang == "http"]
+    shown = set()
+    for body in examples:
+        status_line, *rest = body
+        match = re.match(r"HTTP/1\.1 (\d{3}) (.+)$", status_line)
+        assert match, status_line
+        status = int(match[1])
+        assert match[2] == HTTPStatus(status).phrase
+        blank = rest.index("")
+        headers = dict(line.split(": ", 1) for line in rest[:blank])
+        problem = json.loads("\n".join(rest[blank + 1 :]))
+        shown.add(problem["code"])
+        assert problem["code"] in PROBLEM_CODES
+        assert headers["Content-Type"] == problems.PROBLEM_CONTENT_TYPE
+        expected = json.loads(problems.problem_response(status, problem["code"], "").content)
+        assert {**problem, "detail": ""} == expected
+        assert problem["detail"]
+        wants_retry_after = problem["code"] in {
+            problems.KEY_IN_PROGRESS,
+            problems.UNAVAILABLE,
+            webhooks.IN_PROGRESS,
+        }
+        assert ("Retry-After" in headers) == wants_retry_after, problem["code"]
+    assert shown == set(PROBLEM_CODES), "every code needs an example response"
+
+
+# -- the settings examples --------------------------------------------------------
+
+
+def test_everything_example_is_the_defaults() -> None:
+    assert settings_examples.EVERYTHING == DEFAULTS
+
+
+@pytest.mark.parametrize("name", sorted(settings_examples.EXAMPLES))
+def test_settings_examples_pass_the_system_checks(name: str) -> None:
+    example = settings_examples.EXAMPLES[name]
+    assert set(example) <= set(DEFAULTS)
+    with override_settings(IDEMPOTENCY=example):
+        assert [m for m in check_settings() if m.level >= checks.ERROR] == []
+
+
+def test_atomic_database_example() -> None:
+    from psycopg import IsolationLevel
+
+    database = settings_examples.ATOMIC_DATABASES["default"]
+    assert database["ATOMIC_REQUESTS"] is True
+    assert database["OPTIONS"]["isolation_level"] == IsolationLevel.READ_COMMITTED
+
+
+def test_body_id_function_example() -> None:
+    factory = RequestFactory()
+    request = factory.post("/", {"notification_id": "ntf_01h"}, content_type="application/json")
+    assert settings_examples.paddle_notification_id(request) == "ntf_01h"
+    assert settings_examples.paddle_notification_id(factory.post("/", "x", "text/plain")) is None
+
+
+# -- the view examples ------------------------------------------------------------
+
+docs_urls = override_settings(ROOT_URLCONF="tests.docs_examples.urls")
+
+
+def post(client: Client, url: str, payload: Any = None, key: str | None = None, **extra: Any):  # type: ignore[no-untyped-def]
+    if key is not None:
+        extra["HTTP_IDEMPOTENCY_KEY"] = key
+    body = json.dumps(payload if payload is not None else {})
+    return client.post(url, body, content_type="application/json", **extra)
+
+
+@docs_urls
+def test_django_view_examples(alice_client: Client, alice: User) -> None:
+    first = post(alice_client, "/plain/bookings/", {"slot": "a"}, key="k1")
+    again = post(alice_client, "/plain/bookings/", {"slot": "a"}, key="k1")
+    assert first.status_code == again.status_code == 201
+    assert again["Idempotency-Replayed"] == "true"
+
+    assert post(alice_client, "/invoices/7/pay/").json()["code"] == problems.KEY_MISSING
+    paid = post(alice_client, "/invoices/7/pay/", key="pay-7")
+    assert post(alice_client, "/invoices/7/pay/", key="pay-7").content == paid.content
+    assert Booking.objects.filter(slot="invoice-7").count() == 1
+
+    post(alice_client, "/vouchers/redeem/", key="v1")
+    assert post(alice_client, "/vouchers/redeem/", key="v1")["Idempotency-Replayed"] == "true"
+
+    booking = Booking.objects.create(slot="b", owner=alice)
+    url = f"/bookings/{booking.pk}/cancel/"
+    assert post(alice_client, url, key="c1").json() == {"cancelled": booking.pk}
+    assert post(alice_client, url, key="c1")["Idempotency-Replayed"] == "true"
+
+    post(alice_client, "/clicks/", key="same")
+    post(alice_client, "/clicks/", key="same")
+    assert Booking.objects.filter(slot="click").count() == 2
+
+
+@docs_urls
+def test_drf_view_examples(alice_client: Client) -> None:
+    made = post(alice_client, "/api/bookings/", {"slot": "s"}, key="d1")
+    assert made.status_code == 201
+    assert post(alice_client, "/api/bookings/", {"slot": "s"}, key="d1").content == made.content
+    pk = made.json()["id"]
+    assert post(alice_client, f"/api/bookings/{pk}/confirm/", key="d2").status_code == 200
+    assert post(alice_client, f"/api/bookings/{pk}/confirm/", key="d2")["Idempotency-Replayed"]
+    assert Booking.objects.filter(slot=f"confirmation-{pk}").count() == 1
+    assert post(alice_client, f"/api/bookings/{pk}/charge/").status_code == 400
+    assert post(alice_client, f"/api/bookings/{pk}/charge/", key="d3").status_code == 201
+    assert "Idempotency-Replayed" not in post(alice_client, "/api/bookings/search/", key="d4")
+    assert "Idempotency-Replayed" not in post(alice_client, "/api/bookings/search/", key="d4")
+
+    booked = post(alice_client, "/api/book/", {"slot": "t"}, key="d5")
+    assert booked.status_code == 201
+    assert post(alice_client, "/api/book/", {"slot": "t"}, key="d5")["Idempotency-Replayed"]
+    assert post(alice_client, "/api/book/", {"slot": "u"}, key="d5").status_code == 409
+
+    missing = post(alice_client, "/api/strict-bookings/", {"slot": "v"})
+    assert missing.json()["code"] == problems.KEY_MISSING
+    assert post(alice_client, "/api/strict-bookings/", {"slot": "v"}, key="d6").status_code == 201
+
+
+def signed_headers(msg_id: str, body: bytes, secret: str = WEBHOOK_SECRET) -> dict[str, str]:
+    now = int(time.time())
+    return {
+        "HTTP_WEBHOOK_ID": msg_id,
+        "HTTP_WEBHOOK_TIMESTAMP": str(now),
+        "HTTP_WEBHOOK_SIGNATURE": sign(secret, msg_id, now, body),
+    }
+
+
+@pytest.mark.django_db
+@docs_urls
+def test_standard_webhooks_example_verifies_then_deduplicates(client: Client) -> None:
+    url = "/hooks/standard/trg_1/"
+    body = b'{"type": "invoice.paid"}'
+
+    def deliver(headers: dict[str, str]):  # type: ignore[no-untyped-def]
+        return client.post(url, body, content_type="application/json", **headers)
+
+    forged_secret = "whsec_" + base64.b64encode(b"not the secret").decode()
+    forged = deliver(signed_headers("msg_1", body, forged_secret))
+    assert forged.status_code == 401
+    assert not WebhookDelivery.objects.exists()  # a forgery claims nothing
+    assert deliver({"HTTP_WEBHOOK_ID": "msg_1"}).status_code == 401
+
+    first = deliver(signed_headers("msg_1", body))
+    assert first.status_code == 202 and first.json()["status"] == "accepted"
+    duplicate = deliver(signed_headers("msg_1", body))
+    assert duplicate.status_code == 202 and duplicate.json() == {"status": "duplicate"}
+    assert Booking.objects.filter(slot="standard-webhook-run").count() == 1
+
+
+@docs_urls
+def test_metrics_example_counts_decisions(alice_client: Client, alice: User) -> None:
+    metrics.DECISIONS.clear()
+    post(alice_client, "/plain/bookings/", {"slot": "m"}, key="m1")
+    post(alice_client, "/plain/bookings/", {"slot": "m"}, key="m1")
+    post(alice_client, "/plain/bookings/", {"slot": "other"}, key="m1")
+    # A reservation held by a request that is still running:
+    running = RequestFactory().post(
+        "/plain/bookings/", json.dumps({"slot": "m"}), content_type="application/json"
+    )
+    info = RequestInfo("POST", "/plain/bookings/", default_fingerprint(running), "")
+    get_store().claim(RecordKey(f"auth.user:{alice.pk}", "", "m2"), info, 300)
+    post(alice_client, "/plain/bookings/", {"slot": "m"}, key="m2")
+    assert dict(metrics.DECISIONS) == {
+        "reserved": 1,
+        "stored:201": 1,
+        "replayed:201": 1,
+        f"conflict:{problems.KEY_REUSED}": 1,
+        f"conflict:{problems.KEY_IN_PROGRESS}": 1,
+    }
+
+
+def documented_problems() -> dict[str, tuple[dict[str, Any], dict[str, str]]]:
+    found = {}
+    for _, lang, body in code_blocks(DOCS / "errors.md"):
+        if lang == "http":
+            blank = body.index("")
+            headers = dict(line.split(": ", 1) for line in body[1:blank])
+            problem = json.loads("\n".join(body[blank + 1 :]))
+            found[problem["code"]] = (problem, headers)
+    return found
+
+
+class _DownStore:
+    def claim(self, *args: Any, **kwargs: Any) -> Any:
+        from idempotency_django.stores import StoreUnavailable
+
+        raise StoreUnavailable("the store is down")
+
+
+@docs_urls
+def test_errors_page_shows_what_the_library_answers(
+    alice_client: Client, alice: User, client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each example on docs/errors.md is the response the library really sends."""
+    actual = {
+        problems.KEY_INVALID: post(alice_client, "/plain/bookings/", key="a,b"),
+        problems.KEY_MISSING: post(alice_client, "/invoices/7/pay/"),
+        problems.LOCATION_INVALID: post(
+            alice_client, "/plain/bookings/", key="k", HTTP_X_LOCATION_ID="x" * 300
+        ),
+    }
+    post(alice_client, "/plain/bookings/", {"slot": "a"}, key="reused")
+    actual[problems.KEY_REUSED] = post(
+        alice_client, "/plain/bookings/", {"slot": "b"}, key="reused"
+    )
+
+    running = RequestFactory().post(
+        "/plain/bookings/", json.dumps({"slot": "c"}), content_type="application/json"
+    )
+    info = RequestInfo("POST", "/plain/bookings/", default_fingerprint(running), "")
+    get_store().claim(RecordKey(f"auth.user:{alice.pk}", "", "busy"), info, 300)
+    actual[problems.KEY_IN_PROGRESS] = post(alice_client, "/plain/bookings/", {"slot": "c"}, "busy")
+
+    route, token = "hooks/standard/<str:token>/", "trg_busy"
+    delivery = RecordKey(webhooks.TRIGGER_PREFIX + webhooks.trigger_digest(route, token), "", "m")
+    get_store().claim(delivery, RequestInfo("POST", route, "", "", kind="webhook"), 300)
+    body = b"{}"
+    actual[webhooks.IN_PROGRESS] = client.post(
+        f"/hooks/standard/{token}/",
+        body,
+        content_type="application/json",
+        **signed_headers("m", body),
+    )
+
+    with override_settings(IDEMPOTENCY={"ANONYMOUS": "reject"}):
+        actual[problems.AUTHENTICATION_REQUIRED] = post(client, "/plain/bookings/", key="anon")
+
+    consumed = RequestFactory().post(
+        "/plain/bookings/", "x", content_type="text/plain", HTTP_IDEMPOTENCY_KEY="consumed"
+    )
+    consumed.user = alice
+    consumed.read()
+    actual[problems.BODY_UNAVAILABLE] = protect(
+        consumed, lambda: pytest.fail("the view ran"), ViewOptions()
+    )
+
+    monkeypatch.setattr("idempotency_django.protection.get_store", lambda: _DownStore())
+    actual[problems.UNAVAILABLE] = post(alice_client, "/plain/bookings/", {"slot": "d"}, "down")
+
+    documented = documented_problems()
+    assert set(actual) == set(PROBLEM_CODES) == set(documented)
+    for code, response in actual.items():
+        problem, headers = documented[code]
+        assert json.loads(response.content) == problem, code
+        assert response.status_code == problem["status"]
+        assert response["Content-Type"] == headers["Content-Type"]
+        assert response.get("Retry-After") == headers.get("Retry-After"), code
