@@ -1,0 +1,370 @@
+"""Targets, tables and the chart of the overhead benchmark (from ``benchmarks/results.json``)."""
+
+from __future__ import annotations
+
+import os
+import platform
+from typing import Any
+
+from benchmarks import _bench
+
+DOCS = _bench.ROOT / "docs"
+RESULTS_MD = DOCS / "benchmarks-results.md"
+CHART = DOCS / "images" / "benchmarks.png"
+
+SCENARIO_LABELS = {
+    "bare": "bare view (undecorated)",
+    "nokey": "protected view, no key",
+    "first": "first request (reserve + run + store)",
+    "replay": "replay",
+    "reuse": "409 key reused",
+    "in_progress": "409 in progress",
+    "bare_slow": "bare view, view sleeps 20 ms",
+    "first_slow": "first request, view sleeps 20 ms",
+    "replay_slow": "replay (during the 20 ms runs)",
+}
+SHORT_STORES = {
+    "sqlite": "SQLite",
+    "postgres": "PostgreSQL",
+    "postgres_atomic": "PG + ATOMIC_REQUESTS",
+    "postgres_async": "PG sync_commit=off",
+    "redis": "Redis store",
+}
+MAX_FIRST_RATIO = 1.20
+MIN_REPLAY_SPEEDUP = 3.0
+MAX_GROWTH_DRIFT = 1.30
+
+
+def machine() -> dict[str, Any]:
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+    }
+
+
+def _ratio(latency: dict[str, Any], name: str) -> float:
+    base = "bare_slow" if name.endswith("_slow") else "bare"
+    return float(latency[name]["median_ms"] / latency[base]["median_ms"])
+
+
+def print_inprocess(store: str, data: dict[str, Any]) -> None:
+    latency = data["latency"]
+    for name, stats in latency.items():
+        queries = data["queries"].get(name, {}).get("count", "")
+        print(
+            f"  {SCENARIO_LABELS[name]:<40} median {stats['median_ms']:7.2f} ms  "
+            f"p95 {stats['p95_ms']:7.2f} ms  x{_ratio(latency, name):5.2f} of bare  "
+            f"queries {queries}",
+            flush=True,
+        )
+
+
+# -- targets -----------------------------------------------------------------
+
+
+def targets(results: dict[str, Any]) -> list[tuple[bool | None, str]]:
+    """(passed, line) for each target; None is information, not a target."""
+    lines: list[tuple[bool | None, str]] = []
+    inprocess = results.get("inprocess", {})
+    pg = inprocess.get("postgres")
+    if pg:
+        queries = pg["queries"]
+        extra = queries["first"]["count"] - queries["bare"]["count"]
+        extra_sql = [sql for sql in queries["first"]["sql"] if "idempotency" in sql]
+        inserts = sum(1 for sql in extra_sql if "] INSERT" in sql)
+        updates = sum(1 for sql in extra_sql if "] UPDATE" in sql)
+        lines.append(
+            (
+                extra <= 2 and inserts <= 1 and updates <= 1,
+                f"first request on PostgreSQL: {queries['first']['count']} queries vs "
+                f"{queries['bare']['count']} for the bare view (+{extra}: {inserts} INSERT "
+                f"for the reservation, {updates} UPDATE for the completion; target +1 +1)",
+            )
+        )
+        replay_extra = queries["replay"]["count"] - queries["bare"]["count"] + 1
+        lines.append(
+            (
+                None,
+                f"replay on PostgreSQL: {queries['replay']['count']} queries "
+                f"(auth + {replay_extra} for the claim: INSERT that hits the unique "
+                "constraint, then SELECT)",
+            )
+        )
+        for store in ("postgres", "postgres_atomic", "postgres_async"):
+            data = inprocess.get(store)
+            if not data:
+                continue
+            ratio = _ratio(data["latency"], "first")
+            line = (
+                f"first-request latency, {_bench.STORE_LABELS[store]}: "
+                f"{data['latency']['first']['median_ms']:.2f} ms vs bare "
+                f"{data['latency']['bare']['median_ms']:.2f} ms = x{ratio:.2f} "
+                f"(+{(ratio - 1) * 100:.0f} %; target <= +{(MAX_FIRST_RATIO - 1) * 100:.0f} %)"
+            )
+            lines.append((ratio <= MAX_FIRST_RATIO if store == "postgres" else None, line))
+    for store, data in inprocess.items():
+        latency = data["latency"]
+        speedup = latency["bare_slow"]["median_ms"] / latency["replay_slow"]["median_ms"]
+        lines.append(
+            (
+                speedup >= MIN_REPLAY_SPEEDUP if store in {"sqlite", "postgres", "redis"} else None,
+                f"replay vs running the view ({data['slow_delay_ms']} ms of work), "
+                f"{_bench.STORE_LABELS[store]}: {latency['replay_slow']['median_ms']:.2f} ms vs "
+                f"{latency['bare_slow']['median_ms']:.2f} ms = {speedup:.1f}x faster "
+                f"(target >= {MIN_REPLAY_SPEEDUP:.0f}x)",
+            )
+        )
+        floor = latency["bare"]["median_ms"] / latency["replay"]["median_ms"]
+        lines.append(
+            (
+                None,
+                f"replay vs the bare view with no added work, {_bench.STORE_LABELS[store]}: "
+                f"{floor:.2f}x faster",
+            )
+        )
+    redis = inprocess.get("redis", {}).get("redis_commands")
+    if redis:
+        for name in ("replay", "first", "reuse", "in_progress"):
+            counted = redis[name]
+            lines.append(
+                (
+                    counted["round_trips"] <= 1 if name == "replay" else None,
+                    f"Redis-store {SCENARIO_LABELS[name]}: {counted['round_trips']:g} Redis round "
+                    f"trip(s) per request {counted['commands']}, inside the scripts "
+                    f"{counted['inside_scripts']}" + (" (target <= 1)" if name == "replay" else ""),
+                )
+            )
+    side = (pg or {}).get("replay_side_effects")
+    if side:
+        lines.append(
+            (
+                None,
+                f"each PostgreSQL replay consumes {side['ids_consumed_per_replay']:g} id of the "
+                "record sequence and leaves a dead heap tuple (the failed INSERT)",
+            )
+        )
+    growth = results.get("growth")
+    if growth and len(growth["sizes"]) >= 2:
+        low, high = growth["sizes"][0], growth["sizes"][-1]
+        for name in ("replay", "first"):
+            drift = _ratio(high["latency"], name) / _ratio(low["latency"], name)
+            lines.append(
+                (
+                    drift <= MAX_GROWTH_DRIFT,
+                    f"growth {low['size']:,} -> {high['size']:,} records, {name}: "
+                    f"{low['latency'][name]['median_ms']:.2f} -> "
+                    f"{high['latency'][name]['median_ms']:.2f} ms; relative to the bare view "
+                    f"measured alongside x{drift:.2f} (target <= x{MAX_GROWTH_DRIFT:.2f})",
+                )
+            )
+        plans = growth.get("explain", {})
+        indexed = all(
+            "idempotency_record_unique_key" in plans.get(label, "")
+            for label in ("claim SELECT (existing key)", "complete UPDATE")
+        )
+        lines.append(
+            (
+                indexed,
+                "EXPLAIN at the largest size: the claim's SELECT and complete's UPDATE use "
+                "Index Scan using idempotency_record_unique_key",
+            )
+        )
+    return lines
+
+
+# -- rendering ---------------------------------------------------------------
+
+
+def render(results: dict[str, Any]) -> int:
+    """Print the tables and targets, write the Markdown and the chart; returns #failures."""
+    checked = targets(results)
+    markdown = _markdown(results, checked)
+    print("\n" + markdown)
+    RESULTS_MD.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS_MD.write_text(markdown)
+    _chart(results)
+    print(f"wrote {RESULTS_MD.relative_to(_bench.ROOT)} and {CHART.relative_to(_bench.ROOT)}")
+    return sum(1 for passed, _ in checked if passed is False)
+
+
+def _status(passed: bool | None) -> str:
+    return "INFO" if passed is None else ("PASS" if passed else "FAIL")
+
+
+def _markdown(results: dict[str, Any], checked: list[tuple[bool | None, str]]) -> str:
+    out: list[str] = []
+    machine_info = results.get("machine", {})
+    out.append(
+        f"<!-- Generated by `python benchmarks/overhead.py`; do not edit. -->\n\n"
+        f"Run {results.get('started', '?')}, Python {machine_info.get('python', '?')}, "
+        f"{machine_info.get('cpus', '?')} CPUs, {results.get('runtime_seconds', 0):.0f} s. "
+        "Absolute times depend on a shared, noisy machine; compare the ratios, "
+        "measured in the same run.\n"
+    )
+    out.append("### Targets\n")
+    out.append("| | Target |\n| --- | --- |")
+    for passed, line in checked:
+        out.append(f"| {_status(passed)} | {line.replace('|', '/')} |")
+    out.append("")
+
+    inprocess = results.get("inprocess", {})
+    if inprocess:
+        stores = list(inprocess)
+        out.append("### In-process, full middleware stack (Django test Client)\n")
+        out.append(
+            "Median / p95 in ms, and the median as a multiple of the bare view's "
+            "(the 20 ms rows: of the bare view sleeping 20 ms). "
+            "`q` = database queries of one request.\n"
+        )
+        out.append("| Scenario | " + " | ".join(SHORT_STORES[s] for s in stores) + " |")
+        out.append("| --- |" + " --- |" * len(stores))
+        for name in SCENARIO_LABELS:
+            cells = []
+            for store in stores:
+                data = inprocess[store]
+                stats = data["latency"][name]
+                queries = data["queries"].get(name, {}).get("count")
+                cell = (
+                    f"{stats['median_ms']:.2f} / {stats['p95_ms']:.2f} "
+                    f"(x{_ratio(data['latency'], name):.2f})"
+                )
+                if queries is not None:
+                    cell += f" q{queries}"
+                cells.append(cell)
+            out.append(f"| {SCENARIO_LABELS[name]} | " + " | ".join(cells) + " |")
+        out.append("")
+
+    http = results.get("http")
+    if http:
+        out.append("### Over HTTP (gunicorn, sync workers, wrk)\n")
+        out.append(
+            "`@N` = N concurrent connections. Storm: each key sent 8 times in a row, so "
+            "concurrent duplicates race (`201` ran the view, `201r` replayed, `409` in "
+            "progress). Throughput as a multiple of the bare view at the same concurrency.\n"
+        )
+        out.append("| Scenario | Store | req/s | x bare | p50 ms | p95 ms | statuses |")
+        out.append("| --- | --- | --- | --- | --- | --- | --- |")
+        for store, runs in http.items():
+            for label, stats in runs.items():
+                connections = label.split("@")[1]
+                bare = runs.get(f"bare@{connections}") or runs["bare@8"]
+                statuses = ", ".join(f"{k}: {v}" for k, v in stats["statuses"].items())
+                out.append(
+                    f"| {label} | {SHORT_STORES[store]} | {stats['rps']:.0f} | "
+                    f"x{stats['rps'] / bare['rps']:.2f} | {stats['p50_ms']:.1f} | "
+                    f"{stats['p95_ms']:.1f} | {statuses} |"
+                )
+        out.append("")
+
+    growth = results.get("growth")
+    if growth:
+        out.append("### Growth: stored records on PostgreSQL\n")
+        out.append(
+            f"Completed records with a {growth['body_bytes']} B JSON response, loaded with "
+            "`COPY`, then `VACUUM ANALYZE`. Medians in ms.\n"
+        )
+        out.append(
+            "| Records | bare | first | replay | first / bare | replay / bare | "
+            "bytes per record (table + indexes) |"
+        )
+        out.append("| --- | --- | --- | --- | --- | --- | --- |")
+        for point in growth["sizes"]:
+            latency = point["latency"]
+            out.append(
+                f"| {point['size']:,} | {latency['bare']['median_ms']:.2f} | "
+                f"{latency['first']['median_ms']:.2f} | {latency['replay']['median_ms']:.2f} | "
+                f"x{_ratio(latency, 'first'):.2f} | x{_ratio(latency, 'replay'):.2f} | "
+                f"{point['table']['bytes_per_row']:.0f} "
+                f"({point['table']['heap_bytes_per_row']:.0f} heap + TOAST, "
+                f"{point['table']['index_bytes_per_row']:.0f} indexes) |"
+            )
+        memory = growth.get("redis_memory")
+        if memory:
+            out.append(
+                f"\nRedis store, one completed entry with the same response: "
+                f"`MEMORY USAGE` {memory['memory_usage_bytes']} B "
+                f"(value {memory['value_bytes']} B, body {memory['body_bytes']} B).\n"
+            )
+        for label, plan in growth.get("explain", {}).items():
+            out.append(
+                f"<details><summary>EXPLAIN (ANALYZE, BUFFERS): {label}, "
+                f"{growth['sizes'][-1]['size']:,} records</summary>\n\n```text\n{plan}\n```\n"
+                "</details>\n"
+            )
+
+    profiles = {store: data["profile"] for store, data in inprocess.items() if data.get("profile")}
+    if profiles:
+        out.append("### Profile of the hot path (cProfile)\n")
+        out.append(
+            "Microseconds per request spent in the library's functions (cumulative, "
+            "including the database or Redis calls they make), under cProfile, which "
+            "inflates pure-Python code; the top 12 per scenario.\n"
+        )
+        out.append("| Store | Scenario | Function | calls | cumulative us | own us |")
+        out.append("| --- | --- | --- | --- | --- | --- |")
+        for store, profile in profiles.items():
+            for scenario in ("first", "replay"):
+                part = profile[scenario]
+                out.append(
+                    f"| {SHORT_STORES[store]} | {scenario} | *whole request* | 1 | "
+                    f"{part['total_us_per_request']:.0f} | |"
+                )
+                for row in part["rows"][:12]:
+                    out.append(
+                        f"| {SHORT_STORES[store]} | {scenario} | `{row['function']}` | "
+                        f"{row['calls_per_request']:g} | {row['cum_us']:.0f} | "
+                        f"{row['own_us']:.0f} |"
+                    )
+        out.append("")
+    return "\n".join(out) + "\n"
+
+
+def _chart(results: dict[str, Any]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    inprocess = results.get("inprocess", {})
+    growth = results.get("growth")
+    figure, axes = plt.subplots(1, 2, figsize=(14, 5.2), gridspec_kw={"width_ratios": [2.2, 1]})
+    left, right = axes
+    scenarios = ["bare", "nokey", "first", "replay", "reuse", "in_progress"]
+    stores = list(inprocess)
+    width = 0.8 / max(1, len(stores))
+    for index, store in enumerate(stores):
+        latency = inprocess[store]["latency"]
+        xs = [position + index * width for position in range(len(scenarios))]
+        medians = [latency[name]["median_ms"] for name in scenarios]
+        p95 = [latency[name]["p95_ms"] for name in scenarios]
+        left.bar(xs, medians, width, label=SHORT_STORES[store])
+        left.scatter(xs, p95, marker="_", color="black", s=60, zorder=3)
+    left.scatter([], [], marker="_", color="black", label="p95")
+    left.set_xticks([p + 0.4 - width / 2 for p in range(len(scenarios))])
+    left.set_xticklabels([SCENARIO_LABELS[name].replace(" (", "\n(") for name in scenarios])
+    left.tick_params(axis="x", labelsize=8)
+    left.set_ylabel("ms per request (median bar, p95 tick)")
+    left.set_title("In-process latency by scenario and store")
+    left.legend(fontsize=8)
+    if growth:
+        sizes = [point["size"] for point in growth["sizes"]]
+        for name in ("bare", "first", "replay"):
+            right.plot(
+                sizes,
+                [point["latency"][name]["median_ms"] for point in growth["sizes"]],
+                marker="o",
+                label=SCENARIO_LABELS[name],
+            )
+        right.set_xscale("log")
+        right.set_ylim(bottom=0)
+        right.set_xlabel("stored records (PostgreSQL)")
+        right.set_ylabel("median ms")
+        right.set_title("Growth: latency vs stored records")
+        right.legend(fontsize=8)
+    else:
+        right.set_axis_off()
+    figure.tight_layout()
+    CHART.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(CHART, dpi=110)
+    plt.close(figure)
