@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import contextlib
 import http.cookiejar
+import importlib.util
 import json
 import os
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -23,6 +25,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import uuid
 from base64 import b64encode
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -38,6 +41,9 @@ PASSWORD = "password"
 BASIC = "Basic " + b64encode(f"alice:{PASSWORD}".encode()).decode()
 DELAY_MS = 1500
 BOOKING = {"slot": "2026-07-30T09:00:00Z", "customer": "Dana Whitfield"}
+GUNICORN = [sys.executable, "-m", "gunicorn"]
+#: A Redis database of its own: the store tests use (and flush) 15.
+EXAMPLE_REDIS_URL = "redis://127.0.0.1:6379/14"
 
 
 def example_env(tmp_dir: Path, **extra: str) -> dict[str, str]:
@@ -72,9 +78,14 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def example_server(tmp_dir: Path, delay_ms: int) -> Iterator[str]:
-    """Migrate a fresh SQLite database, create alice, serve; yields the base URL."""
-    env = example_env(tmp_dir, EXAMPLE_BOOKING_DELAY_MS=str(delay_ms))
+def example_server(
+    tmp_dir: Path, delay_ms: int, *, server: str = "runserver", **extra_env: str
+) -> Iterator[str]:
+    """Migrate a fresh SQLite database, create alice, serve; yields the base URL.
+
+    ``server`` is "runserver" (threaded) or "gunicorn" (``--chdir example_project``).
+    """
+    env = example_env(tmp_dir, EXAMPLE_BOOKING_DELAY_MS=str(delay_ms), **extra_env)
     for args in (
         ("check",),
         ("migrate", "--noinput"),
@@ -84,8 +95,23 @@ def example_server(tmp_dir: Path, delay_ms: int) -> Iterator[str]:
         assert done.returncode == 0, f"manage.py {' '.join(args)} failed:\n{done.stderr}"
     port = free_port()
     log = (tmp_dir / "server.log").open("w")
-    server = subprocess.Popen(
-        [sys.executable, str(MANAGE), "runserver", "--noreload", f"127.0.0.1:{port}"],
+    if server == "gunicorn":
+        command = [
+            *GUNICORN,
+            "--chdir",
+            "example_project",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--threads",
+            "4",
+            "--control-socket",
+            str(tmp_dir / "gunicorn.ctl"),
+            "example.wsgi",
+        ]
+    else:
+        command = [sys.executable, str(MANAGE), "runserver", "--noreload", f"127.0.0.1:{port}"]
+    process = subprocess.Popen(
+        command,
         env=env,
         cwd=REPO_ROOT,
         stdout=log,
@@ -99,7 +125,7 @@ def example_server(tmp_dir: Path, delay_ms: int) -> Iterator[str]:
                 with socket.create_connection(("127.0.0.1", port), timeout=1):
                     break
             except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
+                if process.poll() is not None or time.monotonic() > deadline:
                     log.flush()
                     raise RuntimeError(
                         "the example server did not start:\n" + (tmp_dir / "server.log").read_text()
@@ -107,12 +133,12 @@ def example_server(tmp_dir: Path, delay_ms: int) -> Iterator[str]:
                 time.sleep(0.1)
         yield base
     finally:
-        server.terminate()
+        process.terminate()
         try:
-            server.wait(timeout=10)
+            process.wait(timeout=10)
         except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+            process.kill()
+            process.wait()
         log.close()
 
 
@@ -357,3 +383,53 @@ def test_docs_client_exchanges_credentials_once(server: str) -> None:
     payload = {**BOOKING, "slot": "2026-07-30T14:00:00Z"}
     answer = post_idempotently(url, payload, headers=bad, exchange_credentials=exchange)
     assert answer.status == 201 and exchanges == [1]
+
+
+def test_served_by_gunicorn(tmp_path: Path) -> None:
+    if importlib.util.find_spec("gunicorn") is None:
+        pytest.skip("gunicorn is not installed (pip install -e '.[example]')")
+    with example_server(tmp_path, 0, server="gunicorn") as base:
+        first = call(base, "POST", "/api/bookings/", BOOKING, key="gunicorn-1")
+        assert first.status == 201, first.body
+        again = call(base, "POST", "/api/bookings/", BOOKING, key="gunicorn-1")
+        assert again.status == 201 and again.replayed and again.body == first.body
+
+
+def redis_unreachable() -> str | None:
+    try:
+        import redis
+    except ImportError:
+        return "the redis package is not installed"
+    try:
+        redis.Redis.from_url(EXAMPLE_REDIS_URL, socket_connect_timeout=0.5).ping()
+    except Exception as exc:
+        return f"Redis is not reachable at {EXAMPLE_REDIS_URL} ({type(exc).__name__})"
+    return None
+
+
+def test_redis_backend(tmp_path: Path) -> None:
+    reason = redis_unreachable()
+    if reason:
+        pytest.skip(reason)
+    redis_env = {"REDIS_URL": EXAMPLE_REDIS_URL, "EXAMPLE_IDEMPOTENCY_BACKEND": "redis"}
+    key = f"redis-{uuid.uuid4()}"  # the database is shared between runs
+    with example_server(tmp_path, DELAY_MS, **redis_env) as base:
+        replies: list[Reply] = []
+        first = threading.Thread(
+            target=lambda: replies.append(call(base, "POST", "/api/bookings/", BOOKING, key=key))
+        )
+        first.start()
+        time.sleep(0.4)
+        busy = call(base, "POST", "/api/bookings/", BOOKING, key=key)
+        first.join()
+        assert busy.status == 409 and busy.json()["code"] == "idempotency_key_in_progress"
+        assert replies[0].status == 201
+        again = call(base, "POST", "/api/bookings/", BOOKING, key=key)
+        assert again.status == 201 and again.replayed and again.body == replies[0].body
+        assert len(call(base, "GET", "/api/bookings/").json()) == 1
+    assert not list(records_in_sqlite(tmp_path))  # the records went to Redis
+
+
+def records_in_sqlite(tmp_path: Path) -> list[tuple[object, ...]]:
+    with contextlib.closing(sqlite3.connect(tmp_path / "example.sqlite3")) as db:
+        return db.execute("SELECT key FROM idempotency_django_idempotencyrecord").fetchall()
