@@ -42,8 +42,24 @@ from tests.testapp.models import Booking
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DOCS = REPO_ROOT / "docs"
 PAGES = sorted(DOCS.glob("*.md"))
-#: Pages other people write; the build waits for them to exist.
-OTHERS_PAGES = {"stores.md", "operating.md", "reliability-results.md"}
+#: The pages written with the example project; every other page (stores.md,
+#: operating.md, generated results) is someone else's, and the build waits for the
+#: nav's pages to exist.
+MY_PAGES = {
+    "index.md",
+    "quickstart.md",
+    "guarantees.md",
+    "settings.md",
+    "django.md",
+    "drf.md",
+    "webhooks.md",
+    "errors.md",
+    "clients.md",
+    "signals.md",
+    "upgrading.md",
+    "changelog.md",
+}
+OTHERS_PAGES = {p.name for p in PAGES} - MY_PAGES | {"stores.md", "operating.md"}
 INCLUDE_LANGUAGES = {"python", "py", "pycon", "js", "javascript"}
 SNIPPET = re.compile(r'^\s*-{1,}8<-{1,}\s+"(?P<path>[^":]+)(?::(?P<section>[\w-]+))?"\s*$')
 FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>`{3,}|~{3,})\s*(?P<lang>[\w+-]*)")
@@ -90,7 +106,7 @@ def nav_pages() -> list[str]:
 def test_every_nav_page_exists_except_the_ones_being_written() -> None:
     missing = [page for page in nav_pages() if not (DOCS / page).exists()]
     assert set(missing) <= OTHERS_PAGES, missing
-    assert {p.name for p in PAGES} - OTHERS_PAGES <= set(nav_pages()), "a page is not in nav"
+    assert set(nav_pages()) >= MY_PAGES | {"stores.md", "operating.md"}, "a page is not in nav"
 
 
 def test_mkdocs_build_strict(tmp_path: Path) -> None:
