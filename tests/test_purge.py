@@ -66,6 +66,32 @@ def test_purge_function_returns_counts_per_kind(mixed: dict[str, IdempotencyReco
     assert [kind.label for kind in KINDS] == ["completed", "abandoned"]
 
 
+# --8<-- [start:purge-from-code]
+def purge_nightly() -> dict[str, int]:
+    """Report what would go, then purge, also dropping records completed over a week ago."""
+    from datetime import timedelta
+
+    from idempotency_django.purge import purge
+
+    would = purge(dry_run=True)  # e.g. {"completed": 2, "abandoned": 0}; deletes nothing
+    print(f"purging {would}")
+    return purge(older_than=timedelta(days=7), batch_size=1000, using="default")
+
+
+# --8<-- [end:purge-from-code]
+
+
+def test_purge_from_code_example(capsys: pytest.CaptureFixture[str]) -> None:
+    """The example on docs/operating.md."""
+    IdempotencyRecordFactory.create_batch(2, expired=True)
+    now = timezone.now()
+    IdempotencyRecordFactory(created_at=now - timedelta(days=8), expires_at=now + timedelta(1))
+    IdempotencyRecordFactory(key="kept")
+    assert purge_nightly() == {"completed": 3, "abandoned": 0}
+    assert "purging {'completed': 2, 'abandoned': 0}" in capsys.readouterr().out
+    assert remaining() == {"kept"}
+
+
 def test_record_expiring_exactly_now_is_expired() -> None:
     now = timezone.now()
     IdempotencyRecordFactory(key="edge", expires_at=now)
