@@ -331,6 +331,11 @@ def test_standard_webhooks_example_verifies_then_deduplicates(client: Client) ->
     assert duplicate.status_code == 202 and duplicate.json() == {"status": "duplicate"}
     assert Booking.objects.filter(slot="standard-webhook-run").count() == 1
 
+    # functools.wraps keeps the middleware away, even from a keyed, anonymous delivery.
+    with override_settings(IDEMPOTENCY={"ANONYMOUS": "reject"}):
+        keyed = deliver({**signed_headers("msg_2", body), "HTTP_IDEMPOTENCY_KEY": "evt-2"})
+    assert keyed.status_code == 202 and keyed.json()["status"] == "accepted"
+
 
 @docs_urls
 def test_metrics_example_counts_decisions(alice_client: Client, alice: User) -> None:
