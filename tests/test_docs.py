@@ -159,7 +159,10 @@ def test_code_blocks_are_included_from_exercised_files(page: Path) -> None:
     assert not inline, f"inline code blocks; include them from a tested file: {inline}"
 
 
-@pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
+CURL_PAGES = [*PAGES, REPO_ROOT / "example_project" / "README.md"]
+
+
+@pytest.mark.parametrize("page", CURL_PAGES, ids=[p.name for p in CURL_PAGES])
 def test_curl_examples_call_the_example_project(page: Path) -> None:
     for line_number, lang, body in code_blocks(page):
         if lang not in {"console", "shell", "bash", "sh"}:
@@ -170,6 +173,22 @@ def test_curl_examples_call_the_example_project(page: Path) -> None:
                 continue
             assert url.startswith("http://127.0.0.1:8000/"), f"{page.name}:{line_number}: {url}"
             assert EXAMPLE_ROUTES.match(path), f"{page.name}:{line_number}: {path}"
+
+
+def test_curl_examples_are_the_requests_the_example_tests_make() -> None:
+    """Each key and delivery id a curl example sends is one tests/test_example_project.py uses."""
+    tested = (REPO_ROOT / "tests" / "test_example_project.py").read_text()
+    pages = [DOCS / name for name in sorted(MY_PAGES)] + [REPO_ROOT / "example_project/README.md"]
+    sent = set()
+    for page in pages:
+        for _, lang, body in code_blocks(page):
+            if lang in {"console", "shell", "bash", "sh"}:
+                text = "\n".join(body)
+                sent |= set(re.findall(r'-H "(?:Idempotency-Key|webhook-id): ([^"]+)"', text))
+                for payload in re.findall(r"-d '([^']+)'", text):
+                    json.loads(payload)  # a valid JSON body
+    assert sent, "no curl examples found"
+    assert {value for value in sent if f'"{value}"' not in tested} == set()
 
 
 def test_settings_page_documents_every_setting() -> None:

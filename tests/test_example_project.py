@@ -285,19 +285,20 @@ def test_list_is_per_location(server: str) -> None:
 
 
 def test_patch_and_delete_are_idempotent(server: str) -> None:
-    booking = call(server, "POST", "/api/bookings/", BOOKING, key="booking-8894").json()
+    # The booking of booking-8891 (created, or replayed if test_create... ran first).
+    booking = call(server, "POST", "/api/bookings/", BOOKING, key="booking-8891").json()
     path = f"/api/bookings/{booking['id']}/"
     change = {"slot": "2026-07-30T11:00:00Z"}
-    patched = call(server, "PATCH", path, change, key="booking-8894-move")
+    patched = call(server, "PATCH", path, change, key="booking-8891-move")
     assert patched.status == 200 and patched.json()["slot"] == "2026-07-30T11:00:00Z"
-    again = call(server, "PATCH", path, change, key="booking-8894-move")
+    again = call(server, "PATCH", path, change, key="booking-8891-move")
     assert again.status == 200 and again.replayed and again.body == patched.body
 
-    deleted = call(server, "DELETE", path, key="booking-8894-cancel")
+    deleted = call(server, "DELETE", path, key="booking-8891-cancel")
     assert deleted.status == 204
-    redeleted = call(server, "DELETE", path, key="booking-8894-cancel")
+    redeleted = call(server, "DELETE", path, key="booking-8891-cancel")
     assert redeleted.status == 204 and redeleted.replayed  # not 404
-    assert call(server, "DELETE", path, key="booking-8894-cancel-2").status == 404
+    assert call(server, "DELETE", path, key="booking-8891-cancel-2").status == 404
 
 
 def test_plain_view_with_session_and_csrf(server: str) -> None:
