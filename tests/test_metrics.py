@@ -18,6 +18,23 @@ from idempotency_django.stores import RecordKey, RequestInfo, StoreUnavailable
 from idempotency_django.stores.base import Claim
 from idempotency_django.stores.database import DatabaseStore
 
+# isort: split
+# The recipe as docs/metrics.md shows it (myproject/apps.py); exercised below.
+# --8<-- [start:app_config]
+from django.apps import AppConfig
+
+
+class MyProjectConfig(AppConfig):
+    name = "myproject"
+
+    def ready(self) -> None:
+        from idempotency_django.contrib import prometheus
+
+        prometheus.connect()
+
+
+# --8<-- [end:app_config]
+
 METRIC = "idempotency_decisions_total"
 RESERVED = {"decision": "reserved", "code": "", "reason": ""}
 BODY = json.dumps({"slot": "2026-07-30T09:00:00Z", "customer": "Dana Whitfield"})
@@ -137,3 +154,17 @@ def test_default_registry() -> None:
     finally:
         prometheus.disconnect()
     assert REGISTRY.get_sample_value(METRIC, RESERVED) is None
+
+
+@pytest.mark.django_db
+def test_app_config_recipe_counts_on_the_default_registry(alice_client: Client) -> None:
+    from prometheus_client import REGISTRY
+
+    import tests.testapp
+
+    MyProjectConfig("tests.testapp", tests.testapp).ready()
+    try:
+        post(alice_client, "metrics-default")
+        assert REGISTRY.get_sample_value(METRIC, RESERVED) == 1
+    finally:
+        prometheus.disconnect()

@@ -18,14 +18,40 @@ from rest_framework.schemas.openapi import AutoSchema as DRFAutoSchema
 pytest.importorskip("drf_spectacular")
 
 from drf_spectacular.generators import EndpointEnumerator, SchemaGenerator
+from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.validation import validate_schema
 
-SCHEMA_CLASS = "idempotency_django.openapi.IdempotentAutoSchema"
+from idempotency_django.openapi import IdempotentAutoSchema
+
 PROBLEM = "application/problem+json"
+
+# The one setting docs/openapi.md shows, merged into the test settings below.
+# --8<-- [start:settings]
+REST_FRAMEWORK = {
+    # ... your other DRF settings ...
+    "DEFAULT_SCHEMA_CLASS": "idempotency_django.openapi.IdempotentAutoSchema",
+}
+# --8<-- [end:settings]
+SCHEMA_CLASS = REST_FRAMEWORK["DEFAULT_SCHEMA_CLASS"]
+
+
+class MyAutoSchema(AutoSchema):
+    """A project's own AutoSchema (docs/openapi.md)."""
+
+    def get_tags(self) -> list[str]:
+        return ["project"]
+
+
+# --8<-- [start:combine]
+class ProjectAutoSchema(IdempotentAutoSchema, MyAutoSchema):
+    pass
+
+
+# --8<-- [end:combine]
 
 
 @contextmanager
-def schema_class_setting() -> Iterator[None]:
+def schema_class_setting(schema_class: str = SCHEMA_CLASS) -> Iterator[None]:
     """DEFAULT_SCHEMA_CLASS = IdempotentAutoSchema, for views imported before the override.
 
     ``@api_view`` copies ``APIView.schema`` when the view module is imported, which
@@ -33,7 +59,7 @@ def schema_class_setting() -> Iterator[None]:
     fine). Here the test URLconf may already be imported with DRF's default: give
     those views the lazy ``DefaultSchema`` back while the schema is built.
     """
-    rest_framework = {**settings.REST_FRAMEWORK, "DEFAULT_SCHEMA_CLASS": SCHEMA_CLASS}
+    rest_framework = {**settings.REST_FRAMEWORK, "DEFAULT_SCHEMA_CLASS": schema_class}
     patched = []
     for _path, _regex, _method, callback in EndpointEnumerator().get_api_endpoints():
         view_class = callback.cls
@@ -48,8 +74,8 @@ def schema_class_setting() -> Iterator[None]:
             view_class.schema = original
 
 
-def build_schema(**idempotency: Any) -> dict[str, Any]:
-    with schema_class_setting(), override_settings(IDEMPOTENCY=idempotency):
+def build_schema(schema_class: str = SCHEMA_CLASS, **idempotency: Any) -> dict[str, Any]:
+    with schema_class_setting(schema_class), override_settings(IDEMPOTENCY=idempotency):
         schema: dict[str, Any] = SchemaGenerator().get_schema(request=None, public=True)
         validate_schema(schema)
     return schema
@@ -246,3 +272,64 @@ def test_package_imports_without_drf_spectacular() -> None:
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_extend_schema_overrides_are_kept() -> None:
+    from django.urls import path
+    from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+    from rest_framework import serializers
+    from rest_framework.response import Response
+    from rest_framework.views import APIView
+
+    from idempotency_django import idempotent
+
+    class ErrorSerializer(serializers.Serializer[Any]):
+        errors = serializers.DictField()
+
+    class OutSerializer(serializers.Serializer[Any]):
+        id = serializers.IntegerField()
+
+    # extend_schema picks DEFAULT_SCHEMA_CLASS when it decorates: define the view inside.
+    with schema_class_setting():
+
+        @idempotent
+        class Documented(APIView):
+            @extend_schema(
+                parameters=[
+                    OpenApiParameter(
+                        "Idempotency-Key",
+                        str,
+                        OpenApiParameter.HEADER,
+                        required=True,
+                        description="Ours.",
+                    )
+                ],
+                responses={
+                    201: OutSerializer,
+                    400: OpenApiResponse(ErrorSerializer, description="Validation failed."),
+                },
+            )
+            def post(self, request: Any) -> Response:
+                return Response({"id": 1}, status=201)
+
+        schema = SchemaGenerator(patterns=[path("documented/", Documented.as_view())]).get_schema(
+            request=None, public=True
+        )
+        validate_schema(schema)
+    operation = schema["paths"]["/documented/"]["post"]
+    [header] = [p for p in operation["parameters"] if p["name"] == "Idempotency-Key"]
+    assert header["description"] == "Ours."
+    assert header["required"] is True
+    bad_request = operation["responses"]["400"]
+    assert bad_request["description"] == "Validation failed."
+    assert set(bad_request["content"]) == {"application/json", PROBLEM}
+    assert "Idempotency-Replayed" in operation["responses"]["201"]["headers"]
+    assert "409" in operation["responses"]
+
+
+def test_combined_with_a_project_auto_schema() -> None:
+    schema = build_schema(f"{__name__}.ProjectAutoSchema")
+    operation = schema["paths"]["/api/bookings/"]["post"]
+    assert operation["tags"] == ["project"]
+    assert key_header(operation) is not None
+    assert "409" in operation["responses"]
