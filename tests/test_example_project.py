@@ -27,7 +27,7 @@ import urllib.parse
 import urllib.request
 import uuid
 from base64 import b64encode
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -214,9 +214,38 @@ def cookie(jar: http.cookiejar.CookieJar, name: str) -> str:
     return next(c.value for c in jar if c.name == name and c.value is not None)
 
 
+def reserved_count(tmp_dir: Path) -> int:
+    """How many keys the server has claimed so far (it logs one line per decision)."""
+    log = tmp_dir / "server.log"
+    return log.read_text().count("event=reserved") if log.exists() else 0
+
+
+def wait_until_reserved(tmp_dir: Path, more_than: int) -> None:
+    """Until the server claimed another key: then a duplicate finds it in progress."""
+    deadline = time.monotonic() + 30
+    while reserved_count(tmp_dir) <= more_than:
+        assert time.monotonic() < deadline, "the first request never claimed its key"
+        time.sleep(0.02)
+    time.sleep(0.05)
+
+
+def start_then_duplicate(tmp_dir: Path, first: Callable[[], object]) -> threading.Thread:
+    """Start ``first`` in a thread; return once the server has claimed its key."""
+    before = reserved_count(tmp_dir)
+    thread = threading.Thread(target=first)
+    thread.start()
+    wait_until_reserved(tmp_dir, before)
+    return thread
+
+
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with example_server(tmp_path_factory.mktemp("example"), DELAY_MS) as base:
+def server_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("example")
+
+
+@pytest.fixture(scope="module")
+def server(server_dir: Path) -> Iterator[str]:
+    with example_server(server_dir, DELAY_MS) as base:
         yield base
 
 
@@ -245,16 +274,14 @@ def test_create_replay_and_reuse(server: str) -> None:
     assert [b["id"] for b in listed.json()].count(created["id"]) == 1
 
 
-def test_concurrent_duplicate_is_in_progress_then_replays(server: str) -> None:
+def test_concurrent_duplicate_is_in_progress_then_replays(server: str, server_dir: Path) -> None:
     payload = {**BOOKING, "slot": "2026-07-30T10:00:00Z"}
     replies: list[Reply] = []
 
     def post() -> None:
         replies.append(call(server, "POST", "/api/bookings/", payload, key="booking-8892"))
 
-    first = threading.Thread(target=post)
-    first.start()
-    time.sleep(0.4)  # the first has claimed the key and is sleeping DELAY_MS
+    first = start_then_duplicate(server_dir, post)  # claimed, now sleeping DELAY_MS
     post()
     first.join()
     by_status = {reply.status: reply for reply in replies}
@@ -344,7 +371,9 @@ def test_webhook_accepted_then_duplicate(server: str) -> None:
     assert other.json()["run_id"] != first.json()["run_id"]
 
 
-def test_docs_client_waits_out_in_progress_and_gets_the_replay(server: str) -> None:
+def test_docs_client_waits_out_in_progress_and_gets_the_replay(
+    server: str, server_dir: Path
+) -> None:
     """tests/docs_examples/client.py, as docs/clients.md shows it, against the server."""
     payload = {**BOOKING, "slot": "2026-07-30T13:00:00Z"}
     headers = {"Authorization": BASIC, "X-Location-Id": "portland"}
@@ -356,11 +385,9 @@ def test_docs_client_waits_out_in_progress_and_gets_the_replay(server: str) -> N
 
     policy = RetryPolicy(sleep=sleep)
     url = server + "/api/bookings/"
-    first = threading.Thread(
-        target=post_idempotently, args=(url, payload), kwargs={"headers": headers, "key": "cli-1"}
+    first = start_then_duplicate(
+        server_dir, lambda: post_idempotently(url, payload, headers=headers, key="cli-1")
     )
-    first.start()
-    time.sleep(0.4)
     answer = post_idempotently(url, payload, headers=headers, key="cli-1", policy=policy)
     first.join()
     assert answer.status == 201 and answer.replayed
@@ -416,11 +443,10 @@ def test_redis_backend(tmp_path: Path) -> None:
     key = f"redis-{uuid.uuid4()}"  # the database is shared between runs
     with example_server(tmp_path, DELAY_MS, **redis_env) as base:
         replies: list[Reply] = []
-        first = threading.Thread(
-            target=lambda: replies.append(call(base, "POST", "/api/bookings/", BOOKING, key=key))
+        first = start_then_duplicate(
+            tmp_path,
+            lambda: replies.append(call(base, "POST", "/api/bookings/", BOOKING, key=key)),
         )
-        first.start()
-        time.sleep(0.4)
         busy = call(base, "POST", "/api/bookings/", BOOKING, key=key)
         first.join()
         assert busy.status == 409 and busy.json()["code"] == "idempotency_key_in_progress"
