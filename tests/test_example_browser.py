@@ -14,7 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_example_project import PASSWORD, call, example_server
+from tests.test_example_project import (
+    PASSWORD,
+    call,
+    example_server,
+    reserved_count,
+    wait_until_reserved,
+)
 
 CHROMIUM = Path("/usr/bin/chromium")
 DOCS_IMAGE = Path(__file__).resolve().parent.parent / "docs" / "images" / "example-booking.png"
@@ -72,10 +78,11 @@ def test_double_click_and_reload_make_one_booking_each(tmp_path: Path) -> None:
             page.fill("#location", "lisbon")
             page.fill("#customer", "Ines Duarte")
             key = page.text_content("#idempotency-key")
+            claimed = reserved_count(tmp_path)
             with page.expect_request("**/api/bookings/") as sent:
                 page.click("#book")
             assert sent.value.headers["idempotency-key"] == key
-            page.wait_for_timeout(300)  # the server has claimed the key and is working
+            wait_until_reserved(tmp_path, claimed)  # the server has the key and is working
             page.reload()
             assert page.input_value("#location") == "lisbon"  # the form came back...
             assert page.text_content("#idempotency-key") == key  # ...with its key
