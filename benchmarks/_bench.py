@@ -51,6 +51,17 @@ STORES: dict[str, dict[str, str]] = {
         "EXAMPLE_IDEMPOTENCY_BACKEND": "db",
         "BENCH_PG_SYNC_COMMIT_OFF": "1",
     },
+    "postgres_proto": {
+        "DATABASE_URL": PG_URL,
+        "EXAMPLE_IDEMPOTENCY_BACKEND": "db",
+        "BENCH_PROTOTYPE_STORE": "1",
+    },
+    "postgres_proto_atomic": {
+        "DATABASE_URL": PG_URL,
+        "EXAMPLE_IDEMPOTENCY_BACKEND": "db",
+        "BENCH_PROTOTYPE_STORE": "1",
+        "EXAMPLE_ATOMIC_REQUESTS": "1",
+    },
 }
 STORE_LABELS = {
     "sqlite": "database store, SQLite",
@@ -58,6 +69,8 @@ STORE_LABELS = {
     "redis": "Redis store (PostgreSQL for the app)",
     "postgres_atomic": "database store, PostgreSQL, ATOMIC_REQUESTS",
     "postgres_async": "database store, PostgreSQL, synchronous_commit=off (diagnostic)",
+    "postgres_proto": "PostgreSQL, prototype one-statement claim (benchmarks/prototype_store.py)",
+    "postgres_proto_atomic": "PostgreSQL, prototype claim + ATOMIC_REQUESTS",
 }
 
 
@@ -73,6 +86,7 @@ def child_env(store: str, **extra: str) -> dict[str, str]:
             "EXAMPLE_IDEMPOTENCY_BACKEND",
             "EXAMPLE_ATOMIC_REQUESTS",
             "BENCH_PG_SYNC_COMMIT_OFF",
+            "BENCH_PROTOTYPE_STORE",
         }
     }
     env.update(STORES[store])
@@ -145,4 +159,4 @@ def load_results() -> dict[str, Any]:
 
 
 def save_results(results: dict[str, Any]) -> None:
-    RESULTS_JSON.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
+    RESULTS_JSON.write_text(json.dumps(results, indent=1) + "\n")

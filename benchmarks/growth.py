@@ -187,6 +187,11 @@ def main() -> None:
             "load_seconds": seconds,
             "latency": {name: _bench.summarize(values) for name, values in samples.items()},
             "table": table_bytes(),
+            # Pages each statement touched: the B-tree's depth, not the table's size.
+            "buffers": {
+                label: next((line.strip() for line in plan.splitlines() if "Buffers:" in line), "")
+                for label, plan in explain(requests).items()
+            },
         }
         result["sizes"].append(point)
         print(

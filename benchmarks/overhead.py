@@ -41,9 +41,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import _bench, http_load, report
 
-IN_PROCESS_STORES = ("sqlite", "postgres", "postgres_atomic", "postgres_async", "redis")
-HTTP_STORES = ("postgres", "redis")
-PROFILED_STORES = ("postgres", "redis")
+IN_PROCESS_STORES = (
+    "sqlite",
+    "postgres",
+    "postgres_atomic",
+    "postgres_async",
+    "postgres_proto",
+    "postgres_proto_atomic",
+    "redis",
+)
+HTTP_STORES = ("postgres", "postgres_proto", "redis")
+PROFILED_STORES = ("postgres", "postgres_async", "redis")
 
 
 def run_child(script: str, store: str, out: Path, *arguments: str) -> dict[str, Any]:
@@ -58,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-n", type=int, default=400, help="requests per in-process scenario")
     parser.add_argument("--warmup", type=int, default=50)
     parser.add_argument("--profile-n", type=int, default=200)
-    parser.add_argument("--http-seconds", type=int, default=3)
+    parser.add_argument("--http-seconds", type=int, default=2)
     parser.add_argument("--http-rounds", type=int, default=3)
     parser.add_argument("--http-workers", type=int, default=3)
     parser.add_argument("--growth-sizes", default="10000,100000,1000000")

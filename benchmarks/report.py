@@ -28,11 +28,24 @@ SHORT_STORES = {
     "postgres": "PostgreSQL",
     "postgres_atomic": "PG + ATOMIC_REQUESTS",
     "postgres_async": "PG sync_commit=off",
+    "postgres_proto": "PG prototype claim",
+    "postgres_proto_atomic": "PG prototype + ATOMIC",
     "redis": "Redis store",
 }
 MAX_FIRST_RATIO = 1.20
 MIN_REPLAY_SPEEDUP = 3.0
 MAX_GROWTH_DRIFT = 1.30
+
+
+HTTP_ORDER = dict.fromkeys(
+    ["bare@1", "storm@1", "bare@8", "first@8", "replay@8", "storm@8", "bare@32", "storm@32"]
+)
+
+
+def _ordered(mapping: dict[str, Any], order: dict[str, Any]) -> dict[str, Any]:
+    """``mapping`` in the order of ``order``'s keys (then anything else)."""
+    known = [key for key in order if key in mapping]
+    return {key: mapping[key] for key in known + [k for k in mapping if k not in order]}
 
 
 def machine() -> dict[str, Any]:
@@ -66,7 +79,7 @@ def print_inprocess(store: str, data: dict[str, Any]) -> None:
 def targets(results: dict[str, Any]) -> list[tuple[bool | None, str]]:
     """(passed, line) for each target; None is information, not a target."""
     lines: list[tuple[bool | None, str]] = []
-    inprocess = results.get("inprocess", {})
+    inprocess = _ordered(results.get("inprocess", {}), SHORT_STORES)
     pg = inprocess.get("postgres")
     if pg:
         queries = pg["queries"]
@@ -91,7 +104,7 @@ def targets(results: dict[str, Any]) -> list[tuple[bool | None, str]]:
                 "constraint, then SELECT)",
             )
         )
-        for store in ("postgres", "postgres_atomic", "postgres_async"):
+        for store in [name for name in inprocess if name.startswith("postgres")]:
             data = inprocess.get(store)
             if not data:
                 continue
@@ -115,12 +128,11 @@ def targets(results: dict[str, Any]) -> list[tuple[bool | None, str]]:
                 f"(target >= {MIN_REPLAY_SPEEDUP:.0f}x)",
             )
         )
-        floor = latency["bare"]["median_ms"] / latency["replay"]["median_ms"]
         lines.append(
             (
                 None,
                 f"replay vs the bare view with no added work, {_bench.STORE_LABELS[store]}: "
-                f"{floor:.2f}x faster",
+                f"x{_ratio(latency, 'replay'):.2f} of its time",
             )
         )
     redis = inprocess.get("redis", {}).get("redis_commands")
@@ -208,7 +220,7 @@ def _markdown(results: dict[str, Any], checked: list[tuple[bool | None, str]]) -
         out.append(f"| {_status(passed)} | {line.replace('|', '/')} |")
     out.append("")
 
-    inprocess = results.get("inprocess", {})
+    inprocess = _ordered(results.get("inprocess", {}), SHORT_STORES)
     if inprocess:
         stores = list(inprocess)
         out.append("### In-process, full middleware stack (Django test Client)\n")
@@ -245,7 +257,8 @@ def _markdown(results: dict[str, Any], checked: list[tuple[bool | None, str]]) -
         )
         out.append("| Scenario | Store | req/s | x bare | p50 ms | p95 ms | statuses |")
         out.append("| --- | --- | --- | --- | --- | --- | --- |")
-        for store, runs in http.items():
+        for store, unordered in _ordered(http, SHORT_STORES).items():
+            runs = _ordered(unordered, HTTP_ORDER)
             for label, stats in runs.items():
                 connections = label.split("@")[1]
                 bare = runs.get(f"bare@{connections}") or runs["bare@8"]
@@ -266,9 +279,9 @@ def _markdown(results: dict[str, Any], checked: list[tuple[bool | None, str]]) -
         )
         out.append(
             "| Records | bare | first | replay | first / bare | replay / bare | "
-            "bytes per record (table + indexes) |"
+            "bytes per record (table + indexes) | EXPLAIN buffers: claim SELECT, UPDATE |"
         )
-        out.append("| --- | --- | --- | --- | --- | --- | --- |")
+        out.append("| --- | --- | --- | --- | --- | --- | --- | --- |")
         for point in growth["sizes"]:
             latency = point["latency"]
             out.append(
@@ -276,8 +289,13 @@ def _markdown(results: dict[str, Any], checked: list[tuple[bool | None, str]]) -
                 f"{latency['first']['median_ms']:.2f} | {latency['replay']['median_ms']:.2f} | "
                 f"x{_ratio(latency, 'first'):.2f} | x{_ratio(latency, 'replay'):.2f} | "
                 f"{point['table']['bytes_per_row']:.0f} "
-                f"({point['table']['heap_bytes_per_row']:.0f} heap + TOAST, "
-                f"{point['table']['index_bytes_per_row']:.0f} indexes) |"
+                f"({point['table']['heap_bytes_per_row']:.0f} heap, "
+                f"{point['table']['index_bytes_per_row']:.0f} indexes) | "
+                + ", ".join(
+                    point.get("buffers", {}).get(label, "?").replace("Buffers: ", "")
+                    for label in ("claim SELECT (existing key)", "complete UPDATE")
+                )
+                + " |"
             )
         memory = growth.get("redis_memory")
         if memory:
@@ -288,9 +306,8 @@ def _markdown(results: dict[str, Any], checked: list[tuple[bool | None, str]]) -
             )
         for label, plan in growth.get("explain", {}).items():
             out.append(
-                f"<details><summary>EXPLAIN (ANALYZE, BUFFERS): {label}, "
-                f"{growth['sizes'][-1]['size']:,} records</summary>\n\n```text\n{plan}\n```\n"
-                "</details>\n"
+                f"EXPLAIN (ANALYZE, BUFFERS), {label}, {growth['sizes'][-1]['size']:,} "
+                f"records:\n\n```text\n{plan}\n```\n"
             )
 
     profiles = {store: data["profile"] for store, data in inprocess.items() if data.get("profile")}
@@ -326,7 +343,7 @@ def _chart(results: dict[str, Any]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    inprocess = results.get("inprocess", {})
+    inprocess = _ordered(results.get("inprocess", {}), SHORT_STORES)
     growth = results.get("growth")
     figure, axes = plt.subplots(1, 2, figsize=(14, 5.2), gridspec_kw={"width_ratios": [2.2, 1]})
     left, right = axes
@@ -359,9 +376,22 @@ def _chart(results: dict[str, Any]) -> None:
         right.set_xscale("log")
         right.set_ylim(bottom=0)
         right.set_xlabel("stored records (PostgreSQL)")
-        right.set_ylabel("median ms")
+        right.set_ylabel("median ms (solid)")
         right.set_title("Growth: latency vs stored records")
-        right.legend(fontsize=8)
+        ratios = right.twinx()
+        for name, color in (("first", "tab:orange"), ("replay", "tab:green")):
+            ratios.plot(
+                sizes,
+                [_ratio(point["latency"], name) for point in growth["sizes"]],
+                linestyle="--",
+                color=color,
+                label=f"{name} / bare (dashed)",
+            )
+        ratios.set_ylim(bottom=0)
+        ratios.set_ylabel("multiple of the bare view (dashed)")
+        handles, labels = right.get_legend_handles_labels()
+        more_handles, more_labels = ratios.get_legend_handles_labels()
+        right.legend(handles + more_handles, labels + more_labels, fontsize=7, loc="lower left")
     else:
         right.set_axis_off()
     figure.tight_layout()
