@@ -191,6 +191,23 @@ def test_curl_examples_are_the_requests_the_example_tests_make() -> None:
     assert {value for value in sent if f'"{value}"' not in tested} == set()
 
 
+def test_ruff_format_leaves_the_snippet_includes_alone() -> None:
+    """ruff >= 0.16 formats python blocks in Markdown and would turn ``--8<-- "..."`` into
+    ``--8 < --"..."``; pages with includes turn it off with ``<!-- fmt: off -->``."""
+    if importlib.util.find_spec("ruff") is None:
+        pytest.skip("ruff is not installed")
+    pages = [str(DOCS / name) for name in sorted(MY_PAGES)]
+    checked = subprocess.run(
+        [sys.executable, "-m", "ruff", "format", "--check", *pages],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
 def test_settings_page_documents_every_setting() -> None:
     text = (DOCS / "settings.md").read_text()
     headings = set(re.findall(r"^#{2,4}\s+`([A-Z_]+)`\s*$", text, flags=re.MULTILINE))
