@@ -2,8 +2,10 @@
 
 The schema is the one :class:`idempotency_django.openapi.IdempotentAutoSchema`
 documents, so schemathesis generates ``Idempotency-Key`` values from the
-documented header (pattern, length) and bodies from the serializer. Every
-answer must be below 500, and a keyed success repeated unchanged must replay.
+documented header (pattern, length) and bodies from the serializer, and in
+negative mode values that violate them. Every answer must be below 500, a key
+is refused exactly when the library's parser refuses it, and a keyed success
+repeated unchanged must replay.
 Only the ``live_server`` (127.0.0.1) is ever called.
 """
 
@@ -30,7 +32,9 @@ import schemathesis
 from drf_spectacular.generators import SchemaGenerator
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
+from schemathesis import GenerationMode
 
+from idempotency_django.keys import InvalidKey, parse_key
 from tests.test_openapi import schema_class_setting
 
 MAX_EXAMPLES = 25
@@ -77,10 +81,32 @@ def basic_auth(transactional_db: None) -> str:
     return "Basic " + base64.b64encode(b"fuzz:fuzz-password").decode()
 
 
+def problem_code(response: Any) -> str | None:
+    if header(response, "Content-Type") != "application/problem+json":
+        return None
+    code: str = json.loads(response.content)["code"]
+    return code
+
+
+def key_is_valid(raw: str) -> bool:
+    try:
+        parse_key(raw)
+    except InvalidKey:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
 @pytest.mark.parametrize(("path", "method"), OPERATIONS)
 def test_generated_requests_never_fail_on_the_server(
-    live_server_static: None, live_server: Any, basic_auth: str, path: str, method: str
+    live_server_static: None,
+    live_server: Any,
+    basic_auth: str,
+    path: str,
+    method: str,
+    mode: GenerationMode,
 ) -> None:
+    """Positive: schema-valid requests. Negative: schema-violating ones (bad keys, bodies)."""
     # The live server listens on localhost (IPv4): call it by address, nothing else.
     base_url = f"http://127.0.0.1:{urlsplit(live_server.url).port}"
     schema = schemathesis.openapi.from_dict(api_schema())
@@ -97,7 +123,7 @@ def test_generated_requests_never_fail_on_the_server(
         database=None,
         suppress_health_check=list(HealthCheck),
     )
-    @given(case=operation.as_strategy())
+    @given(case=operation.as_strategy(generation_mode=mode))
     def check(case: Any) -> None:
         nonlocal keyed_successes
         # Authenticate as the created user, whatever security the case generated.
@@ -112,7 +138,12 @@ def test_generated_requests_never_fail_on_the_server(
         response = case.call(base_url=base_url, timeout=10)
         statuses.append(response.status_code)
         assert response.status_code < 500, (response.status_code, response.text[:500])
-        if "Idempotency-Key" in case.headers and 200 <= response.status_code < 300:
+        key = case.headers.get("Idempotency-Key")
+        if key is not None:
+            # The server parses the key exactly as the library's parser does.
+            rejected = problem_code(response) == "idempotency_key_invalid"
+            assert rejected is not key_is_valid(key), (key, response.status_code)
+        if key is not None and 200 <= response.status_code < 300:
             keyed_successes += 1
             again = case.call(base_url=base_url, timeout=10)
             if case.media_type == "multipart/form-data" and again.status_code == 409:
@@ -127,4 +158,5 @@ def test_generated_requests_never_fail_on_the_server(
 
     check()
     assert statuses
-    assert keyed_successes > 0, statuses
+    if mode is GenerationMode.POSITIVE:
+        assert keyed_successes > 0, statuses
