@@ -51,7 +51,14 @@ BODY_MARKER = "bodymarker-" + uuid.uuid4().hex
 SECRETS: dict[str, str] = {BODY_MARKER: "request body marker"}
 #: Files (server logs, database and Redis dumps) written as each stack stops.
 ARTIFACTS: list[tuple[str, Path]] = []
-ARTIFACT_DIR = Path(tempfile.mkdtemp(prefix="idempotency-reliability-"))
+_artifact_dir: list[Path] = []
+
+
+def artifact_dir() -> Path:
+    """This session's directory for server logs and dumps (kept after the run)."""
+    if not _artifact_dir:
+        _artifact_dir.append(Path(tempfile.mkdtemp(prefix="idempotency-reliability-")))
+    return _artifact_dir[0]
 
 
 def free_port() -> int:
@@ -410,6 +417,10 @@ class PgCluster:
     def destroy(self) -> None:
         with contextlib.suppress(RuntimeError, subprocess.TimeoutExpired):
             self.stop()
+        with contextlib.suppress(OSError):
+            kept = Path(tempfile.mkdtemp(prefix="pgcluster-", dir=artifact_dir())) / "postgres.log"
+            shutil.copyfile(self.root / "log", kept)
+            ARTIFACTS.append(("own PostgreSQL cluster: server log", kept))
         shutil.rmtree(self.root, ignore_errors=True)
 
 
@@ -664,7 +675,7 @@ def stack(
     extra_env: dict[str, str] | None = None,
 ) -> Iterator[Stack]:
     """A fresh database, migrated, with superusers, served by gunicorn; always torn down."""
-    directory = Path(tempfile.mkdtemp(prefix=f"{label}-", dir=ARTIFACT_DIR))
+    directory = Path(tempfile.mkdtemp(prefix=f"{label}-", dir=artifact_dir()))
     own_db = db is None
     if db is None:
         db = SqliteDatabase(directory) if store == "db-sqlite" else PgDatabase(**SHARED_PG)
@@ -718,6 +729,8 @@ def _archive(
     label: str, directory: Path, server: Server, db: Database, redis: RedisServer | None
 ) -> None:
     ARTIFACTS.append((f"{label}: server output", server.log_path))
+    if redis is not None and redis.log.exists():
+        ARTIFACTS.append((f"{label}: redis-server output", redis.log))
     with contextlib.suppress(Exception):
         dump = directory / "database.txt"
         dump.write_text(db.dump())
