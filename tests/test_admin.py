@@ -150,7 +150,8 @@ def test_changelist_does_not_load_bodies(
         ({"status_class": "none"}, {"key-reserved", "key-abandoned"}),
         ({"method": "PUT"}, {"key-redirect"}),
         ({"method": "PATCH"}, {"key-reserved"}),
-        ({"location__exact": "shop-7"}, {"key-client-error"}),
+        ({"location": "shop-7"}, {"key-client-error"}),
+        ({"location": "nowhere"}, set()),
         ({"q": "key-redir"}, {"key-redirect"}),
         ({"q": "/orders/"}, {"key-completed"}),
         ({"q": "user:2"}, {"key-redirect", "key-client-error"}),
@@ -188,6 +189,25 @@ def test_changelist_date_filters(
     )
     assert response.status_code == 200
     assert "key-completed" in listed(response)
+
+
+def test_location_choices_come_from_recent_rows(
+    admin_client: Client, records: dict[str, IdempotencyRecord]
+) -> None:
+    from idempotency_django.admin import LocationFilter
+
+    response = admin_client.get(reverse(CHANGELIST))
+    choices = [
+        c["display"]
+        for spec in response.context["cl"].filter_specs
+        if isinstance(spec, LocationFilter)
+        for c in spec.choices(response.context["cl"])
+    ]
+    assert choices == ["All", "shop-7"]
+    IdempotencyRecordFactory(location="shop-new")
+    response = admin_client.get(reverse(CHANGELIST), {"location": "bookmarked"})
+    content = response.content.decode()
+    assert "?location=shop-new" in content and "?location=bookmarked" in content
 
 
 def test_filter_sidebar_lists_choices(
