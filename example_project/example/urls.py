@@ -1,7 +1,8 @@
-from bookings import views
 from django.contrib import admin
 from django.urls import include, path
 from rest_framework.routers import DefaultRouter
+
+from bookings import views
 
 router = DefaultRouter()
 router.register("bookings", views.BookingViewSet, basename="booking")
