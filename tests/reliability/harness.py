@@ -784,10 +784,11 @@ HEADER = (
 def markdown_table(rows: Sequence[Row]) -> str:
     lines = [HEADER, "|" + " --- |" * 12]
     for row in rows:
+        p50, p99, rps = (f"{value:.0f}" if value else "" for value in (row.p50, row.p99, row.rps))
         lines.append(
             f"| {row.scenario} | {row.store} | {row.requests} | {row.expected} | {row.found} "
-            f"| {row.five_xx} | {row.lost} | {row.duplicated} | {row.p50:.0f} | {row.p99:.0f} "
-            f"| {row.rps:.0f} | {row.note} |"
+            f"| {row.five_xx} | {row.lost} | {row.duplicated} | {p50} | {p99} | {rps} "
+            f"| {row.note} |"
         )
     return "\n".join(lines)
 

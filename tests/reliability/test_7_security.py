@@ -132,14 +132,14 @@ def test_no_secret_in_any_output_or_table() -> None:
     harness.record(
         Row(
             "7 secrets in server output and table dumps",
-            f"{len(harness.ARTIFACTS)} files",
+            f"every stack: {len(harness.ARTIFACTS)} logs and dumps",
             len(harness.SECRETS),
             0,
             len(found),
             0,
             0,
             0,
-            note="secret values searched; found: "
+            note=f"{len(harness.SECRETS)} secret values searched; found: "
             + (", ".join(f"{what} in {where[0]}" for what, where in found.items()) or "none"),
         )
     )
