@@ -110,10 +110,16 @@ def test_no_scope_obtains_another_scopes_response(store: str) -> None:
     assert hooks[0].json()["status"] == "accepted" and hooks[1].json()["status"] == "duplicate"
 
 
-def findings(ignore_django_request_log: bool) -> dict[str, list[str]]:
+#: The restarted cluster's own log (not the server's output): see test_no_secret_in_postgres_log.
+POSTGRES_LOG = "own PostgreSQL cluster"
+
+
+def findings(ignore_django_request_log: bool, postgres_log: bool = False) -> dict[str, list[str]]:
     """Which secret (by description) appears in which artifact."""
     found: dict[str, list[str]] = {}
     for label, path in harness.ARTIFACTS:
+        if label.startswith(POSTGRES_LOG) is not postgres_log:
+            continue
         text = path.read_text(errors="replace")
         if ignore_django_request_log:
             text = "\n".join(
@@ -159,3 +165,34 @@ def test_no_webhook_token_in_django_request_log() -> None:
     assert tokens, "no webhook was sent"
     found = findings(ignore_django_request_log=False)
     assert "webhook token" not in found, found["webhook token"][:5]
+
+
+POSTGRES_STATEMENT_LOGGED = (
+    "PostgreSQL, not the library: when a query fails (here, killed by the restart's fast "
+    "shutdown) the server log's STATEMENT line holds the SQL with its literals, e.g. the "
+    "django_session lookup with the session key, i.e. the session cookie (Django's psycopg "
+    "backend binds parameters client-side). Only when a session query is in flight at the "
+    "stop, so not strict"
+)
+
+
+@pytest.mark.xfail(strict=False, reason=POSTGRES_STATEMENT_LOGGED)
+def test_no_secret_in_postgres_log() -> None:
+    logs = [label for label, _ in harness.ARTIFACTS if label.startswith(POSTGRES_LOG)]
+    if not logs:
+        pytest.skip("the PostgreSQL restart scenario did not run")
+    found = findings(ignore_django_request_log=False, postgres_log=True)
+    harness.record(
+        Row(
+            "7 secrets in the restarted cluster's PostgreSQL log",
+            "own cluster",
+            len(harness.SECRETS),
+            0,
+            len(found),
+            0,
+            0,
+            0,
+            note="found: " + (", ".join(found) or "none"),
+        )
+    )
+    assert not found, found
