@@ -11,6 +11,7 @@
 ``EXAMPLE_SECRET_KEY``, ``EXAMPLE_ALLOWED_HOSTS`` (comma-separated, added to the local ones)
 """
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -143,6 +144,12 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
 }
 # --8<-- [end:rest_framework]
+
+# The OpenAPI schema at /api/schema/, when drf-spectacular is installed: protected
+# endpoints document Idempotency-Key, Idempotency-Replayed and the problem responses.
+if importlib.util.find_spec("drf_spectacular") is not None:
+    INSTALLED_APPS.append("drf_spectacular")
+    REST_FRAMEWORK["DEFAULT_SCHEMA_CLASS"] = "idempotency_django.openapi.IdempotentAutoSchema"
 
 LOGIN_URL = "/admin/login/"
 LOGIN_REDIRECT_URL = "/"

@@ -1,3 +1,4 @@
+from django.conf import settings
 from django.contrib import admin
 from django.urls import include, path
 from rest_framework.routers import DefaultRouter
@@ -14,3 +15,8 @@ urlpatterns = [
     path("plain/bookings/", views.plain_create_booking, name="plain-bookings"),
     path("hooks/<str:token>/", views.webhook_receiver, name="webhook"),
 ]
+
+if "drf_spectacular" in settings.INSTALLED_APPS:
+    from drf_spectacular.views import SpectacularAPIView
+
+    urlpatterns.append(path("api/schema/", SpectacularAPIView.as_view(), name="schema"))
