@@ -1,10 +1,10 @@
 """The example project's URLs plus the floor: the same booking viewset, undecorated."""
 
-from bookings.views import BookingViewSet
 from django.urls import include, path
-from example.urls import urlpatterns as example_urlpatterns
 from rest_framework.routers import SimpleRouter
 
+from bookings.views import BookingViewSet
+from example.urls import urlpatterns as example_urlpatterns
 from idempotency_django.drf import IdempotentMixin
 
 #: ``@idempotent`` returns a subclass of the original class with IdempotentMixin

@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
                 "--profile-n",
                 str(profile_n),
                 "--slow-n",
-                str(max(10, args.n // 10)),
+                str(max(10, args.n // 5)),
             )
             report.print_inprocess(store, results["inprocess"][store])
 

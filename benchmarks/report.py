@@ -22,6 +22,7 @@ SCENARIO_LABELS = {
     "bare_slow": "bare view, view sleeps 20 ms",
     "first_slow": "first request, view sleeps 20 ms",
     "replay_slow": "replay (during the 20 ms runs)",
+    "replay_all": "replay (all samples of the run)",
 }
 SHORT_STORES = {
     "sqlite": "SQLite",
@@ -57,7 +58,7 @@ def machine() -> dict[str, Any]:
 
 
 def _ratio(latency: dict[str, Any], name: str) -> float:
-    base = "bare_slow" if name.endswith("_slow") else "bare"
+    base = "bare_slow" if name.endswith("_slow") or name == "replay_all" else "bare"
     return float(latency[name]["median_ms"] / latency[base]["median_ms"])
 
 
@@ -118,14 +119,17 @@ def targets(results: dict[str, Any]) -> list[tuple[bool | None, str]]:
             lines.append((ratio <= MAX_FIRST_RATIO if store == "postgres" else None, line))
     for store, data in inprocess.items():
         latency = data["latency"]
-        speedup = latency["bare_slow"]["median_ms"] / latency["replay_slow"]["median_ms"]
+        replay = latency.get("replay_all", latency["replay_slow"])
+        speedup = latency["bare_slow"]["median_ms"] / replay["median_ms"]
+        interleaved = latency["bare_slow"]["median_ms"] / latency["replay_slow"]["median_ms"]
         lines.append(
             (
                 speedup >= MIN_REPLAY_SPEEDUP if store in {"sqlite", "postgres", "redis"} else None,
                 f"replay vs running the view ({data['slow_delay_ms']} ms of work), "
-                f"{_bench.STORE_LABELS[store]}: {latency['replay_slow']['median_ms']:.2f} ms vs "
-                f"{latency['bare_slow']['median_ms']:.2f} ms = {speedup:.1f}x faster "
-                f"(target >= {MIN_REPLAY_SPEEDUP:.0f}x)",
+                f"{_bench.STORE_LABELS[store]}: replay {replay['median_ms']:.2f} ms (all "
+                f"{replay['n']} replays of the run) vs {latency['bare_slow']['median_ms']:.2f} ms "
+                f"= {speedup:.1f}x faster (target >= {MIN_REPLAY_SPEEDUP:.0f}x); only the "
+                f"replays interleaved with the 20 ms runs: {interleaved:.1f}x",
             )
         )
         lines.append(
@@ -235,6 +239,9 @@ def _markdown(results: dict[str, Any], checked: list[tuple[bool | None, str]]) -
             cells = []
             for store in stores:
                 data = inprocess[store]
+                if name not in data["latency"]:
+                    cells.append("")
+                    continue
                 stats = data["latency"][name]
                 queries = data["queries"].get(name, {}).get("count")
                 cell = (
