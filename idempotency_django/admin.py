@@ -38,7 +38,8 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from idempotency_django.conf import DEFAULTS, idempotency_settings
-from idempotency_django.models import IdempotencyRecord
+from idempotency_django.models import IdempotencyRecord, WebhookDelivery
+from idempotency_django.webhooks import TRIGGER_PREFIX
 
 __all__ = [
     "EstimatedCountPaginator",
@@ -512,3 +513,61 @@ class IdempotencyRecordAdmin(ExpiringRecordAdmin):
         "body_display",
     )
     exclude = ("token",)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        # Webhook deliveries share the table; they have their own page.
+        records: QuerySet[Any] = super().get_queryset(request).filter(
+            kind=IdempotencyRecord.Kind.REQUEST
+        )
+        return records
+
+
+class SourceFilter(RecentValuesFilter):
+    title = _("source")
+    parameter_name = "source"
+    field = "source"
+
+
+@admin.register(WebhookDelivery)
+class WebhookDeliveryAdmin(ExpiringRecordAdmin):
+    """Accepted (and running) webhook deliveries: read-only, like the records."""
+
+    list_display = (
+        "key",
+        "source",
+        "trigger_display",
+        "state_display",
+        "run_id_display",
+        "created_at",
+        "expires_at",
+    )
+    list_filter = (ExpiryStateFilter, SourceFilter, ("created_at", admin.DateFieldListFilter))
+    search_fields = ("key",)
+    fieldsets = (
+        (_("Delivery"), {"fields": ("key", "source", "trigger_display", "run_id_display")}),
+        (_("State"), {"fields": ("state_display", "created_at", "completed_at", "expires_at")}),
+    )
+    readonly_fields = (
+        "key",
+        "source",
+        "trigger_display",
+        "run_id_display",
+        "state_display",
+        "created_at",
+        "completed_at",
+        "expires_at",
+    )
+    exclude = ("token",)
+
+    @admin.display(description=_("trigger digest"), ordering="principal")
+    def trigger_display(self, obj: WebhookDelivery) -> SafeString:
+        return format_html("<code>{}</code>", obj.principal.removeprefix(TRIGGER_PREFIX))
+
+    @admin.display(description=_("run id"))
+    def run_id_display(self, obj: WebhookDelivery) -> str:
+        try:
+            stored = json.loads(bytes(obj.response_body or b"") or b"{}")
+        except ValueError:
+            return ""
+        run_id = stored.get("run_id") if isinstance(stored, dict) else None
+        return "" if run_id is None else str(run_id)

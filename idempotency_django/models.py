@@ -49,7 +49,11 @@ class IdempotencyRecord(models.Model):
                 fields=["principal", "location", "key"], name="idempotency_record_unique_key"
             )
         ]
-        indexes = [models.Index(fields=["expires_at"], name="idempotency_record_expires")]
+        indexes = [
+            # The purge walks expiries; the admin lists newest first.
+            models.Index(fields=["expires_at"], name="idempotency_record_expires"),
+            models.Index(fields=["created_at", "id"], name="idempotency_record_created"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.key} ({self.principal}, {self.location or '-'})"

@@ -61,12 +61,21 @@ class PurgeKind:
     order_by: str = "expires_at"
 
 
-def completed_filter(now: datetime, cutoff: datetime | None) -> Q:
-    """Completed records past their retention, or older than ``cutoff`` when given."""
+def _completed_and_dead(now: datetime, cutoff: datetime | None) -> Q:
     dead = Q(expires_at__lte=now)
     if cutoff is not None:
         dead |= Q(completed_at__lt=cutoff) | Q(completed_at__isnull=True, created_at__lt=cutoff)
     return Q(state=IdempotencyRecord.State.COMPLETED) & dead
+
+
+def completed_filter(now: datetime, cutoff: datetime | None) -> Q:
+    """Completed request records past their retention, or older than ``cutoff`` when given."""
+    return Q(kind=IdempotencyRecord.Kind.REQUEST) & _completed_and_dead(now, cutoff)
+
+
+def deliveries_filter(now: datetime, cutoff: datetime | None) -> Q:
+    """Accepted webhook deliveries past their retention (7 days by default), or ``cutoff``."""
+    return Q(kind=IdempotencyRecord.Kind.WEBHOOK) & _completed_and_dead(now, cutoff)
 
 
 def abandoned_filter(now: datetime, cutoff: datetime | None) -> Q:
@@ -77,6 +86,7 @@ def abandoned_filter(now: datetime, cutoff: datetime | None) -> Q:
 #: What a purge deletes, in order.
 KINDS: tuple[PurgeKind, ...] = (
     PurgeKind("completed", "completed records", IdempotencyRecord, completed_filter),
+    PurgeKind("deliveries", "webhook deliveries", IdempotencyRecord, deliveries_filter),
     PurgeKind("abandoned", "abandoned reservations", IdempotencyRecord, abandoned_filter),
 )
 

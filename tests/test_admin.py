@@ -446,3 +446,54 @@ def test_estimated_count_paginator_uses_the_estimate_on_postgres() -> None:
     assert Estimating(queryset, 2)._estimate() is not None
     assert Estimating(queryset.filter(method="PUT"), 2)._estimate() is None
     assert Estimating(queryset.filter(method="PUT"), 2).count == 0
+
+
+DELIVERIES = "/admin/idempotency_django/webhookdelivery/"
+
+
+@pytest.fixture
+def deliveries() -> dict[str, IdempotencyRecord]:
+    return {
+        "accepted": IdempotencyRecordFactory(
+            kind="webhook",
+            key="msg_2Lh9",
+            source="standard-webhooks",
+            principal="webhook:" + "ab" * 32,
+            method="POST",
+            path="hooks/<str:token>/",
+            response_body=b'{"run_id": "run-77"}',
+        ),
+        "running": IdempotencyRecordFactory(
+            kind="webhook", key="evt_running", source="body", in_progress=True
+        ),
+    }
+
+
+def test_deliveries_have_their_own_read_only_page(
+    admin_client: Client,
+    deliveries: dict[str, IdempotencyRecord],
+    records: dict[str, IdempotencyRecord],
+) -> None:
+    listing = admin_client.get(DELIVERIES)
+    assert listing.status_code == 200
+    html = listing.content.decode()
+    for text in ("msg_2Lh9", "standard-webhooks", "ab" * 32, "run-77", "evt_running"):
+        assert text in html
+    # Requests are not listed among deliveries, nor deliveries among requests.
+    assert all(record.key not in html for record in records.values())
+    records_html = admin_client.get("/admin/idempotency_django/idempotencyrecord/").content.decode()
+    assert "msg_2Lh9" not in records_html
+    detail = admin_client.get(f"{DELIVERIES}{deliveries['accepted'].pk}/change/")
+    assert detail.status_code == 200
+    assert "run-77" in detail.content.decode()
+    assert 'name="_save"' not in detail.content.decode()
+    assert deliveries["accepted"].token not in detail.content.decode()
+
+
+def test_delivery_filters_and_search(
+    admin_client: Client, deliveries: dict[str, IdempotencyRecord]
+) -> None:
+    by_source = admin_client.get(DELIVERIES + "?source=body").content.decode()
+    assert "evt_running" in by_source and "msg_2Lh9" not in by_source
+    searched = admin_client.get(DELIVERIES + "?q=msg_2L").content.decode()
+    assert "msg_2Lh9" in searched and "evt_running" not in searched

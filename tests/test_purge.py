@@ -61,9 +61,9 @@ def test_deletes_expired_and_abandoned_only(mixed: dict[str, IdempotencyRecord])
 
 def test_purge_function_returns_counts_per_kind(mixed: dict[str, IdempotencyRecord]) -> None:
     IdempotencyRecordFactory.create_batch(3, expired=True)
-    assert purge() == {"completed": 4, "abandoned": 1}
-    assert purge() == {"completed": 0, "abandoned": 0}
-    assert [kind.label for kind in KINDS] == ["completed", "abandoned"]
+    assert purge() == {"completed": 4, "abandoned": 1, "deliveries": 0}
+    assert purge() == {"completed": 0, "abandoned": 0, "deliveries": 0}
+    assert [kind.label for kind in KINDS] == ["completed", "deliveries", "abandoned"]
 
 
 # --8<-- [start:purge-from-code]
@@ -73,7 +73,7 @@ def purge_nightly() -> dict[str, int]:
 
     from idempotency_django.purge import purge
 
-    would = purge(dry_run=True)  # e.g. {"completed": 2, "abandoned": 0}; deletes nothing
+    would = purge(dry_run=True)  # e.g. {"completed": 2, "deliveries": 0, ...}; deletes nothing
     print(f"purging {would}")
     return purge(older_than=timedelta(days=7), batch_size=1000, using="default")
 
@@ -87,8 +87,8 @@ def test_purge_from_code_example(capsys: pytest.CaptureFixture[str]) -> None:
     now = timezone.now()
     IdempotencyRecordFactory(created_at=now - timedelta(days=8), expires_at=now + timedelta(1))
     IdempotencyRecordFactory(key="kept")
-    assert purge_nightly() == {"completed": 3, "abandoned": 0}
-    assert "purging {'completed': 2, 'abandoned': 0}" in capsys.readouterr().out
+    assert purge_nightly() == {"completed": 3, "abandoned": 0, "deliveries": 0}
+    assert "purging {'completed': 2, 'deliveries': 0, 'abandoned': 0}" in capsys.readouterr().out
     assert remaining() == {"kept"}
 
 
@@ -96,7 +96,7 @@ def test_record_expiring_exactly_now_is_expired() -> None:
     now = timezone.now()
     IdempotencyRecordFactory(key="edge", expires_at=now)
     IdempotencyRecordFactory(key="later", expires_at=now + timedelta(microseconds=1))
-    assert purge(now=now) == {"completed": 1, "abandoned": 0}
+    assert purge(now=now) == {"completed": 1, "abandoned": 0, "deliveries": 0}
     assert remaining() == {"later"}
 
 
@@ -105,7 +105,7 @@ def test_batch_size_is_honoured() -> None:
     IdempotencyRecordFactory.create_batch(3)
     batches: list[int] = []
     counts = purge(batch_size=10, on_batch=lambda kind, deleted: batches.append(deleted))
-    assert counts == {"completed": 25, "abandoned": 0}
+    assert counts == {"completed": 25, "abandoned": 0, "deliveries": 0}
     assert batches == [10, 10, 5]
     assert IdempotencyRecord.objects.count() == 3
 
@@ -121,7 +121,7 @@ def test_batch_size_option() -> None:
 
 def test_batches_larger_than_sqlite_parameter_limit() -> None:
     IdempotencyRecordFactory.create_batch(1200, expired=True)
-    assert purge(batch_size=1100) == {"completed": 1200, "abandoned": 0}
+    assert purge(batch_size=1100) == {"completed": 1200, "abandoned": 0, "deliveries": 0}
     assert not IdempotencyRecord.objects.exists()
 
 
@@ -154,7 +154,7 @@ def test_dry_run_deletes_nothing(mixed: dict[str, IdempotencyRecord]) -> None:
     assert "Would delete 3 completed records" in output
     assert "Would delete 1 abandoned reservations" in output
     assert "Dry run: nothing was deleted." in output
-    assert purge(dry_run=True) == {"completed": 3, "abandoned": 1}
+    assert purge(dry_run=True) == {"completed": 3, "abandoned": 1, "deliveries": 0}
     assert IdempotencyRecord.objects.count() == 6
 
 
@@ -300,3 +300,11 @@ def test_concurrent_purges_neither_crash_nor_double_count() -> None:
     assert sum(r["completed"] for r in results) == 300
     assert sum(r["abandoned"] for r in results) == 40
     assert IdempotencyRecord.objects.count() == 30
+
+
+def test_webhook_deliveries_are_purged_and_counted_apart() -> None:
+    IdempotencyRecordFactory(key="old-delivery", kind="webhook", expired=True)
+    IdempotencyRecordFactory(key="live-delivery", kind="webhook")
+    IdempotencyRecordFactory(key="old-request", expired=True)
+    assert purge() == {"completed": 1, "abandoned": 0, "deliveries": 1}
+    assert remaining() == {"live-delivery"}
