@@ -122,6 +122,41 @@ IDEMPOTENCY = {
 
 BODY_ID_FUNCTION = {"WEBHOOK_BODY_ID_FUNCTION": f"{__name__}.paddle_notification_id"}
 
+# --8<-- [start:database_store]
+IDEMPOTENCY = {
+    "STORE": "database",
+    "STORE_OPTIONS": {"database": "default"},  # a DATABASES alias
+}
+# --8<-- [end:database_store]
+
+DATABASE_STORE = IDEMPOTENCY
+
+# --8<-- [start:redis_store]
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    "idempotency": {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": "redis://127.0.0.1:6379/2",
+        "OPTIONS": {
+            # Without these, a Redis that stops answering stalls requests.
+            "SOCKET_CONNECT_TIMEOUT": 1,
+            "SOCKET_TIMEOUT": 1,
+        },
+    },
+}
+
+IDEMPOTENCY = {
+    "STORE": "redis",
+    "STORE_OPTIONS": {
+        "cache": "idempotency",  # a CACHES alias using django-redis (default: "default")
+        "key_prefix": "idempotency",  # first part of every Redis key (the default)
+    },
+}
+# --8<-- [end:redis_store]
+
+REDIS_CACHES = CACHES
+REDIS_STORE = IDEMPOTENCY
+
 #: Every IDEMPOTENCY example above, by name, for tests/test_docs.py.
 EXAMPLES = {
     "everything": EVERYTHING,
@@ -130,4 +165,5 @@ EXAMPLES = {
     "webhook_headers": WEBHOOK_HEADERS,
     "stripe": STRIPE,
     "body_id_function": BODY_ID_FUNCTION,
+    "database_store": DATABASE_STORE,
 }
