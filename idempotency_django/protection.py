@@ -194,7 +194,7 @@ def _flow(request: HttpRequest, options: ViewOptions, *, can_be_atomic: bool) ->
         fingerprint=fingerprint,
         request_id=str(request.headers.get(settings.REQUEST_ID_HEADER, ""))[:255],
     )
-    attempt = _Attempt(request, store, record_key, digest, options)
+    attempt = _Attempt(request, store, record_key, digest, options, info)
     try:
         claim = yield _Blocking(lambda: store.claim(record_key, info, int(settings.LOCK_TIMEOUT)))
     except StoreUnavailable as exc:
@@ -255,8 +255,10 @@ class _Attempt:
         key: RecordKey,
         digest: str,
         options: ViewOptions,
+        info: RequestInfo,
     ) -> None:
         self.request = request
+        self.info = info
         self.store = store
         self.key = key
         self.digest = digest
@@ -306,7 +308,9 @@ class _Attempt:
         retention = int(_option(self.options.retention, idempotency_settings.RETENTION))
         try:
             owned = yield _Blocking(
-                lambda: self.store.complete(self.key, self.token, stored, retention)
+                lambda: self.store.complete(
+                    self.key, self.token, stored, retention, request=self.info
+                )
             )
         except StoreUnavailable as exc:
             if (yield _Blocking(self.store.in_transaction)):

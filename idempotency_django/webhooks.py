@@ -43,6 +43,7 @@ from idempotency_django.stores import (
 
 __all__ = [
     "DeliveryIdentity",
+    "RedactTriggerURLs",
     "deduplicate_webhook",
     "delivery_identities",
     "stripe_event_id",
@@ -56,6 +57,7 @@ ViewT = TypeVar("ViewT", bound=Callable[..., Any])
 #: Prefix of a delivery record's principal; the rest is the trigger digest.
 TRIGGER_PREFIX = "webhook:"
 IN_PROGRESS = "webhook_delivery_in_progress"
+RECEIVER_ATTRIBUTE = "idempotency_webhook_receiver"
 FALLBACK_SOURCE = "fallback"
 
 
@@ -146,6 +148,7 @@ def deduplicate_webhook(
             )
 
         setattr(wrapper, PROTECTED_ATTRIBUTE, True)  # the middleware leaves it alone
+        setattr(wrapper, RECEIVER_ATTRIBUTE, True)  # RedactTriggerURLs knows its URL is secret
         return wrapper  # type: ignore[return-value]
 
     return decorate if view is None else decorate(view)
@@ -222,12 +225,31 @@ def _receive(
     )
     keep = int(settings.WEBHOOK_RETENTION if retention is None else retention)
     try:
-        store.complete(key, claim.token, stored, keep)
+        store.complete(key, claim.token, stored, keep, request=info)
     except StoreUnavailable as exc:
         log(logging.ERROR, "store_failed", error=type(exc.__cause__ or exc).__name__)
     else:
         log(logging.INFO, "accepted", status=response.status_code)
     return response
+
+
+class RedactTriggerURLs(logging.Filter):
+    """A filter for Django's ``django.request`` logger: a receiver's route, not its URL.
+
+    Django logs every 4xx/5xx as ``"Bad Request: /hooks/<the token>/"``; for
+    views decorated with :func:`deduplicate_webhook` this puts the URL pattern
+    (``hooks/<str:token>/``) in its place, so trigger tokens stay out of logs.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        request = getattr(record, "request", None)
+        match = getattr(request, "resolver_match", None)
+        if match is None or not getattr(match.func, RECEIVER_ATTRIBUTE, False):
+            return True
+        secret = {request.path, request.get_full_path()}  # type: ignore[union-attr]
+        if isinstance(record.args, tuple):
+            record.args = tuple(str(match.route) if arg in secret else arg for arg in record.args)
+        return True
 
 
 def _release(store: Any, key: RecordKey, token: str, log: Callable[..., None], reason: str) -> None:

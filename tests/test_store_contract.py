@@ -230,6 +230,31 @@ def test_complete_after_release_does_not_resurrect(store: BaseStore) -> None:
     assert store.claim(KEY, REQUEST, LOCK_TIMEOUT).outcome is Outcome.CLAIMED
 
 
+def forget(store: BaseStore, key: RecordKey = KEY) -> None:
+    """The entry is gone: Redis expired it, or a purge deleted the abandoned row."""
+    if isinstance(store, RedisStore):
+        raw_client().delete(store.redis_key(key))
+    else:
+        IdempotencyRecord.objects.filter(principal=key.principal, key=key.key).delete()
+
+
+def test_a_request_that_outlived_its_lock_timeout_still_stores(store: BaseStore) -> None:
+    slow = store.claim(KEY, REQUEST, 1)
+    forget(store)  # its reservation is gone; nobody claimed the key since
+    assert store.complete(KEY, slow.token, RESPONSE, RETENTION, request=REQUEST) is True
+    replay = store.claim(KEY, REQUEST, LOCK_TIMEOUT)
+    assert replay.outcome is Outcome.REPLAY and replay.response == RESPONSE
+    assert store.claim(KEY, OTHER_REQUEST, LOCK_TIMEOUT).outcome is Outcome.REUSED
+
+
+def test_a_late_completion_never_overwrites_a_takeover(store: BaseStore) -> None:
+    slow = store.claim(KEY, REQUEST, 1)
+    expire_now(store)
+    store.claim(KEY, OTHER_REQUEST, LOCK_TIMEOUT)
+    assert store.complete(KEY, slow.token, RESPONSE, RETENTION, request=REQUEST) is False
+    assert store.claim(KEY, OTHER_REQUEST, LOCK_TIMEOUT).outcome is Outcome.IN_PROGRESS
+
+
 def test_complete_counts_once(store: BaseStore) -> None:
     claim = store.claim(KEY, REQUEST, LOCK_TIMEOUT)
     assert store.complete(KEY, claim.token, RESPONSE, RETENTION) is True

@@ -7,7 +7,7 @@ class Booking(models.Model):
 
     slot = models.DateTimeField()
     customer = models.CharField(max_length=128, blank=True)
-    location = models.CharField(max_length=64, blank=True)
+    location = models.CharField(max_length=255, blank=True)  # X-Location-Id's limit
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="bookings"
     )

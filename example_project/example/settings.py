@@ -165,9 +165,16 @@ STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# --8<-- [start:logging]
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "loggers": {"idempotency_django": {"handlers": ["console"], "level": "INFO"}},
+    # Django logs each 4xx/5xx with its path; a webhook's path holds its token.
+    "filters": {"webhook_routes": {"()": "idempotency_django.webhooks.RedactTriggerURLs"}},
+    "loggers": {
+        "idempotency_django": {"handlers": ["console"], "level": "INFO"},
+        "django.request": {"filters": ["webhook_routes"]},
+    },
 }
+# --8<-- [end:logging]

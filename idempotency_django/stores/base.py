@@ -100,11 +100,21 @@ class BaseStore(ABC):
 
     @abstractmethod
     def complete(
-        self, key: RecordKey, token: str, response: StoredResponse, retention: int
+        self,
+        key: RecordKey,
+        token: str,
+        response: StoredResponse,
+        retention: int,
+        *,
+        request: RequestInfo | None = None,
     ) -> bool:
         """Store the response for ``retention`` seconds if ``token`` still owns the key.
 
-        Returns False when the reservation was taken over meanwhile.
+        Returns False when another request took the key over meanwhile (or
+        the response was already stored). When the reservation is gone because
+        it outlived its lock timeout and nobody claimed the key since (Redis
+        expired it, a purge deleted it), the response is still stored if
+        ``request`` is given: the work ran once, so a retry must replay it.
         """
 
     @abstractmethod

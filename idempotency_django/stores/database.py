@@ -119,31 +119,51 @@ class DatabaseStore(BaseStore):
         return Outcome.REPLAY if state == State.COMPLETED else Outcome.IN_PROGRESS
 
     def complete(
-        self, key: RecordKey, token: str, response: StoredResponse, retention: int
+        self,
+        key: RecordKey,
+        token: str,
+        response: StoredResponse,
+        retention: int,
+        *,
+        request: RequestInfo | None = None,
     ) -> bool:
         # The request's own connection: inside the view's transaction when
         # there is one, which is what makes the stored response exactly-once.
         now = timezone.now()
+        completed: dict[str, Any] = {
+            "state": State.COMPLETED,
+            "status_code": response.status,
+            "response_headers": [list(pair) for pair in response.headers],
+            "response_body": response.body,
+            "completed_at": now,
+            "expires_at": now + timedelta(seconds=retention),
+        }
+        records = IdempotencyRecord.objects.using(self.alias)
+        scope = {"principal": key.principal, "location": key.location, "key": key.key}
         with _unavailable_on_error():
-            updated = (
-                IdempotencyRecord.objects.using(self.alias)
-                .filter(
-                    principal=key.principal,
-                    location=key.location,
-                    key=key.key,
-                    token=token,
-                    state=State.IN_PROGRESS,
-                )
-                .update(
-                    state=State.COMPLETED,
-                    status_code=response.status,
-                    response_headers=[list(pair) for pair in response.headers],
-                    response_body=response.body,
-                    completed_at=now,
-                    expires_at=now + timedelta(seconds=retention),
-                )
-            )
-        return bool(updated == 1)
+            if records.filter(**scope, token=token, state=State.IN_PROGRESS).update(**completed):
+                return True
+            if request is None or records.filter(**scope).exists():
+                return False
+            # Our reservation was purged after its lock timeout and nobody
+            # claimed the key since: keep the answer of the work that ran.
+            try:
+                with _savepoint_if_in_transaction(self.alias):
+                    records.create(
+                        **scope,
+                        **completed,
+                        token=token,
+                        fingerprint=request.fingerprint,
+                        method=request.method,
+                        path=request.path[:2048],
+                        request_id=request.request_id[:255],
+                        kind=request.kind,
+                        source=request.source[:64],
+                        created_at=now,
+                    )
+            except IntegrityError:
+                return False  # someone claimed it meanwhile
+        return True
 
     def release(self, key: RecordKey, token: str) -> None:
         with _unavailable_on_error():

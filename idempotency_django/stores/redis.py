@@ -45,8 +45,10 @@ Atomicity
     claim, complete, release and peek are each one Lua script (``EVALSHA``, so one
     round trip) touching one key. A claim that finds a completed entry
     returns the stored response at once, so a replay costs one round trip.
-    complete only writes while our token still owns an in-progress entry, so
-    it never resurrects a reservation that expired or was taken over;
+    complete only writes while our token still owns an in-progress entry, or
+    (given the request) when the entry is gone because our reservation expired
+    and nobody claimed the key since, as the database store keeps such a row;
+    it never overwrites an entry another request took over;
     release only deletes such an entry.
 
 Clients
@@ -139,21 +141,29 @@ return {'claimed'}
 """
 )
 
-# KEYS[1] the entry; ARGV: token, retention (ms), status, headers (JSON), body.
-# Returns 1 when stored, 0 when the token no longer owns an in-progress entry.
+# KEYS[1] the entry; ARGV: token, retention (ms), status, headers (JSON), body,
+# "1" to store even when the entry is gone (our reservation expired and nobody
+# claimed the key since), and the fingerprint to keep then.
+# Returns 1 when stored, 0 when another request owns the key or it was stored already.
 COMPLETE_SCRIPT = (
     _LUA_HEAD
     + """
 local value = redis.call('GET', KEYS[1])
+local fp
 if not value then
-  return 0
+  if ARGV[6] ~= '1' then
+    return 0
+  end
+  fp = ARGV[7]
+else
+  local head = head_of(value)
+  if not head or head['state'] ~= 'in_progress' or head['token'] ~= ARGV[1] then
+    return 0
+  end
+  fp = head['fp']
 end
-local head = head_of(value)
-if not head or head['state'] ~= 'in_progress' or head['token'] ~= ARGV[1] then
-  return 0
-end
-local completed = '{"v":1,"state":"completed","token":' .. cjson.encode(head['token'])
-  .. ',"fp":' .. cjson.encode(head['fp']) .. ',"status":' .. ARGV[3]
+local completed = '{"v":1,"state":"completed","token":' .. cjson.encode(ARGV[1])
+  .. ',"fp":' .. cjson.encode(fp) .. ',"status":' .. ARGV[3]
   .. ',"headers":' .. ARGV[4] .. '}\\n' .. ARGV[5]
 redis.call('SET', KEYS[1], completed, 'PX', ARGV[2])
 return 1
@@ -242,7 +252,13 @@ class RedisStore(BaseStore):
         return Outcome.REPLAY if _text(state) == COMPLETED else Outcome.IN_PROGRESS
 
     def complete(
-        self, key: RecordKey, token: str, response: StoredResponse, retention: int
+        self,
+        key: RecordKey,
+        token: str,
+        response: StoredResponse,
+        retention: int,
+        *,
+        request: RequestInfo | None = None,
     ) -> bool:
         headers = _header([list(pair) for pair in response.headers])
         reply = self._run(
@@ -254,6 +270,8 @@ class RedisStore(BaseStore):
             str(response.status),
             headers,
             bytes(response.body),
+            "1" if request is not None else "0",
+            request.fingerprint if request is not None else "",
         )
         return bool(reply == 1)
 

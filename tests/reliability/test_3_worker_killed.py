@@ -75,19 +75,13 @@ def row(
     return found
 
 
-REDIS_LOST_RESPONSE = (
-    "bug: on the Redis store a reservation expires (TTL) after LOCK_TIMEOUT, so a request "
-    "that runs longer than LOCK_TIMEOUT cannot store its response (event=lost_reservation) "
-    "even when nobody took it over; the next sequential retry books again. The database "
-    "store completes it."
-)
 
 
 @pytest.mark.parametrize(
     "store",
     [
         "db-postgres",
-        pytest.param("redis", marks=pytest.mark.xfail(strict=True, reason=REDIS_LOST_RESPONSE)),
+        "redis",
     ],
 )
 def test_worker_killed_while_working_then_retry_books_once(store: str) -> None:

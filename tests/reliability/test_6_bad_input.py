@@ -243,15 +243,8 @@ def test_bad_input_never_5xx_never_stored(store: str) -> None:
     assert found == len(findings.created)
 
 
-LONG_LOCATION_BUG = (
-    "bug in example_project: Booking.location is max_length=64 but the library accepts an "
-    "X-Location-Id of up to 255 printable characters and the views store it unvalidated: "
-    "on PostgreSQL a 65-255 character location is a 500 (DataError: value too long for "
-    "type character varying(64)) on /api/bookings/ and /plain/bookings/"
-)
 
 
-@pytest.mark.xfail(strict=True, reason=LONG_LOCATION_BUG)
 def test_long_location_is_not_a_server_error() -> None:
     with harness.stack("long-location", "db-postgres", users=("alice",)) as stack:
         alice = stack.users["alice"]

@@ -40,7 +40,7 @@ class Migration(migrations.Migration):
                 ),
                 ("slot", models.DateTimeField()),
                 ("customer", models.CharField(blank=True, max_length=128)),
-                ("location", models.CharField(blank=True, max_length=64)),
+                ("location", models.CharField(blank=True, max_length=255)),
                 ("created_at", models.DateTimeField(auto_now_add=True)),
                 (
                     "owner",
