@@ -516,8 +516,8 @@ class IdempotencyRecordAdmin(ExpiringRecordAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         # Webhook deliveries share the table; they have their own page.
-        records: QuerySet[Any] = super().get_queryset(request).filter(
-            kind=IdempotencyRecord.Kind.REQUEST
+        records: QuerySet[Any] = (
+            super().get_queryset(request).filter(kind=IdempotencyRecord.Kind.REQUEST)
         )
         return records
 

@@ -75,8 +75,6 @@ def row(
     return found
 
 
-
-
 @pytest.mark.parametrize(
     "store",
     [

@@ -243,8 +243,6 @@ def test_bad_input_never_5xx_never_stored(store: str) -> None:
     assert found == len(findings.created)
 
 
-
-
 def test_long_location_is_not_a_server_error() -> None:
     with harness.stack("long-location", "db-postgres", users=("alice",)) as stack:
         alice = stack.users["alice"]

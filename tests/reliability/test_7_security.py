@@ -152,8 +152,6 @@ def test_no_secret_in_any_output_or_table() -> None:
     assert not found, found
 
 
-
-
 def test_no_webhook_token_in_django_request_log() -> None:
     tokens = {what for what in harness.SECRETS.values() if what == "webhook token"}
     assert tokens, "no webhook was sent"
