@@ -104,28 +104,27 @@ IMPORT_STRINGS = frozenset({"SCOPE_FUNCTION", "FINGERPRINT_FUNCTION", "WEBHOOK_B
 class IdempotencySettings:
     """Attribute access to the merged settings; imports dotted paths on first use."""
 
-    def __init__(self) -> None:
-        self._cache: dict[str, Any] = {}
-
     @property
     def user_settings(self) -> dict[str, Any]:
         value = getattr(django_settings, SETTING_NAME, {})
         return value if isinstance(value, dict) else {}
 
     def __getattr__(self, name: str) -> Any:
+        # Only reached on a first access: the value is then kept as an
+        # instance attribute, so later reads cost a plain attribute lookup.
         if name.startswith("_") or name not in DEFAULTS:
             raise AttributeError(f"Invalid idempotency setting: {name!r}")
-        if name not in self._cache:
-            value = self.user_settings.get(name, DEFAULTS[name])
-            if name in IMPORT_STRINGS and isinstance(value, str):
-                value = import_string(value)
-            elif name in {"METHODS", "REPLAY_HEADERS"}:
-                value = frozenset(str(item).upper() for item in value)
-            self._cache[name] = value
-        return self._cache[name]
+        value = self.user_settings.get(name, DEFAULTS[name])
+        if name in IMPORT_STRINGS and isinstance(value, str):
+            value = import_string(value)
+        elif name in {"METHODS", "REPLAY_HEADERS"}:
+            value = frozenset(str(item).upper() for item in value)
+        setattr(self, name, value)
+        return value
 
     def reload(self) -> None:
-        self._cache.clear()
+        for name in DEFAULTS:
+            self.__dict__.pop(name, None)
 
 
 idempotency_settings = IdempotencySettings()

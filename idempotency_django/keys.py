@@ -28,7 +28,7 @@ def parse_key(raw: str) -> str:
         raise InvalidKey("The Idempotency-Key header is empty.")
     if len(value) > MAX_KEY_LENGTH:
         raise InvalidKey(f"The Idempotency-Key is longer than {MAX_KEY_LENGTH} characters.")
-    if not all(" " <= char <= "~" for char in value):
+    if not (value.isascii() and value.isprintable()):
         raise InvalidKey("The Idempotency-Key must be printable ASCII (no control characters).")
     return value
 

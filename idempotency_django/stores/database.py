@@ -36,6 +36,8 @@ from idempotency_django.stores.base import (
 )
 
 SIDE_ALIAS_SUFFIX = "__idempotency"
+#: Side aliases some thread of this process has opened.
+_side_aliases: set[str] = set()
 
 State = IdempotencyRecord.State
 
@@ -261,6 +263,7 @@ def _side_alias(alias: str) -> str:
         settings_dict = connections.settings[alias]
         backend = load_backend(settings_dict["ENGINE"])
         connections[side] = backend.DatabaseWrapper(settings_dict, side)
+        _side_aliases.add(side)
     return side
 
 
@@ -270,11 +273,13 @@ def close_side_connections(**kwargs: Any) -> None:
     Connected to ``request_started``/``request_finished`` like Django's own
     ``close_old_connections``; call it directly from threads you start.
     """
+    if not _side_aliases:
+        return  # the common case: this process never needed one
     force = kwargs.get("force", False)
-    for alias in connections.settings:
+    for alias in tuple(_side_aliases):  # another thread may be adding one
         try:
-            connection = connections[alias + SIDE_ALIAS_SUFFIX]
-        except ConnectionDoesNotExist:
+            connection = connections[alias]
+        except ConnectionDoesNotExist:  # made by another thread
             continue
         if force:
             connection.close()
