@@ -332,3 +332,16 @@ def _in(seconds: int):  # type: ignore[no-untyped-def]
     from django.utils import timezone
 
     return timezone.now() + timedelta(seconds=seconds)
+
+
+def test_replay_claims_in_one_statement_that_cannot_fail(alice_client: Client) -> None:
+    """No failed INSERT per replay: no "duplicate key" error (naming the key) in the server log."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    post(alice_client)
+    with CaptureQueriesContext(connection) as queries:
+        assert post(alice_client)["Idempotency-Replayed"] == "true"
+    inserts = [q["sql"] for q in queries if q["sql"].startswith("INSERT INTO")]
+    assert len(inserts) == 1
+    assert "ON CONFLICT" in inserts[0] and "DO NOTHING" in inserts[0]

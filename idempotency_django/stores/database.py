@@ -76,17 +76,16 @@ class DatabaseStore(BaseStore):
                     "completed_at": None,
                     "expires_at": now + timedelta(seconds=lock_timeout),
                 }
-                try:
-                    with _savepoint_if_in_transaction(using):
-                        records.create(
-                            principal=key.principal, location=key.location, key=key.key, **fields
-                        )
+                if _insert_if_absent(using, key, fields):
                     return Claim(Outcome.CLAIMED, token=token)
-                except IntegrityError:
-                    pass
-                existing = records.filter(
-                    principal=key.principal, location=key.location, key=key.key
-                ).first()
+                existing = next(
+                    iter(
+                        records.filter(principal=key.principal, location=key.location, key=key.key)[
+                            :1
+                        ]
+                    ),
+                    None,
+                )
                 if existing is None:
                     continue  # purged or released since our INSERT: try again
                 if existing.expires_at <= now:
@@ -223,6 +222,48 @@ class DatabaseStore(BaseStore):
         if connection.vendor == "sqlite" or not _in_request_transaction(connection):
             return self.alias
         return _side_alias(self.alias)
+
+
+def _insert_if_absent(using: str, key: RecordKey, fields: dict[str, Any]) -> bool:
+    """INSERT the row unless the key exists; True when it was inserted.
+
+    Where the database can, one ``INSERT ... ON CONFLICT DO NOTHING RETURNING``
+    statement: no failed statement, so no "duplicate key" error (with the key in
+    it) in the database server's log on every replay, and no savepoint.
+    Elsewhere an INSERT whose unique violation is caught.
+    """
+    connection = connections[using]
+    features = connection.features
+    if not (
+        connection.vendor in ("postgresql", "sqlite")
+        and features.supports_update_conflicts_with_target
+        and features.can_return_rows_from_bulk_insert
+    ):
+        try:
+            with _savepoint_if_in_transaction(using):
+                IdempotencyRecord.objects.using(using).create(
+                    principal=key.principal, location=key.location, key=key.key, **fields
+                )
+        except IntegrityError:
+            return False
+        return True
+    opts = IdempotencyRecord._meta
+    quote = connection.ops.quote_name
+    fields_by_name = {field.name: field for field in opts.concrete_fields}
+    values = {"principal": key.principal, "location": key.location, "key": key.key, **fields}
+    columns = [quote(str(fields_by_name[name].column)) for name in values]
+    params = [
+        fields_by_name[name].get_db_prep_save(value, connection) for name, value in values.items()
+    ]
+    unique = ", ".join(columns[:3])  # principal, location, key: the unique constraint
+    sql = (
+        f"INSERT INTO {quote(opts.db_table)} ({', '.join(columns)}) "
+        f"VALUES ({', '.join(['%s'] * len(columns))}) "
+        f"ON CONFLICT ({unique}) DO NOTHING RETURNING {quote(str(opts.pk.column))}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchone() is not None
 
 
 def _in_request_transaction(connection: BaseDatabaseWrapper) -> bool:
