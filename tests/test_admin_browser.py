@@ -19,20 +19,8 @@ from django.contrib.auth.models import User
 from django.test import override_settings
 from django.utils import timezone
 
+from tests.browser import CHROMIUM, CHROMIUM_ARGS, DOCS_IMAGES
 from tests.factories import IdempotencyRecordFactory
-
-CHROMIUM = Path("/usr/bin/chromium")
-DOCS_IMAGES = Path(__file__).resolve().parent.parent / "docs" / "images"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 
 @pytest.fixture(scope="session")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.browser import CHROMIUM, CHROMIUM_ARGS, DOCS_IMAGES
 from tests.test_example_project import (
     PASSWORD,
     call,
@@ -22,18 +23,7 @@ from tests.test_example_project import (
     wait_until_reserved,
 )
 
-CHROMIUM = Path("/usr/bin/chromium")
-DOCS_IMAGE = Path(__file__).resolve().parent.parent / "docs" / "images" / "example-booking.png"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+DOCS_IMAGE = DOCS_IMAGES / "example-booking.png"
 DELAY_MS = 800
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is missing")
