@@ -115,12 +115,6 @@ def is_django_page(reply: harness.Reply) -> bool:
     )
 
 
-def is_known_location_bug(reply: harness.Reply, location: bytes | None) -> bool:
-    """The example project's bug (see test_long_location_is_not_a_server_error)."""
-    length = len(clean(location or b"").decode("latin-1").strip())
-    return reply.status == 500 and b"DataError" in reply.body[:2000] and 64 < length <= 255
-
-
 @dataclass
 class Findings:
     sent: int = 0
@@ -128,7 +122,6 @@ class Findings:
     gunicorn_rejected: int = 0
     django_pages: int = 0
     checked_records: int = 0
-    known_bug: int = 0
     replies: list[harness.Reply] = field(default_factory=list)
     violations: dict[str, list[str]] = field(default_factory=dict)
 
@@ -175,9 +168,6 @@ def test_bad_input_never_5xx_never_stored(store: str) -> None:
                 f"({len(body or b'')} bytes) type={content_type!r} location={location!r:.80} "
                 f"user={username} -> {reply.short()}"
             )
-            if is_known_location_bug(reply, location):
-                findings.known_bug += 1
-                return
             if reply.status == 0 or reply.status >= 500:
                 findings.add(f"{reply.status or 'no answer'} on {target}", example)
                 return
@@ -234,8 +224,7 @@ def test_bad_input_never_5xx_never_stored(store: str) -> None:
             note=(summary or "no violation")
             + f"; {findings.checked_records} rejected valid keys checked: none stored"
             f"; {findings.gunicorn_rejected} refused by gunicorn itself (400/431 HTML)"
-            f"; {findings.django_pages} Django CSRF 403 / multipart 400 pages"
-            f"; {findings.known_bug} x 500 DataError, location > 64 chars (KNOWN BUG)",
+            f"; {findings.django_pages} Django CSRF 403 / multipart 400 pages",
         )
     )
     report = {kind: examples[:3] for kind, examples in findings.violations.items()}
@@ -258,7 +247,7 @@ def test_long_location_is_not_a_server_error() -> None:
         }
     harness.record(
         Row(
-            "6 X-Location-Id of 65 chars (KNOWN BUG)",
+            "6 X-Location-Id of 65 chars (was a 500)",
             STORE_LABELS["db-postgres"],
             len(replies),
             0,
