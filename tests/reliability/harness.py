@@ -895,6 +895,36 @@ def five_xx(replies: Iterable[Reply]) -> int:
     return sum(1 for reply in replies if reply.status >= 500)
 
 
+def record_verdict(
+    scenario: str,
+    store_label: str,
+    replies: Sequence[Reply],
+    verdict: Verdict,
+    *,
+    timed: Sequence[Reply] | None = None,
+    rps: float = 0.0,
+    note: str = "",
+) -> None:
+    """Record a traffic scenario's row: counts from ``verdict``, latency of ``timed``."""
+    p50, p99 = latency(replies if timed is None else timed)
+    record(
+        Row(
+            scenario,
+            store_label,
+            len(replies),
+            verdict.keys,
+            verdict.found,
+            five_xx(replies),
+            verdict.lost,
+            verdict.duplicated,
+            p50,
+            p99,
+            rps,
+            note=note,
+        )
+    )
+
+
 def statuses(replies: Iterable[Reply]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for reply in replies:

@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from tests.reliability import harness
-from tests.reliability.harness import STORE_LABELS, STORES, Row
+from tests.reliability.harness import STORE_LABELS, STORES
 
 CLIENTS = 32
 SEED = int(os.environ.get("IDEMPOTENCY_RELIABILITY_SEED", "20260730"))
@@ -54,24 +54,16 @@ def test_many_keys_storm_books_each_once(store: str) -> None:
         verdict = harness.verify(stack.db, replies)
 
     everything = answers + retries
-    p50, p99 = harness.latency(answers)
     counts = harness.statuses(everything)
-    harness.record(
-        Row(
-            "2 storm, many keys",
-            STORE_LABELS[store],
-            len(everything),
-            verdict.keys,
-            verdict.found,
-            harness.five_xx(everything),
-            verdict.lost,
-            verdict.duplicated,
-            p50,
-            p99,
-            len(answers) / elapsed,
-            note=f"{len(order)} sent + {len(retries)} retries of 409/503; "
-            + ", ".join(f"{n} x {label}" for label, n in counts.items()),
-        )
+    harness.record_verdict(
+        "2 storm, many keys",
+        STORE_LABELS[store],
+        everything,
+        verdict,
+        timed=answers,
+        rps=len(answers) / elapsed,
+        note=f"{len(order)} sent + {len(retries)} retries of 409/503; "
+        + ", ".join(f"{n} x {label}" for label, n in counts.items()),
     )
     assert not verdict.problems, verdict.problems[:20]
     assert harness.five_xx(everything) == 0, counts

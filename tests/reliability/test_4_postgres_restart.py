@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.reliability import harness
-from tests.reliability.harness import STORE_LABELS, Row
+from tests.reliability.harness import STORE_LABELS
 
 LOCK_TIMEOUT_S = 3
 
@@ -50,24 +50,15 @@ def test_postgres_restart_refuses_then_books_once(store: str, cluster: harness.P
     errors = output.count("Internal Server Error: ")
     everything = [reply for answers in replies.values() for reply in answers]
     down = [reply for reply in everything if outage.during(reply)]
-    p50, p99 = harness.latency(everything)
     during = harness.statuses(down)
-    harness.record(
-        Row(
-            "4 PostgreSQL restarted",
-            STORE_LABELS[store],
-            len(everything),
-            verdict.keys,
-            verdict.found,
-            harness.five_xx(everything),
-            verdict.lost,
-            verdict.duplicated,
-            p50,
-            p99,
-            note="while down: "
-            + ", ".join(f"{n} x {label}" for label, n in during.items())
-            + f"; {in_auth} of {errors} 500s raised in DRF authentication (OperationalError)",
-        )
+    harness.record_verdict(
+        "4 PostgreSQL restarted",
+        STORE_LABELS[store],
+        everything,
+        verdict,
+        note="while down: "
+        + ", ".join(f"{n} x {label}" for label, n in during.items())
+        + f"; {in_auth} of {errors} 500s raised in DRF authentication (OperationalError)",
     )
     assert down, "no request was answered while PostgreSQL was down"
     # Nothing is accepted while the database is down; each refusal is a 5xx.

@@ -35,23 +35,14 @@ def test_redis_restart_refuses_with_503_then_books_once() -> None:
         found_after = sum(len(stack.db.bookings_by_customer().get(key, [])) for key in before)
     everything = [reply for answers in replies.values() for reply in answers]
     down = [reply for reply in everything if outage.during(reply)]
-    p50, p99 = harness.latency(everything)
     during = harness.statuses(down)
-    harness.record(
-        Row(
-            "5 Redis restarted",
-            STORE_LABELS[store],
-            len(everything),
-            verdict.keys,
-            verdict.found,
-            harness.five_xx(everything),
-            verdict.lost,
-            verdict.duplicated,
-            p50,
-            p99,
-            note="all 5xx are 503 before the view ran; while down: "
-            + ", ".join(f"{n} x {label}" for label, n in during.items()),
-        )
+    harness.record_verdict(
+        "5 Redis restarted",
+        STORE_LABELS[store],
+        everything,
+        verdict,
+        note="all 5xx are 503 before the view ran; while down: "
+        + ", ".join(f"{n} x {label}" for label, n in during.items()),
     )
     harness.record(
         Row(
