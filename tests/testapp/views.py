@@ -205,4 +205,6 @@ async def decorated_async_booking(request: HttpRequest) -> HttpResponse:
     if request.GET.get("status"):
         return JsonResponse({"error": True}, status=int(request.GET["status"]))
     return JsonResponse({"id": booking.pk}, status=201)
+
+
 # --8<-- [end:async_view]
