@@ -38,7 +38,7 @@ async def apost(client: AsyncClient, url: str, key: str | None = "async-1", body
 @pytest.fixture
 def aclient(alice: User) -> AsyncClient:
     client = AsyncClient()
-    async_to_sync(client.aforce_login)(alice)
+    client.force_login(alice)
     return client
 
 

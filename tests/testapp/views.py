@@ -6,6 +6,7 @@ import asyncio
 import json
 import time
 
+from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.views import View
 from rest_framework import serializers, status, viewsets
@@ -188,7 +189,7 @@ def drf_webhook_receiver(request, token):  # type: ignore[no-untyped-def]
 async def async_booking(request: HttpRequest) -> HttpResponse:
     """An async view, protected by the middleware (under ASGI and WSGI alike)."""
     payload = json.loads(request.body or b"{}")
-    user = await request.auser()
+    user = await sync_to_async(lambda: request.user)()  # request.auser() is Django 5.0+
     booking = await Booking.objects.acreate(
         slot=payload.get("slot", ""), owner=user if user.is_authenticated else None
     )
