@@ -161,7 +161,7 @@ def _round_trips(server: redis.Redis) -> int:
 @pytest.mark.usefixtures("on_redis")
 def test_async_view_on_redis(alice: User) -> None:
     client = AsyncClient()
-    async_to_sync(client.aforce_login)(alice)
+    client.force_login(alice)
 
     async def scenario() -> list[Any]:
         headers = {"Idempotency-Key": "async-redis-1"}
