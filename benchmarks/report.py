@@ -101,8 +101,8 @@ def targets(results: dict[str, Any]) -> list[tuple[bool | None, str]]:
             (
                 None,
                 f"replay on PostgreSQL: {queries['replay']['count']} queries "
-                f"(auth + {replay_extra} for the claim: INSERT that hits the unique "
-                "constraint, then SELECT)",
+                f"(auth + {replay_extra} for the claim: INSERT ... ON CONFLICT DO NOTHING, "
+                "which inserts nothing and fails nothing, then SELECT)",
             )
         )
         for store in [name for name in inprocess if name.startswith("postgres")]:
@@ -157,7 +157,7 @@ def targets(results: dict[str, Any]) -> list[tuple[bool | None, str]]:
             (
                 None,
                 f"each PostgreSQL replay consumes {side['ids_consumed_per_replay']:g} id of the "
-                "record sequence and leaves a dead heap tuple (the failed INSERT)",
+                "record sequence (ON CONFLICT still draws the default id)",
             )
         )
     growth = results.get("growth")
