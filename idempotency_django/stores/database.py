@@ -61,12 +61,7 @@ class DatabaseStore(BaseStore):
             for _attempt in range(5):
                 now = timezone.now()
                 fields: dict[str, Any] = {
-                    "fingerprint": request.fingerprint,
-                    "method": request.method,
-                    "path": request.path[:2048],
-                    "request_id": request.request_id[:255],
-                    "kind": request.kind,
-                    "source": request.source[:64],
+                    **_request_fields(request),
                     "state": State.IN_PROGRESS,
                     "token": token,
                     "status_code": None,
@@ -153,13 +148,8 @@ class DatabaseStore(BaseStore):
                     records.create(
                         **scope,
                         **completed,
+                        **_request_fields(request),
                         token=token,
-                        fingerprint=request.fingerprint,
-                        method=request.method,
-                        path=request.path[:2048],
-                        request_id=request.request_id[:255],
-                        kind=request.kind,
-                        source=request.source[:64],
                         created_at=now,
                     )
             except IntegrityError:
@@ -222,6 +212,18 @@ class DatabaseStore(BaseStore):
         if connection.vendor == "sqlite" or not _in_request_transaction(connection):
             return self.alias
         return _side_alias(self.alias)
+
+
+def _request_fields(request: RequestInfo) -> dict[str, Any]:
+    """The record's columns that describe the request, cut to their lengths."""
+    return {
+        "fingerprint": request.fingerprint,
+        "method": request.method,
+        "path": request.path[:2048],
+        "request_id": request.request_id[:255],
+        "kind": request.kind,
+        "source": request.source[:64],
+    }
 
 
 def _insert_if_absent(using: str, key: RecordKey, fields: dict[str, Any]) -> bool:
