@@ -11,7 +11,11 @@ from django.http import HttpRequest
 from django.http.response import HttpResponseBase
 from django.views import View
 
-from idempotency_django.middleware import EXEMPT_ATTRIBUTE, PROTECTED_ATTRIBUTE
+from idempotency_django.middleware import (
+    EXEMPT_ATTRIBUTE,
+    PROTECTED_ATTRIBUTE,
+    drf_api_view_class,
+)
 from idempotency_django.protection import ViewOptions, aprotect, protect
 
 ViewT = TypeVar("ViewT", bound=Callable[..., Any])
@@ -104,7 +108,7 @@ def protect_callable(func: Callable[..., Any], options: ViewOptions) -> Callable
 
 
 def _protect_class(view_class: type, options: ViewOptions) -> type:
-    drf_view = _drf_api_view_class()
+    drf_view = drf_api_view_class()
     if drf_view is not None and issubclass(view_class, drf_view):
         from idempotency_django.drf import protect_view_class
 
@@ -145,11 +149,3 @@ def _drf_adapter(request: Any) -> Callable[..., HttpResponseBase] | None:
     from idempotency_django.drf import protect_drf_call
 
     return protect_drf_call
-
-
-def _drf_api_view_class() -> type | None:
-    try:
-        from rest_framework.views import APIView
-    except ImportError:
-        return None
-    return APIView

@@ -120,10 +120,16 @@ def _handled_here(view_func: Callable[..., Any]) -> bool:
 
 def _is_drf_view(view_func: Callable[..., Any]) -> bool:
     view_class = getattr(view_func, "cls", None)
-    if view_class is None:
-        return False
+    api_view = drf_api_view_class()
+    return (
+        api_view is not None and isinstance(view_class, type) and issubclass(view_class, api_view)
+    )
+
+
+def drf_api_view_class() -> type | None:
+    """DRF's ``APIView``, or None when DRF is not installed (it is optional)."""
     try:
         from rest_framework.views import APIView
-    except ImportError:  # DRF is optional
-        return False
-    return isinstance(view_class, type) and issubclass(view_class, APIView)
+    except ImportError:
+        return None
+    return APIView
