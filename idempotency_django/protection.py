@@ -83,6 +83,17 @@ _RUN_VIEW = _RunView()
 _Flow = Generator["_Blocking | _Send | _RunView", Any, HttpResponseBase]
 
 
+def _resume(flow: _Flow, step: Any, error: BaseException | None) -> tuple[bool, Any]:
+    """Hand the flow the last step's result (or raise its error in it).
+
+    Returns ``(False, next_step)``, or ``(True, response)`` once the flow is done.
+    """
+    try:
+        return False, (flow.send(step) if error is None else flow.throw(error))
+    except StopIteration as finished:
+        return True, finished.value
+
+
 def protect(
     request: HttpRequest,
     call_view: Callable[[], HttpResponseBase],
@@ -93,10 +104,9 @@ def protect(
     step: Any = None
     error: BaseException | None = None
     while True:
-        try:
-            effect = flow.send(step) if error is None else flow.throw(error)
-        except StopIteration as finished:
-            return finished.value  # type: ignore[no-any-return]
+        done, effect = _resume(flow, step, error)
+        if done:
+            return effect  # type: ignore[no-any-return]
         step, error = None, None
         try:
             if isinstance(effect, _Blocking):
@@ -122,10 +132,9 @@ async def aprotect(
     step: Any = None
     error: BaseException | None = None
     while True:
-        try:
-            effect = flow.send(step) if error is None else flow.throw(error)
-        except StopIteration as finished:
-            return finished.value  # type: ignore[no-any-return]
+        done, effect = _resume(flow, step, error)
+        if done:
+            return effect  # type: ignore[no-any-return]
         step, error = None, None
         try:
             if isinstance(effect, _Blocking):
