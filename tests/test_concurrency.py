@@ -146,3 +146,30 @@ def test_crash_after_storing_rolls_back_work_and_response_together(alice: User, 
     assert retry.status_code == 201
     assert keyed_post(client, "/plain/fragile/", key="fragile")["Idempotency-Replayed"] == "true"
     assert Booking.objects.count() == 1
+
+
+@on_postgres
+def test_reservation_skips_only_its_own_wait_for_the_disk() -> None:
+    """The reservation commits with synchronous_commit off for its own transaction only.
+
+    Other connections see it at once, and the connection keeps the server's
+    durable setting for the work and the stored response that follow. (That a
+    crash then loses nothing acknowledged is the reliability suite's
+    PostgreSQL crash scenario.)
+    """
+    from django.test.utils import CaptureQueriesContext
+
+    from idempotency_django.stores import Outcome, RecordKey, RequestInfo, get_store
+
+    store = get_store()
+    key = RecordKey("auth.user:1", "", "unflushed")
+    info = RequestInfo(method="POST", path="/plain/bookings/", fingerprint="f" * 64)
+    with CaptureQueriesContext(connection) as queries:
+        assert store.claim(key, info, 60).outcome is Outcome.CLAIMED
+    assert len(queries) == 1
+    assert "set_config('synchronous_commit', 'off', true)" in queries[0]["sql"]
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        assert cursor.fetchone()[0] == "on"
+    [elsewhere] = in_threads(1, lambda _: store.claim(key, info, 60))
+    assert elsewhere.outcome is Outcome.IN_PROGRESS

@@ -5,7 +5,8 @@ never both own a key. It must be visible to other requests at once, even
 when the view runs inside a transaction (``ATOMIC_REQUESTS``): then claims
 and releases go through a second, autocommit connection to the same
 database, while the completion joins the view's transaction, so the work
-and its stored response commit (or roll back) together.
+and its stored response commit (or roll back) together. On PostgreSQL the
+reservation's commit does not wait for the disk (see ``_insert_or_read``).
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import Iterator
-from datetime import timedelta
-from typing import Any
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, NamedTuple
 
 from django.core import checks
 from django.core.signals import request_finished, request_started
@@ -40,6 +42,7 @@ SIDE_ALIAS_SUFFIX = "__idempotency"
 _side_aliases: set[str] = set()
 
 State = IdempotencyRecord.State
+IN_PROGRESS = str(State.IN_PROGRESS)
 
 
 class DatabaseStore(BaseStore):
@@ -53,7 +56,6 @@ class DatabaseStore(BaseStore):
 
     def claim(self, key: RecordKey, request: RequestInfo, lock_timeout: int) -> Claim:
         using = self._visible_alias()
-        records = IdempotencyRecord.objects.using(using)
         token = uuid.uuid4().hex
         with _unavailable_on_error():
             # A bounded loop: each pass either decides or loses a race to a
@@ -71,30 +73,24 @@ class DatabaseStore(BaseStore):
                     "completed_at": None,
                     "expires_at": now + timedelta(seconds=lock_timeout),
                 }
-                if _insert_if_absent(using, key, fields):
+                inserted, existing = _insert_or_read(using, key, fields)
+                if inserted:
                     return Claim(Outcome.CLAIMED, token=token)
-                existing = next(
-                    iter(
-                        records.filter(principal=key.principal, location=key.location, key=key.key)[
-                            :1
-                        ]
-                    ),
-                    None,
-                )
                 if existing is None:
                     continue  # purged or released since our INSERT: try again
                 if existing.expires_at <= now:
                     # Expired record or abandoned reservation: take it over,
                     # unless someone else just did (compare the owner token).
+                    records = IdempotencyRecord.objects.using(using)
                     if records.filter(pk=existing.pk, token=existing.token).update(**fields):
-                        took_over = existing.state == State.IN_PROGRESS
+                        took_over = existing.state == IN_PROGRESS
                         return Claim(Outcome.CLAIMED, token=token, took_over=took_over)
                     continue
                 if existing.fingerprint != request.fingerprint:
                     return Claim(Outcome.REUSED)
-                if existing.state == State.IN_PROGRESS:
+                if existing.state == IN_PROGRESS:
                     return Claim(Outcome.IN_PROGRESS)
-                return Claim(Outcome.REPLAY, response=_stored_response(existing))
+                return Claim(Outcome.REPLAY, response=existing.stored_response())
         raise StoreUnavailable("The idempotency record kept changing while being claimed.")
 
     def peek(self, key: RecordKey) -> Outcome | None:
@@ -137,7 +133,7 @@ class DatabaseStore(BaseStore):
         records = IdempotencyRecord.objects.using(self.alias)
         scope = {"principal": key.principal, "location": key.location, "key": key.key}
         with _unavailable_on_error():
-            if records.filter(**scope, token=token, state=State.IN_PROGRESS).update(**completed):
+            if _complete_reservation(self.alias, key, token, completed):
                 return True
             if request is None or records.filter(**scope).exists():
                 return False
@@ -226,46 +222,186 @@ def _request_fields(request: RequestInfo) -> dict[str, Any]:
     }
 
 
-def _insert_if_absent(using: str, key: RecordKey, fields: dict[str, Any]) -> bool:
-    """INSERT the row unless the key exists; True when it was inserted.
+#: The record's columns an INSERT writes, in the order of the statements below.
+_INSERT_FIELDS = (
+    "principal",  # principal, location, key: the unique constraint
+    "location",
+    "key",
+    "fingerprint",
+    "method",
+    "path",
+    "request_id",
+    "kind",
+    "source",
+    "state",
+    "token",
+    "status_code",
+    "response_headers",
+    "response_body",
+    "created_at",
+    "completed_at",
+    "expires_at",
+)
+#: What complete() sets.
+_COMPLETE_FIELDS = (
+    "state",
+    "status_code",
+    "response_headers",
+    "response_body",
+    "completed_at",
+    "expires_at",
+)
+_FIELDS = {field.name: field for field in IdempotencyRecord._meta.concrete_fields}
 
-    Where the database can, one ``INSERT ... ON CONFLICT DO NOTHING RETURNING``
-    statement: no failed statement, so no "duplicate key" error (with the key in
-    it) in the database server's log on every replay, and no savepoint.
-    Elsewhere an INSERT whose unique violation is caught.
+
+class _Row(NamedTuple):
+    """The columns of an existing record that decide a claim."""
+
+    pk: int
+    token: str
+    fingerprint: str
+    state: str
+    expires_at: datetime
+    status_code: int | None
+    response_headers: list[list[str]]
+    response_body: bytes | memoryview
+
+    def stored_response(self) -> StoredResponse:
+        return StoredResponse(
+            status=self.status_code or 200,
+            headers=tuple((str(name), str(value)) for name, value in self.response_headers),
+            body=bytes(self.response_body),
+        )
+
+
+@dataclass(frozen=True)
+class _Statements:
+    """The SQL of every request's path, built once per database vendor.
+
+    The ORM would compile the same statements again on every request, which
+    costs about as much as the round trip itself.
     """
-    connection = connections[using]
+
+    #: ``INSERT ... ON CONFLICT DO NOTHING RETURNING id``, where the database has it.
+    insert: str | None
+    #: PostgreSQL: the same INSERT, committing without waiting for the WAL flush.
+    insert_unflushed: str | None
+    complete: str
+
+
+_statements_by_vendor: dict[str, _Statements] = {}
+
+
+def _statements(connection: BaseDatabaseWrapper) -> _Statements:
+    try:
+        return _statements_by_vendor[connection.vendor]
+    except KeyError:
+        pass
+    quote = connection.ops.quote_name
+    table = quote(IdempotencyRecord._meta.db_table)
+
+    def column(name: str) -> str:
+        return quote(str(_FIELDS[name].column))
+
     features = connection.features
-    if not (
+    insert = insert_unflushed = None
+    if (
         connection.vendor in ("postgresql", "sqlite")
         and features.supports_update_conflicts_with_target
         and features.can_return_rows_from_bulk_insert
     ):
+        into = f"INSERT INTO {table} ({', '.join(map(column, _INSERT_FIELDS))})"
+        placeholders = ", ".join(["%s"] * len(_INSERT_FIELDS))
+        conflict = (
+            f"ON CONFLICT ({', '.join(map(column, _INSERT_FIELDS[:3]))}) DO NOTHING "
+            f"RETURNING {column('id')}"
+        )
+        insert = f"{into} VALUES ({placeholders}) {conflict}"
+        if connection.vendor == "postgresql":
+            # set_config(..., true) lasts until the end of this statement's own
+            # transaction (autocommit). Other requests see the row at once, as
+            # before; only the commit's wait for the disk is skipped.
+            insert_unflushed = (
+                f"{into} SELECT {placeholders} "
+                "FROM (SELECT set_config('synchronous_commit', 'off', true)) AS unflushed "
+                f"{conflict}"
+            )
+    where_key = " AND ".join(f"{column(name)} = %s" for name in _INSERT_FIELDS[:3])
+    complete = (
+        f"UPDATE {table} SET {', '.join(f'{column(name)} = %s' for name in _COMPLETE_FIELDS)} "
+        f"WHERE {where_key} AND {column('token')} = %s AND {column('state')} = %s"
+    )
+    statements = _Statements(insert=insert, insert_unflushed=insert_unflushed, complete=complete)
+    _statements_by_vendor[connection.vendor] = statements
+    return statements
+
+
+def _params(
+    connection: BaseDatabaseWrapper, names: tuple[str, ...], values: dict[str, Any]
+) -> list[Any]:
+    return [_FIELDS[name].get_db_prep_save(values[name], connection) for name in names]
+
+
+def _insert_or_read(using: str, key: RecordKey, fields: dict[str, Any]) -> tuple[bool, _Row | None]:
+    """INSERT the row unless the key exists: (True, None) when it did, else (False, the row).
+
+    The row is None when it vanished between the two (released or purged).
+    Where the database can, the INSERT is ``INSERT ... ON CONFLICT DO NOTHING``:
+    no failed statement, so no "duplicate key" error (with the key in it) in
+    the database server's log on every replay, and no savepoint. Elsewhere an
+    INSERT whose unique violation is caught.
+
+    On PostgreSQL in autocommit mode the reservation's commit does not wait
+    for its WAL to reach the disk. That is safe because WAL is flushed in
+    order: the next durable commit on the server (the view's own, or
+    complete()'s) flushes the reservation with it, so no work or stored
+    response is ever durable without it. A server crash before then loses the
+    reservation, and the work of that request with it, which only lets a
+    retry run sooner than the lock timeout would.
+    """
+    connection = connections[using]
+    statements = _statements(connection)
+    scope = {"principal": key.principal, "location": key.location, "key": key.key}
+    if statements.insert is None:
         try:
             with _savepoint_if_in_transaction(using):
-                IdempotencyRecord.objects.using(using).create(
-                    principal=key.principal, location=key.location, key=key.key, **fields
-                )
+                IdempotencyRecord.objects.using(using).create(**scope, **fields)
         except IntegrityError:
-            return False
-        return True
-    opts = IdempotencyRecord._meta
-    quote = connection.ops.quote_name
-    fields_by_name = {field.name: field for field in opts.concrete_fields}
-    values = {"principal": key.principal, "location": key.location, "key": key.key, **fields}
-    columns = [quote(str(fields_by_name[name].column)) for name in values]
-    params = [
-        fields_by_name[name].get_db_prep_save(value, connection) for name, value in values.items()
-    ]
-    unique = ", ".join(columns[:3])  # principal, location, key: the unique constraint
-    sql = (
-        f"INSERT INTO {quote(opts.db_table)} ({', '.join(columns)}) "
-        f"VALUES ({', '.join(['%s'] * len(columns))}) "
-        f"ON CONFLICT ({unique}) DO NOTHING RETURNING {quote(str(opts.pk.column))}"
+            return False, _read(using, scope)
+        return True, None
+    sql = statements.insert
+    if statements.insert_unflushed is not None and not connection.in_atomic_block:
+        sql = statements.insert_unflushed
+    with transaction.mark_for_rollback_on_error(using), connection.cursor() as cursor:
+        cursor.execute(sql, _params(connection, _INSERT_FIELDS, {**scope, **fields}))
+        if cursor.fetchone() is not None:
+            return True, None
+    return False, _read(using, scope)
+
+
+def _read(using: str, scope: dict[str, str]) -> _Row | None:
+    values = (
+        IdempotencyRecord.objects.using(using).filter(**scope).values_list(*_Row._fields).first()
     )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.fetchone() is not None
+    return None if values is None else _Row(*values)
+
+
+def _complete_reservation(
+    using: str, key: RecordKey, token: str, completed: dict[str, Any]
+) -> bool:
+    """Store the response in the reservation ``token`` still owns; False when it does not."""
+    connection = connections[using]
+    params = [
+        *_params(connection, _COMPLETE_FIELDS, completed),
+        key.principal,
+        key.location,
+        key.key,
+        token,
+        State.IN_PROGRESS,
+    ]
+    with transaction.mark_for_rollback_on_error(using), connection.cursor() as cursor:
+        cursor.execute(_statements(connection).complete, params)
+        return bool(cursor.rowcount)
 
 
 def _in_request_transaction(connection: BaseDatabaseWrapper) -> bool:
@@ -287,14 +423,6 @@ def _unavailable_on_error() -> Iterator[None]:
         yield
     except Error as exc:
         raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from exc
-
-
-def _stored_response(record: IdempotencyRecord) -> StoredResponse:
-    return StoredResponse(
-        status=record.status_code or 200,
-        headers=tuple((str(name), str(value)) for name, value in record.response_headers),
-        body=bytes(record.response_body),
-    )
 
 
 def _side_alias(alias: str) -> str:

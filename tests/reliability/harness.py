@@ -414,6 +414,10 @@ class PgCluster:
     def stop(self) -> None:
         self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
 
+    def crash(self) -> None:
+        """Stop as a crash would: no checkpoint, WAL still in the server's buffers is lost."""
+        self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
+
     def destroy(self) -> None:
         with contextlib.suppress(RuntimeError, subprocess.TimeoutExpired):
             self.stop()

@@ -66,3 +66,49 @@ def test_postgres_restart_refuses_then_books_once(store: str, cluster: harness.P
     assert not verdict.problems, verdict.problems[:20]
     assert verdict.found == verdict.keys
     assert all("OperationalError" in part for part in output.split("Internal Server Error: ")[1:])
+
+
+def test_postgres_crash_under_atomic_requests_books_each_key_once(
+    cluster: harness.PgCluster,
+) -> None:
+    """A crash (immediate stop, then recovery from the WAL) with ATOMIC_REQUESTS.
+
+    Reservations commit without waiting for their WAL to reach the disk; the
+    view's own commit, which carries the booking and its stored response,
+    flushes them with it. So a crash may lose reservations, never a stored
+    response whose booking survived: every key books once, and every booking
+    has its completed record.
+    """
+    db = harness.PgDatabase(port=cluster.port)
+    db.create()
+    with harness.stack(
+        "pg-crash", "db-postgres", db=db, lock_timeout=LOCK_TIMEOUT_S, delay_ms=50, atomic=True
+    ) as stack:
+        replies, outage = harness.traffic_with_outage(
+            stack,
+            stack.users["alice"],
+            stop=cluster.crash,
+            start=cluster.start,
+            prefix=f"crash-{uuid.uuid4().hex[:6]}",
+        )
+        verdict = harness.verify(db, replies)
+    unanswered = db.query(
+        "SELECT b.customer FROM bookings_booking b WHERE NOT EXISTS ("
+        " SELECT 1 FROM idempotency_django_idempotencyrecord r"
+        " WHERE r.key = b.customer AND r.state = 'completed')"
+    )
+    everything = [reply for answers in replies.values() for reply in answers]
+    down = [reply for reply in everything if outage.during(reply)]
+    harness.record_verdict(
+        "4 PostgreSQL crashed (immediate stop), ATOMIC_REQUESTS",
+        STORE_LABELS["db-postgres"],
+        everything,
+        verdict,
+        note="while down: "
+        + ", ".join(f"{n} x {label}" for label, n in harness.statuses(down).items())
+        + f"; bookings without a completed record: {len(unanswered)}",
+    )
+    assert down, "no request was answered while PostgreSQL was down"
+    assert not verdict.problems, verdict.problems[:20]
+    assert verdict.found == verdict.keys
+    assert not unanswered, unanswered[:5]
