@@ -51,16 +51,10 @@ STORES: dict[str, dict[str, str]] = {
         "EXAMPLE_IDEMPOTENCY_BACKEND": "db",
         "BENCH_PG_SYNC_COMMIT_OFF": "1",
     },
-    "postgres_proto": {
+    "postgres_memory": {
         "DATABASE_URL": PG_URL,
         "EXAMPLE_IDEMPOTENCY_BACKEND": "db",
-        "BENCH_PROTOTYPE_STORE": "1",
-    },
-    "postgres_proto_atomic": {
-        "DATABASE_URL": PG_URL,
-        "EXAMPLE_IDEMPOTENCY_BACKEND": "db",
-        "BENCH_PROTOTYPE_STORE": "1",
-        "EXAMPLE_ATOMIC_REQUESTS": "1",
+        "BENCH_MEMORY_STORE": "1",
     },
 }
 STORE_LABELS = {
@@ -69,8 +63,7 @@ STORE_LABELS = {
     "redis": "Redis store (PostgreSQL for the app)",
     "postgres_atomic": "database store, PostgreSQL, ATOMIC_REQUESTS",
     "postgres_async": "database store, PostgreSQL, synchronous_commit=off (diagnostic)",
-    "postgres_proto": "PostgreSQL, prototype one-statement claim (benchmarks/prototype_store.py)",
-    "postgres_proto_atomic": "PostgreSQL, prototype claim + ATOMIC_REQUESTS",
+    "postgres_memory": "in-memory store, the library alone (benchmarks/memory_store.py)",
 }
 
 
@@ -86,7 +79,7 @@ def child_env(store: str, **extra: str) -> dict[str, str]:
             "EXAMPLE_IDEMPOTENCY_BACKEND",
             "EXAMPLE_ATOMIC_REQUESTS",
             "BENCH_PG_SYNC_COMMIT_OFF",
-            "BENCH_PROTOTYPE_STORE",
+            "BENCH_MEMORY_STORE",
         }
     }
     env.update(STORES[store])

@@ -42,5 +42,5 @@ ALLOWED_HOSTS = [*ALLOWED_HOSTS, "testserver"]  # noqa: F405  (Django's test Cli
 if os.environ.get("BENCH_PG_SYNC_COMMIT_OFF") == "1":  # diagnostic variant: no WAL flush per commit
     DATABASES["default"].setdefault("OPTIONS", {})["options"] = "-c synchronous_commit=off"
 
-if os.environ.get("BENCH_PROTOTYPE_STORE") == "1":  # suggested claim changes, measured
-    IDEMPOTENCY["STORE"] = "benchmarks.prototype_store.PrototypeStore"  # noqa: F405
+if os.environ.get("BENCH_MEMORY_STORE") == "1":  # the library's own cost, without store I/O
+    IDEMPOTENCY["STORE"] = "benchmarks.memory_store.MemoryStore"  # noqa: F405

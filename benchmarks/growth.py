@@ -111,17 +111,15 @@ def explain(requests: dict[str, Any]) -> dict[str, str]:
         requests["first"]()
     with CaptureQueriesContext(connection) as replay:
         requests["replay"]()
-    insert = next(
-        q["sql"] for q in first.captured_queries if q["sql"].startswith('INSERT INTO "idem')
-    )
+    claim = next(q["sql"] for q in first.captured_queries if "ON CONFLICT" in q["sql"])
     update = next(q["sql"] for q in first.captured_queries if q["sql"].startswith("UPDATE"))
-    select = next(q["sql"] for q in replay.captured_queries if 'FROM "idempotency' in q["sql"])
+    replay_claim = next(q["sql"] for q in replay.captured_queries if "ON CONFLICT" in q["sql"])
     fresh = uuid.uuid4().hex
     statements = {
         # The claim of a new key, with a key nobody holds (rolled back).
-        "claim INSERT (new key)": insert.replace("'first-", f"'explain-{fresh}-", 1),
-        # What the claim reads after its INSERT hit the unique constraint.
-        "claim SELECT (existing key)": select,
+        "claim (new key)": claim.replace("'first-", f"'explain-{fresh}-", 1),
+        # The claim of a key whose response is stored: inserts nothing, reads the row.
+        "claim (existing key)": replay_claim,
         # complete(): the owner's UPDATE (rolled back).
         "complete UPDATE": update,
     }

@@ -220,6 +220,82 @@ def replay_side_effects(requests: dict[str, Any], repeat: int = 100) -> dict[str
     return {"ids_consumed_per_replay": (last_id() - before) / repeat}
 
 
+def statement_floor(n: int) -> dict[str, Any]:
+    """The library's own first-request statements, sent by psycopg alone.
+
+    The reservation INSERT and the completion UPDATE, exactly as the database
+    store sends them, on this process's connection in autocommit mode, with
+    no ORM, no Django and no library code around them: what the target's "+1
+    round trip for the reservation, +1 for the completion" costs at least on
+    this server, before any Python of the library runs.
+    """
+    from django.db import connection
+    from django.utils import timezone
+
+    from idempotency_django.models import IdempotencyRecord
+    from idempotency_django.stores import database
+
+    connection.ensure_connection()
+    raw = connection.connection
+    statements = database._statements(connection)
+    assert statements.insert_unflushed is not None and connection.get_autocommit()
+    claims: list[int] = []
+    completions: list[int] = []
+    selects: list[int] = []
+    for index in range(n + 20):
+        now = timezone.now()
+        scope = {"principal": "floor", "location": "", "key": f"floor-{uuid.uuid4().hex}"}
+        fields = {
+            **scope,
+            "fingerprint": "f" * 64,
+            "method": "POST",
+            "path": _bench.PROTECTED_PATH,
+            "request_id": "",
+            "kind": "request",
+            "source": "",
+            "state": "in_progress",
+            "token": "t" * 32,
+            "status_code": None,
+            "response_headers": [],
+            "response_body": b"",
+            "created_at": now,
+            "completed_at": None,
+            "expires_at": now,
+        }
+        completed = {
+            "state": "completed",
+            "status_code": 201,
+            "response_headers": [["Content-Type", "application/json"]],
+            "response_body": _bench.BODY.encode(),
+            "completed_at": now,
+            "expires_at": now,
+        }
+        insert = database._params(connection, database._INSERT_FIELDS, fields)
+        update = [
+            *database._params(connection, database._COMPLETE_FIELDS, completed),
+            *scope.values(),
+            "t" * 32,
+            "in_progress",
+        ]
+        started = time.perf_counter_ns()
+        raw.execute(statements.insert_unflushed, insert).fetchone()
+        claimed = time.perf_counter_ns()
+        raw.execute(statements.complete, update)
+        done = time.perf_counter_ns()
+        raw.execute("SELECT 1").fetchone()
+        selected = time.perf_counter_ns()
+        if index >= 20:
+            claims.append(claimed - started)
+            completions.append(done - claimed)
+            selects.append(selected - done)
+    IdempotencyRecord.objects.filter(principal="floor").delete()
+    return {
+        "claim": _bench.summarize(claims),
+        "complete": _bench.summarize(completions),
+        "select_1": _bench.summarize(selects),
+    }
+
+
 def profile(requests: dict[str, Any], n: int) -> dict[str, Any]:
     """cProfile of ``n`` requests per scenario: the library's own functions, per request."""
     report: dict[str, Any] = {}
@@ -321,8 +397,10 @@ def main() -> None:
     result["queries"] = count_queries(requests)
     if args.store == "redis":
         result["redis_commands"] = count_redis_commands(requests)
-    if args.store.startswith("postgres"):
+    if args.store.startswith("postgres") and args.store != "postgres_memory":
         result["replay_side_effects"] = replay_side_effects(requests)
+    if args.store == "postgres":
+        result["statement_floor"] = statement_floor(args.n)
     if args.profile_n:
         result["profile"] = profile(requests, args.profile_n)
     Path(args.out).write_text(json.dumps(result, indent=1))

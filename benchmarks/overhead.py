@@ -46,11 +46,10 @@ IN_PROCESS_STORES = (
     "postgres",
     "postgres_atomic",
     "postgres_async",
-    "postgres_proto",
-    "postgres_proto_atomic",
+    "postgres_memory",
     "redis",
 )
-HTTP_STORES = ("postgres", "postgres_proto", "redis")
+HTTP_STORES = ("postgres", "redis")
 PROFILED_STORES = ("postgres", "postgres_async", "redis")
 
 

@@ -12,6 +12,7 @@ reservation's commit does not wait for the disk (see ``_insert_or_read``).
 from __future__ import annotations
 
 import contextlib
+import json
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -263,13 +264,17 @@ class _Row(NamedTuple):
     state: str
     expires_at: datetime
     status_code: int | None
-    response_headers: list[list[str]]
+    #: A list, or its JSON text when read with SQL (Django leaves JSON decoding to the field).
+    response_headers: list[list[str]] | str
     response_body: bytes | memoryview
 
     def stored_response(self) -> StoredResponse:
+        headers = self.response_headers
+        if isinstance(headers, str):
+            headers = json.loads(headers)
         return StoredResponse(
             status=self.status_code or 200,
-            headers=tuple((str(name), str(value)) for name, value in self.response_headers),
+            headers=tuple((str(name), str(value)) for name, value in headers),
             body=bytes(self.response_body),
         )
 
@@ -282,10 +287,12 @@ class _Statements:
     costs about as much as the round trip itself.
     """
 
-    #: ``INSERT ... ON CONFLICT DO NOTHING RETURNING id``, where the database has it.
-    insert: str | None
-    #: PostgreSQL: the same INSERT, committing without waiting for the WAL flush.
-    insert_unflushed: str | None
+    #: The claim's ``INSERT ... ON CONFLICT DO NOTHING``, where the database has it.
+    claim: str | None
+    #: PostgreSQL: the same claim, committing without waiting for the WAL flush.
+    claim_unflushed: str | None
+    #: PostgreSQL: the claim also returns the existing row when it inserted nothing.
+    claim_reads: bool
     complete: str
 
 
@@ -303,35 +310,52 @@ def _statements(connection: BaseDatabaseWrapper) -> _Statements:
     def column(name: str) -> str:
         return quote(str(_FIELDS[name].column))
 
+    where_key = " AND ".join(f"{column(name)} = %s" for name in _INSERT_FIELDS[:3])
+    into = f"INSERT INTO {table} ({', '.join(map(column, _INSERT_FIELDS))})"
+    placeholders = ", ".join(["%s"] * len(_INSERT_FIELDS))
+    conflict = (
+        f"ON CONFLICT ({', '.join(map(column, _INSERT_FIELDS[:3]))}) DO NOTHING "
+        f"RETURNING {column('id')}"
+    )
     features = connection.features
-    insert = insert_unflushed = None
-    if (
-        connection.vendor in ("postgresql", "sqlite")
+    claim = claim_unflushed = None
+    claim_reads = False
+    if connection.vendor == "postgresql":
+        # One round trip whatever the key's state. The SELECT sees the
+        # statement's snapshot: a row that a concurrent INSERT committed after
+        # it began makes ours do nothing and is not seen either, so no row
+        # comes back and the claim tries again.
+        def claim_or_read(unflushed: bool) -> str:
+            # set_config(..., true) lasts until the end of the statement's own
+            # transaction (autocommit): other requests see the row at once, only
+            # the commit's wait for the disk is skipped.
+            settings = (
+                "unflushed AS (SELECT set_config('synchronous_commit', 'off', true)), "
+                if unflushed
+                else ""
+            )
+            return (
+                f"WITH {settings}inserted AS ("
+                f"{into} SELECT {placeholders}{' FROM unflushed' if unflushed else ''} "
+                f"{conflict}) "
+                "SELECT true, NULL, NULL, NULL, NULL, NULL, NULL, NULL::jsonb, NULL::bytea "
+                "FROM inserted UNION ALL "
+                f"SELECT false, {', '.join(map(column, ['id', *_Row._fields[1:]]))} "
+                f"FROM {table} WHERE {where_key} AND NOT EXISTS (SELECT 1 FROM inserted)"
+            )
+
+        claim, claim_unflushed, claim_reads = claim_or_read(False), claim_or_read(True), True
+    elif (
+        connection.vendor == "sqlite"
         and features.supports_update_conflicts_with_target
         and features.can_return_rows_from_bulk_insert
     ):
-        into = f"INSERT INTO {table} ({', '.join(map(column, _INSERT_FIELDS))})"
-        placeholders = ", ".join(["%s"] * len(_INSERT_FIELDS))
-        conflict = (
-            f"ON CONFLICT ({', '.join(map(column, _INSERT_FIELDS[:3]))}) DO NOTHING "
-            f"RETURNING {column('id')}"
-        )
-        insert = f"{into} VALUES ({placeholders}) {conflict}"
-        if connection.vendor == "postgresql":
-            # set_config(..., true) lasts until the end of this statement's own
-            # transaction (autocommit). Other requests see the row at once, as
-            # before; only the commit's wait for the disk is skipped.
-            insert_unflushed = (
-                f"{into} SELECT {placeholders} "
-                "FROM (SELECT set_config('synchronous_commit', 'off', true)) AS unflushed "
-                f"{conflict}"
-            )
-    where_key = " AND ".join(f"{column(name)} = %s" for name in _INSERT_FIELDS[:3])
+        claim = f"{into} VALUES ({placeholders}) {conflict}"
     complete = (
         f"UPDATE {table} SET {', '.join(f'{column(name)} = %s' for name in _COMPLETE_FIELDS)} "
         f"WHERE {where_key} AND {column('token')} = %s AND {column('state')} = %s"
     )
-    statements = _Statements(insert=insert, insert_unflushed=insert_unflushed, complete=complete)
+    statements = _Statements(claim, claim_unflushed, claim_reads, complete)
     _statements_by_vendor[connection.vendor] = statements
     return statements
 
@@ -345,7 +369,7 @@ def _params(
 def _insert_or_read(using: str, key: RecordKey, fields: dict[str, Any]) -> tuple[bool, _Row | None]:
     """INSERT the row unless the key exists: (True, None) when it did, else (False, the row).
 
-    The row is None when it vanished between the two (released or purged).
+    The row is None when it vanished meanwhile (released or purged).
     Where the database can, the INSERT is ``INSERT ... ON CONFLICT DO NOTHING``:
     no failed statement, so no "duplicate key" error (with the key in it) in
     the database server's log on every replay, and no savepoint. Elsewhere an
@@ -362,18 +386,25 @@ def _insert_or_read(using: str, key: RecordKey, fields: dict[str, Any]) -> tuple
     connection = connections[using]
     statements = _statements(connection)
     scope = {"principal": key.principal, "location": key.location, "key": key.key}
-    if statements.insert is None:
+    if statements.claim is None:
         try:
             with _savepoint_if_in_transaction(using):
                 IdempotencyRecord.objects.using(using).create(**scope, **fields)
         except IntegrityError:
             return False, _read(using, scope)
         return True, None
-    sql = statements.insert
-    if statements.insert_unflushed is not None and not connection.in_atomic_block:
-        sql = statements.insert_unflushed
+    sql = statements.claim
+    if statements.claim_unflushed is not None and not connection.in_atomic_block:
+        sql = statements.claim_unflushed
+    params = _params(connection, _INSERT_FIELDS, {**scope, **fields})
     with transaction.mark_for_rollback_on_error(using), connection.cursor() as cursor:
-        cursor.execute(sql, _params(connection, _INSERT_FIELDS, {**scope, **fields}))
+        if statements.claim_reads:
+            cursor.execute(sql, [*params, *params[:3]])
+            row = cursor.fetchone()
+            if row is None:
+                return False, None
+            return (True, None) if row[0] else (False, _Row(*row[1:]))
+        cursor.execute(sql, params)
         if cursor.fetchone() is not None:
             return True, None
     return False, _read(using, scope)
