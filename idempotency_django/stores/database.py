@@ -291,8 +291,9 @@ class _Statements:
     claim: str | None
     #: PostgreSQL: the same claim, committing without waiting for the WAL flush.
     claim_unflushed: str | None
-    #: PostgreSQL: the claim also returns the existing row when it inserted nothing.
-    claim_reads: bool
+    #: PostgreSQL: the read of an existing row after the claim inserted nothing.
+    #: (Elsewhere the ORM reads it: it converts SQLite's datetimes.)
+    read: str | None
     complete: str
 
 
@@ -311,51 +312,38 @@ def _statements(connection: BaseDatabaseWrapper) -> _Statements:
         return quote(str(_FIELDS[name].column))
 
     where_key = " AND ".join(f"{column(name)} = %s" for name in _INSERT_FIELDS[:3])
-    into = f"INSERT INTO {table} ({', '.join(map(column, _INSERT_FIELDS))})"
-    placeholders = ", ".join(["%s"] * len(_INSERT_FIELDS))
-    conflict = (
-        f"ON CONFLICT ({', '.join(map(column, _INSERT_FIELDS[:3]))}) DO NOTHING "
-        f"RETURNING {column('id')}"
-    )
     features = connection.features
-    claim = claim_unflushed = None
-    claim_reads = False
-    if connection.vendor == "postgresql":
-        # One round trip whatever the key's state. The SELECT sees the
-        # statement's snapshot: a row that a concurrent INSERT committed after
-        # it began makes ours do nothing and is not seen either, so no row
-        # comes back and the claim tries again.
-        def claim_or_read(unflushed: bool) -> str:
-            # set_config(..., true) lasts until the end of the statement's own
-            # transaction (autocommit): other requests see the row at once, only
-            # the commit's wait for the disk is skipped.
-            settings = (
-                "unflushed AS (SELECT set_config('synchronous_commit', 'off', true)), "
-                if unflushed
-                else ""
-            )
-            return (
-                f"WITH {settings}inserted AS ("
-                f"{into} SELECT {placeholders}{' FROM unflushed' if unflushed else ''} "
-                f"{conflict}) "
-                "SELECT true, NULL, NULL, NULL, NULL, NULL, NULL, NULL::jsonb, NULL::bytea "
-                "FROM inserted UNION ALL "
-                f"SELECT false, {', '.join(map(column, ['id', *_Row._fields[1:]]))} "
-                f"FROM {table} WHERE {where_key} AND NOT EXISTS (SELECT 1 FROM inserted)"
-            )
-
-        claim, claim_unflushed, claim_reads = claim_or_read(False), claim_or_read(True), True
-    elif (
-        connection.vendor == "sqlite"
+    claim = claim_unflushed = read = None
+    if (
+        connection.vendor in ("postgresql", "sqlite")
         and features.supports_update_conflicts_with_target
         and features.can_return_rows_from_bulk_insert
     ):
+        into = f"INSERT INTO {table} ({', '.join(map(column, _INSERT_FIELDS))})"
+        placeholders = ", ".join(["%s"] * len(_INSERT_FIELDS))
+        conflict = (
+            f"ON CONFLICT ({', '.join(map(column, _INSERT_FIELDS[:3]))}) DO NOTHING "
+            f"RETURNING {column('id')}"
+        )
         claim = f"{into} VALUES ({placeholders}) {conflict}"
+        if connection.vendor == "postgresql":
+            # set_config(..., true) lasts until the end of this statement's own
+            # transaction (autocommit). Other requests see the row at once, as
+            # before; only the commit's wait for the disk is skipped.
+            claim_unflushed = (
+                f"{into} SELECT {placeholders} "
+                "FROM (SELECT set_config('synchronous_commit', 'off', true)) AS unflushed "
+                f"{conflict}"
+            )
+            read = (
+                f"SELECT {', '.join(map(column, ['id', *_Row._fields[1:]]))} "
+                f"FROM {table} WHERE {where_key}"
+            )
     complete = (
         f"UPDATE {table} SET {', '.join(f'{column(name)} = %s' for name in _COMPLETE_FIELDS)} "
         f"WHERE {where_key} AND {column('token')} = %s AND {column('state')} = %s"
     )
-    statements = _Statements(claim, claim_unflushed, claim_reads, complete)
+    statements = _Statements(claim, claim_unflushed, read, complete)
     _statements_by_vendor[connection.vendor] = statements
     return statements
 
@@ -398,15 +386,13 @@ def _insert_or_read(using: str, key: RecordKey, fields: dict[str, Any]) -> tuple
         sql = statements.claim_unflushed
     params = _params(connection, _INSERT_FIELDS, {**scope, **fields})
     with transaction.mark_for_rollback_on_error(using), connection.cursor() as cursor:
-        if statements.claim_reads:
-            cursor.execute(sql, [*params, *params[:3]])
-            row = cursor.fetchone()
-            if row is None:
-                return False, None
-            return (True, None) if row[0] else (False, _Row(*row[1:]))
         cursor.execute(sql, params)
         if cursor.fetchone() is not None:
             return True, None
+        if statements.read is not None:
+            cursor.execute(statements.read, params[:3])
+            row = cursor.fetchone()
+            return False, None if row is None else _Row(*row)
     return False, _read(using, scope)
 
 
