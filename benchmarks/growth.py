@@ -114,12 +114,19 @@ def explain(requests: dict[str, Any]) -> dict[str, str]:
     claim = next(q["sql"] for q in first.captured_queries if "ON CONFLICT" in q["sql"])
     update = next(q["sql"] for q in first.captured_queries if q["sql"].startswith("UPDATE"))
     replay_claim = next(q["sql"] for q in replay.captured_queries if "ON CONFLICT" in q["sql"])
+    replay_read = next(
+        q["sql"]
+        for q in replay.captured_queries
+        if q["sql"].startswith("SELECT") and "idempotency_django_idempotencyrecord" in q["sql"]
+    )
     fresh = uuid.uuid4().hex
     statements = {
         # The claim of a new key, with a key nobody holds (rolled back).
         "claim (new key)": claim.replace("'first-", f"'explain-{fresh}-", 1),
-        # The claim of a key whose response is stored: inserts nothing, reads the row.
+        # The claim of a key whose response is stored: inserts nothing...
         "claim (existing key)": replay_claim,
+        # ...so the stored row is read.
+        "claim's read (existing key)": replay_read,
         # complete(): the owner's UPDATE (rolled back).
         "complete UPDATE": update,
     }

@@ -223,8 +223,8 @@ def replay_side_effects(requests: dict[str, Any], repeat: int = 100) -> dict[str
 def statement_floor(n: int) -> dict[str, Any]:
     """The library's own first-request statements, sent by psycopg alone.
 
-    The reservation INSERT and the completion UPDATE, exactly as the database
-    store sends them, on this process's connection in autocommit mode, with
+    The claim (the reservation's INSERT) and the completion's UPDATE, exactly as
+    the database store sends them, on this process's connection in autocommit mode, with
     no ORM, no Django and no library code around them: what the target's "+1
     round trip for the reservation, +1 for the completion" costs at least on
     this server, before any Python of the library runs.
@@ -238,10 +238,11 @@ def statement_floor(n: int) -> dict[str, Any]:
     connection.ensure_connection()
     raw = connection.connection
     statements = database._statements(connection)
-    assert statements.insert_unflushed is not None and connection.get_autocommit()
+    assert statements.claim_unflushed is not None and connection.get_autocommit()
     claims: list[int] = []
     completions: list[int] = []
     selects: list[int] = []
+    durable_claims: list[int] = []  # the same INSERT, its commit waiting for the disk
     for index in range(n + 20):
         now = timezone.now()
         scope = {"principal": "floor", "location": "", "key": f"floor-{uuid.uuid4().hex}"}
@@ -277,22 +278,30 @@ def statement_floor(n: int) -> dict[str, Any]:
             "t" * 32,
             "in_progress",
         ]
+        durable = database._params(
+            connection, database._INSERT_FIELDS, {**fields, "key": f"floor-{uuid.uuid4().hex}"}
+        )
         started = time.perf_counter_ns()
-        raw.execute(statements.insert_unflushed, insert).fetchone()
+        raw.execute(statements.claim_unflushed, insert).fetchone()
         claimed = time.perf_counter_ns()
         raw.execute(statements.complete, update)
         done = time.perf_counter_ns()
         raw.execute("SELECT 1").fetchone()
         selected = time.perf_counter_ns()
+        assert statements.claim is not None
+        raw.execute(statements.claim, durable).fetchone()
+        waited = time.perf_counter_ns()
         if index >= 20:
             claims.append(claimed - started)
             completions.append(done - claimed)
             selects.append(selected - done)
+            durable_claims.append(waited - selected)
     IdempotencyRecord.objects.filter(principal="floor").delete()
     return {
         "claim": _bench.summarize(claims),
         "complete": _bench.summarize(completions),
         "select_1": _bench.summarize(selects),
+        "claim_durable": _bench.summarize(durable_claims),
     }
 
 
