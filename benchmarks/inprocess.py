@@ -233,7 +233,7 @@ def statement_floor(n: int) -> dict[str, Any]:
     from django.utils import timezone
 
     from idempotency_django.models import IdempotencyRecord
-    from idempotency_django.stores import database
+    from idempotency_django.stores import RecordKey, RequestInfo, StoredResponse, database
 
     connection.ensure_connection()
     raw = connection.connection
@@ -243,44 +243,19 @@ def statement_floor(n: int) -> dict[str, Any]:
     completions: list[int] = []
     selects: list[int] = []
     durable_claims: list[int] = []  # the same INSERT, its commit waiting for the disk
+    request = RequestInfo(method="POST", path=_bench.PROTECTED_PATH, fingerprint="f" * 64)
+    response = StoredResponse(
+        status=201, headers=(("Content-Type", "application/json"),), body=_bench.BODY.encode()
+    )
+    token = "t" * 32
     for index in range(n + 20):
         now = timezone.now()
-        scope = {"principal": "floor", "location": "", "key": f"floor-{uuid.uuid4().hex}"}
-        fields = {
-            **scope,
-            "fingerprint": "f" * 64,
-            "method": "POST",
-            "path": _bench.PROTECTED_PATH,
-            "request_id": "",
-            "kind": "request",
-            "source": "",
-            "state": "in_progress",
-            "token": "t" * 32,
-            "status_code": None,
-            "response_headers": [],
-            "response_body": b"",
-            "created_at": now,
-            "completed_at": None,
-            "expires_at": now,
-        }
-        completed = {
-            "state": "completed",
-            "status_code": 201,
-            "response_headers": [["Content-Type", "application/json"]],
-            "response_body": _bench.BODY.encode(),
-            "completed_at": now,
-            "expires_at": now,
-        }
-        insert = database._params(connection, database._INSERT_FIELDS, fields)
-        update = [
-            *database._params(connection, database._COMPLETE_FIELDS, completed),
-            *scope.values(),
-            "t" * 32,
-            "in_progress",
-        ]
-        durable = database._params(
-            connection, database._INSERT_FIELDS, {**fields, "key": f"floor-{uuid.uuid4().hex}"}
-        )
+        key, other_key = (RecordKey("floor", "", f"floor-{uuid.uuid4().hex}") for _ in "ab")
+        fields = database._reservation_fields(request, token, now, 60)
+        insert = database._insert_params(connection, key, fields)
+        durable = database._insert_params(connection, other_key, fields)
+        completed = database._completion_fields(response, now, 60)
+        update = database._complete_params(connection, key, token, completed)
         started = time.perf_counter_ns()
         raw.execute(statements.claim_unflushed, insert).fetchone()
         claimed = time.perf_counter_ns()

@@ -63,17 +63,7 @@ class DatabaseStore(BaseStore):
             # request that changed the row, which can only happen a few times.
             for _attempt in range(5):
                 now = timezone.now()
-                fields: dict[str, Any] = {
-                    **_request_fields(request),
-                    "state": State.IN_PROGRESS,
-                    "token": token,
-                    "status_code": None,
-                    "response_headers": [],
-                    "response_body": b"",
-                    "created_at": now,
-                    "completed_at": None,
-                    "expires_at": now + timedelta(seconds=lock_timeout),
-                }
+                fields = _reservation_fields(request, token, now, lock_timeout)
                 inserted, existing = _insert_or_read(using, key, fields)
                 if inserted:
                     return Claim(Outcome.CLAIMED, token=token)
@@ -98,12 +88,7 @@ class DatabaseStore(BaseStore):
         with _unavailable_on_error():
             state = (
                 IdempotencyRecord.objects.using(self._visible_alias())
-                .filter(
-                    principal=key.principal,
-                    location=key.location,
-                    key=key.key,
-                    expires_at__gt=timezone.now(),
-                )
+                .filter(**_scope(key), expires_at__gt=timezone.now())
                 .values_list("state", flat=True)
                 .first()
             )
@@ -123,16 +108,9 @@ class DatabaseStore(BaseStore):
         # The request's own connection: inside the view's transaction when
         # there is one, which is what makes the stored response exactly-once.
         now = timezone.now()
-        completed: dict[str, Any] = {
-            "state": State.COMPLETED,
-            "status_code": response.status,
-            "response_headers": [list(pair) for pair in response.headers],
-            "response_body": response.body,
-            "completed_at": now,
-            "expires_at": now + timedelta(seconds=retention),
-        }
+        completed = _completion_fields(response, now, retention)
         records = IdempotencyRecord.objects.using(self.alias)
-        scope = {"principal": key.principal, "location": key.location, "key": key.key}
+        scope = _scope(key)
         with _unavailable_on_error():
             if _complete_reservation(self.alias, key, token, completed):
                 return True
@@ -156,11 +134,7 @@ class DatabaseStore(BaseStore):
     def release(self, key: RecordKey, token: str) -> None:
         with _unavailable_on_error():
             IdempotencyRecord.objects.using(self._visible_alias()).filter(
-                principal=key.principal,
-                location=key.location,
-                key=key.key,
-                token=token,
-                state=State.IN_PROGRESS,
+                **_scope(key), token=token, state=State.IN_PROGRESS
             ).delete()
 
     def atomic(self) -> Any:
@@ -211,6 +185,11 @@ class DatabaseStore(BaseStore):
         return _side_alias(self.alias)
 
 
+def _scope(key: RecordKey) -> dict[str, str]:
+    """The record's columns that identify ``key``: the unique constraint."""
+    return {"principal": key.principal, "location": key.location, "key": key.key}
+
+
 def _request_fields(request: RequestInfo) -> dict[str, Any]:
     """The record's columns that describe the request, cut to their lengths."""
     return {
@@ -220,6 +199,35 @@ def _request_fields(request: RequestInfo) -> dict[str, Any]:
         "request_id": request.request_id[:255],
         "kind": request.kind,
         "source": request.source[:64],
+    }
+
+
+def _reservation_fields(
+    request: RequestInfo, token: str, now: datetime, lock_timeout: int
+) -> dict[str, Any]:
+    """The columns of a new reservation, but for its key."""
+    return {
+        **_request_fields(request),
+        "state": State.IN_PROGRESS,
+        "token": token,
+        "status_code": None,
+        "response_headers": [],
+        "response_body": b"",
+        "created_at": now,
+        "completed_at": None,
+        "expires_at": now + timedelta(seconds=lock_timeout),
+    }
+
+
+def _completion_fields(response: StoredResponse, now: datetime, retention: int) -> dict[str, Any]:
+    """What complete() sets on the reservation."""
+    return {
+        "state": State.COMPLETED,
+        "status_code": response.status,
+        "response_headers": [list(pair) for pair in response.headers],
+        "response_body": response.body,
+        "completed_at": now,
+        "expires_at": now + timedelta(seconds=retention),
     }
 
 
@@ -354,6 +362,13 @@ def _params(
     return [_FIELDS[name].get_db_prep_save(values[name], connection) for name in names]
 
 
+def _insert_params(
+    connection: BaseDatabaseWrapper, key: RecordKey, fields: dict[str, Any]
+) -> list[Any]:
+    """The parameters of the ``claim`` statements, in their order."""
+    return _params(connection, _INSERT_FIELDS, {**_scope(key), **fields})
+
+
 def _insert_or_read(using: str, key: RecordKey, fields: dict[str, Any]) -> tuple[bool, _Row | None]:
     """INSERT the row unless the key exists: (True, None) when it did, else (False, the row).
 
@@ -373,7 +388,7 @@ def _insert_or_read(using: str, key: RecordKey, fields: dict[str, Any]) -> tuple
     """
     connection = connections[using]
     statements = _statements(connection)
-    scope = {"principal": key.principal, "location": key.location, "key": key.key}
+    scope = _scope(key)
     if statements.claim is None:
         try:
             with _savepoint_if_in_transaction(using):
@@ -384,7 +399,7 @@ def _insert_or_read(using: str, key: RecordKey, fields: dict[str, Any]) -> tuple
     sql = statements.claim
     if statements.claim_unflushed is not None and not connection.in_atomic_block:
         sql = statements.claim_unflushed
-    params = _params(connection, _INSERT_FIELDS, {**scope, **fields})
+    params = _insert_params(connection, key, fields)
     with transaction.mark_for_rollback_on_error(using), connection.cursor() as cursor:
         cursor.execute(sql, params)
         if cursor.fetchone() is not None:
@@ -408,17 +423,24 @@ def _complete_reservation(
 ) -> bool:
     """Store the response in the reservation ``token`` still owns; False when it does not."""
     connection = connections[using]
-    params = [
+    params = _complete_params(connection, key, token, completed)
+    with transaction.mark_for_rollback_on_error(using), connection.cursor() as cursor:
+        cursor.execute(_statements(connection).complete, params)
+        return bool(cursor.rowcount)
+
+
+def _complete_params(
+    connection: BaseDatabaseWrapper, key: RecordKey, token: str, completed: dict[str, Any]
+) -> list[Any]:
+    """The parameters of the ``complete`` statement, in its order."""
+    return [
         *_params(connection, _COMPLETE_FIELDS, completed),
         key.principal,
         key.location,
         key.key,
         token,
-        State.IN_PROGRESS,
+        IN_PROGRESS,
     ]
-    with transaction.mark_for_rollback_on_error(using), connection.cursor() as cursor:
-        cursor.execute(_statements(connection).complete, params)
-        return bool(cursor.rowcount)
 
 
 def _in_request_transaction(connection: BaseDatabaseWrapper) -> bool:
