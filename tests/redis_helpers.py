@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import socket
 import subprocess
@@ -20,7 +21,7 @@ from redis.retry import Retry
 from idempotency_django.stores import get_store
 
 #: The shared test server; DB 15 is flushed around every test that uses it.
-REDIS_URL = "redis://127.0.0.1:6379/15"
+REDIS_URL = os.environ.get("TESTS_REDIS_URL", "redis://127.0.0.1:6379/15")
 ALIAS = "idempotency"
 DOWN_ALIAS = "idempotency-down"
 FAST_FAIL = {

@@ -59,7 +59,7 @@ if TEST_DATABASE == "postgres":
             "USER": os.environ.get("PGUSER", "postgres"),
             # A server process started by a test points NAME at the test database.
             "NAME": os.environ.get("TESTS_DB_NAME", os.environ.get("PGDATABASE", "test")),
-            "TEST": {"NAME": "test_idempotency_django"},
+            "TEST": {"NAME": os.environ.get("TESTS_PG_TEST_NAME", "test_idempotency_django")},
         }
     }
 elif TEST_DATABASE == "sqlite":

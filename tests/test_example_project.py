@@ -43,7 +43,7 @@ DELAY_MS = 1500
 BOOKING = {"slot": "2026-07-30T09:00:00Z", "customer": "Dana Whitfield"}
 GUNICORN = [sys.executable, "-m", "gunicorn"]
 #: A Redis database of its own: the store tests use (and flush) 15.
-EXAMPLE_REDIS_URL = "redis://127.0.0.1:6379/14"
+EXAMPLE_REDIS_URL = os.environ.get("TESTS_EXAMPLE_REDIS_URL", "redis://127.0.0.1:6379/14")
 
 
 def example_env(tmp_dir: Path, **extra: str) -> dict[str, str]:

@@ -16,6 +16,7 @@ from idempotency_django import purge as purge_module
 from idempotency_django.models import IdempotencyRecord
 from idempotency_django.purge import KINDS, parse_duration, purge
 from tests.factories import IdempotencyRecordFactory
+from tests.redis_helpers import REDIS_URL
 
 pytestmark = pytest.mark.django_db
 
@@ -258,7 +259,7 @@ def test_row_taken_over_between_select_and_delete_survives() -> None:
         "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
         "redis": {
             "BACKEND": "django_redis.cache.RedisCache",
-            "LOCATION": "redis://127.0.0.1:6379/15",
+            "LOCATION": REDIS_URL,
         },
     },
 )

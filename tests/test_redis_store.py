@@ -24,6 +24,7 @@ from idempotency_django.stores import get_store
 from idempotency_django.stores.redis import RedisStore
 from tests.redis_helpers import (
     ALIAS,
+    REDIS_URL,
     caches_with,
     private_redis_server,
     raw_client,
@@ -331,14 +332,14 @@ def test_check_djangos_own_redis_backend_is_not_enough() -> None:
     caches = {
         "default": {
             "BACKEND": "django.core.cache.backends.redis.RedisCache",
-            "LOCATION": "redis://127.0.0.1:6379/15",
+            "LOCATION": REDIS_URL,
         }
     }
     assert _store_check_ids(caches) == {"idempotency_django.E020"}
 
 
 def test_check_a_django_redis_cache_passes() -> None:
-    assert _store_check_ids({"default": redis_cache("redis://127.0.0.1:6379/15")}) == set()
+    assert _store_check_ids({"default": redis_cache(REDIS_URL)}) == set()
 
 
 def test_check_unsupported_client_options() -> None:
@@ -350,7 +351,7 @@ def test_check_unsupported_client_options() -> None:
 
 
 def test_check_atomic_has_no_effect_on_redis() -> None:
-    caches = {"default": redis_cache("redis://127.0.0.1:6379/15")}
+    caches = {"default": redis_cache(REDIS_URL)}
     assert _store_check_ids(caches, ATOMIC=True) == {"idempotency_django.W020"}
 
 
