@@ -2,12 +2,17 @@
 
 Where a request goes:
 
-* :mod:`idempotency_django.middleware` protects plain Django views;
+* :mod:`idempotency_django.middleware` protects plain Django views: it
+  claims the key before ``get_response`` and stores the answer after;
 * :func:`idempotency_django.decorators.idempotent` protects one view, a
   class-based view, or a DRF view/viewset (:mod:`idempotency_django.drf`);
-* both hand the request to :func:`idempotency_django.protection.protect`,
-  which applies the key contract using the configured store
-  (:mod:`idempotency_django.stores`).
+* :func:`idempotency_django.webhooks.deduplicate_webhook` accepts each
+  webhook delivery once;
+* all of them run the two phases of :mod:`idempotency_django.phases`:
+  ``begin(request)`` answers a replay or a conflict, or returns an attempt
+  that owns the key; ``attempt.finish(response)`` stores the answer (or
+  ``attempt.abort()`` releases the key). The state lives in the configured
+  store (:mod:`idempotency_django.stores`).
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ def __getattr__(name: str) -> Any:
 
         return getattr(decorators, name)
     if name == "ViewOptions":
-        from idempotency_django.protection import ViewOptions
+        from idempotency_django.phases import ViewOptions
 
         return ViewOptions
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

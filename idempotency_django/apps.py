@@ -10,6 +10,3 @@ class IdempotencyConfig(AppConfig):
 
     def ready(self) -> None:
         from idempotency_django import checks  # noqa: F401  (registers the checks)
-        from idempotency_django.stores import database
-
-        database.connect_signals()

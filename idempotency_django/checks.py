@@ -16,12 +16,8 @@ from idempotency_django.conf import (
 )
 
 MIDDLEWARE_PATH = "idempotency_django.middleware.IdempotencyMiddleware"
-#: Middleware that must run before ours: request.user, and the CSRF check
-#: (process_view of middleware listed after ours does not run for keyed requests).
-MUST_PRECEDE = (
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.middleware.csrf.CsrfViewMiddleware",
-)
+#: Middleware that must run before ours: it sets request.user, which scopes keys.
+MUST_PRECEDE = ("django.contrib.auth.middleware.AuthenticationMiddleware",)
 UNSAFE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
 POSITIVE_INTEGERS = (
     "LOCK_TIMEOUT",

@@ -133,9 +133,6 @@ idempotency_settings = IdempotencySettings()
 def _reload(*, setting: str, **kwargs: Any) -> None:
     if setting == SETTING_NAME:
         idempotency_settings.reload()
-        from idempotency_django.stores import get_store
-
-        get_store.cache_clear()
 
 
 setting_changed.connect(_reload)

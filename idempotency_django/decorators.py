@@ -7,21 +7,19 @@ from collections.abc import Callable
 from typing import Any, TypeVar, overload
 
 from asgiref.sync import iscoroutinefunction
-from django.http import HttpRequest
-from django.http.response import HttpResponseBase
 from django.views import View
 
-from idempotency_django.middleware import (
+from idempotency_django.marks import (
     EXEMPT_ATTRIBUTE,
+    OPTIONS_ATTRIBUTE,
     PROTECTED_ATTRIBUTE,
     drf_api_view_class,
+    find_request,
+    is_drf_request,
 )
-from idempotency_django.protection import ViewOptions, aprotect, protect
+from idempotency_django.phases import ViewOptions, aprotect, protect
 
 ViewT = TypeVar("ViewT", bound=Callable[..., Any])
-
-#: Where a wrapped handler keeps its options, so class decoration leaves it alone.
-OPTIONS_ATTRIBUTE = "idempotency_options"
 
 
 @overload
@@ -95,9 +93,10 @@ def protect_callable(func: Callable[..., Any], options: ViewOptions) -> Callable
         @functools.wraps(func)
         def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
             request = find_request(args)
-            drf = _drf_adapter(request)
-            if drf is not None:
-                return drf(request, lambda: func(*args, **kwargs), options)
+            if is_drf_request(request):
+                from idempotency_django.drf import protect_drf_call
+
+                return protect_drf_call(request, lambda: func(*args, **kwargs), options)  # type: ignore[arg-type]
             return protect(request, lambda: func(*args, **kwargs), options)
 
         wrapper = sync_wrapper
@@ -125,27 +124,3 @@ def _protect_class(view_class: type, options: ViewOptions) -> type:
             },
         )
     raise TypeError(f"@idempotent cannot protect {view_class!r}: not a Django or DRF view.")
-
-
-def find_request(args: tuple[Any, ...]) -> HttpRequest:
-    # (request, ...) for function views, (self, request, ...) for methods.
-    for arg in args[:2]:
-        if isinstance(arg, HttpRequest) or _is_drf_request(arg):
-            return arg  # type: ignore[no-any-return]
-    raise TypeError("@idempotent: the view was called without a request.")
-
-
-def _is_drf_request(obj: Any) -> bool:
-    try:
-        from rest_framework.request import Request
-    except ImportError:
-        return False
-    return isinstance(obj, Request)
-
-
-def _drf_adapter(request: Any) -> Callable[..., HttpResponseBase] | None:
-    if not _is_drf_request(request):
-        return None
-    from idempotency_django.drf import protect_drf_call
-
-    return protect_drf_call

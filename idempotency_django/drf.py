@@ -9,18 +9,17 @@ are stored are the bytes that go out.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from django.http.response import HttpResponseBase
 from rest_framework.request import Request
-from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from idempotency_django.conf import idempotency_settings
-from idempotency_django.decorators import OPTIONS_ATTRIBUTE, protect_callable
-from idempotency_django.middleware import EXEMPT_ATTRIBUTE
-from idempotency_django.protection import ViewOptions, protect
+from idempotency_django.marks import EXEMPT_ATTRIBUTE, PROTECTED_ATTRIBUTE
+from idempotency_django.phases import ViewOptions, protect
 
 __all__ = ["IdempotentMixin", "protect_drf_call", "protect_view_class"]
 
@@ -44,35 +43,39 @@ def protect_drf_call(
 ) -> HttpResponseBase:
     view: APIView = request.parser_context["view"]
 
-    def call_and_render() -> HttpResponseBase:
+    def call_and_finalize() -> HttpResponseBase:
         try:
             response = call_handler()
         except Exception as exc:
             # DRF turns APIExceptions into responses (and marks the
             # transaction for rollback); anything else re-raises.
             response = view.handle_exception(exc)
-        response = view.finalize_response(request, response, *view.args, **view.kwargs)
-        if isinstance(response, Response) and not response.is_rendered:
-            response.render()
-        return response
+        # Finalized here so that the response can be rendered, and stored, now.
+        return view.finalize_response(request, response, *view.args, **view.kwargs)
 
-    return protect(request, call_and_render, options)
+    return protect(request, call_and_finalize, options)
 
 
 class IdempotentMixin:
     """Protect every unsafe handler of a DRF view or viewset.
 
-    Options as class attribute: ``idempotency_options = ViewOptions(required=True)``.
-    A handler decorated with ``@idempotent(...)`` keeps its own options and
-    one decorated with ``@idempotency_exempt`` is left alone.
+    Options as class attribute: ``idempotency_options = ViewOptions(required=True)``,
+    read when a request comes, so a subclass may set its own. A handler
+    decorated with ``@idempotent(...)`` keeps its own options and one
+    decorated with ``@idempotency_exempt`` is left alone.
     """
 
     idempotency_options = ViewOptions()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        for name, handler in _unsafe_handlers(cls, cls.idempotency_options).items():
-            setattr(cls, name, handler)
+        for name in _unsafe_handler_names(cls):
+            handler = getattr(cls, name)
+            if not (
+                getattr(handler, EXEMPT_ATTRIBUTE, False)
+                or getattr(handler, PROTECTED_ATTRIBUTE, False)
+            ):
+                setattr(cls, name, _protected_handler(handler))
 
     def initialize_request(self, request: Any, *args: Any, **kwargs: Any) -> Request:
         _read_body_early(request)
@@ -80,10 +83,13 @@ class IdempotentMixin:
 
 
 def protect_view_class(view_class: ViewClassT, options: ViewOptions) -> ViewClassT:
-    """A subclass of ``view_class`` with :class:`IdempotentMixin` applied using ``options``."""
+    """A subclass of ``view_class`` protected by :class:`IdempotentMixin` with ``options``."""
+    bases = (
+        (view_class,) if issubclass(view_class, IdempotentMixin) else (IdempotentMixin, view_class)
+    )
     return type(  # type: ignore[return-value]
         view_class.__name__,
-        (IdempotentMixin, view_class),
+        bases,
         {
             "__module__": view_class.__module__,
             "__qualname__": view_class.__qualname__,
@@ -93,7 +99,18 @@ def protect_view_class(view_class: ViewClassT, options: ViewOptions) -> ViewClas
     )
 
 
-def _unsafe_handlers(view_class: type, options: ViewOptions) -> dict[str, Callable[..., Any]]:
+def _protected_handler(handler: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(handler)
+    def protected(self: IdempotentMixin, request: Request, *args: Any, **kwargs: Any) -> Any:
+        return protect_drf_call(
+            request, lambda: handler(self, request, *args, **kwargs), self.idempotency_options
+        )
+
+    setattr(protected, PROTECTED_ATTRIBUTE, True)
+    return protected
+
+
+def _unsafe_handler_names(view_class: type) -> set[str]:
     names = {name for name in UNSAFE_HANDLERS if callable(getattr(view_class, name, None))}
     get_extra_actions = getattr(view_class, "get_extra_actions", None)
     if get_extra_actions is not None:
@@ -101,13 +118,7 @@ def _unsafe_handlers(view_class: type, options: ViewOptions) -> dict[str, Callab
             # An @action maps each HTTP method to a method name; the extra
             # ones come from @my_action.mapping.post and the like.
             names.update(action.mapping.values())
-    wrapped = {}
-    for name in sorted(names):
-        handler = getattr(view_class, name)
-        if getattr(handler, EXEMPT_ATTRIBUTE, False) or hasattr(handler, OPTIONS_ATTRIBUTE):
-            continue
-        wrapped[name] = protect_callable(handler, options)
-    return wrapped
+    return names
 
 
 def _read_body_early(request: Any) -> None:

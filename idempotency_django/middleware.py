@@ -1,27 +1,35 @@
 """Protects plain Django views. DRF views are left to the DRF integration.
 
-Place it after ``AuthenticationMiddleware`` (it scopes keys by
-``request.user``) and after ``CsrfViewMiddleware``: for a keyed request it
-calls the view itself, so view middleware listed after it does not run.
+The middleware never calls the view. For a keyed unsafe request it claims
+the key before ``get_response`` and stores (or releases) after it, so every
+other middleware (CSRF, ``LoginRequiredMiddleware``, exception and template
+response hooks) runs exactly as it does for a request without a key, and
+the response it stores is the one they made.
+
+Place it after ``AuthenticationMiddleware``: keys are scoped by
+``request.user``. Where the view runs in a transaction (``ATOMIC_REQUESTS``
+on its database, or ``IDEMPOTENCY["ATOMIC"]``), the middleware opens that
+transaction itself, around the claim, ``get_response`` and the completion;
+the view's own ``ATOMIC_REQUESTS`` block becomes a savepoint inside it. So
+the stored response commits with the view's writes (database store), or the
+reservation is checked before they commit (other stores).
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
-from asgiref.sync import async_to_sync, iscoroutinefunction, markcoroutinefunction, sync_to_async
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.db import connections, transaction
 from django.http import HttpRequest
 from django.http.response import HttpResponseBase
+from django.urls import Resolver404, resolve
 
 from idempotency_django.conf import idempotency_settings
-from idempotency_django.protection import ViewOptions, aprotect, protect
-from idempotency_django.stores import get_store
-
-#: Attribute set on a view by ``@idempotent`` or ``@idempotency_exempt``.
-PROTECTED_ATTRIBUTE = "idempotency_protected"
-EXEMPT_ATTRIBUTE = "idempotency_exempt"
+from idempotency_django.marks import EXEMPT_ATTRIBUTE, PROTECTED_ATTRIBUTE, is_drf_view
+from idempotency_django.phases import arun, atomic_block, begin, run
 
 
 class IdempotencyMiddleware:
@@ -33,103 +41,63 @@ class IdempotencyMiddleware:
         self.async_mode = iscoroutinefunction(get_response)
         if self.async_mode:
             markcoroutinefunction(self)
-            # Django awaits a coroutine process_view and runs a sync one in a thread.
-            self.process_view = self._aprocess_view  # type: ignore[method-assign,assignment]
 
     def __call__(self, request: HttpRequest) -> Any:
         if self.async_mode:
             return self.__acall__(request)
-        return self.get_response(request)
+        view = protected_view(request)
+        if view is None:
+            return self.get_response(request)
+        with view_transaction(view):
+            return run(lambda: begin(request), lambda: self.get_response(request))
 
     async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
-        response: HttpResponseBase = await self.get_response(request)
-        return response
-
-    async def _aprocess_view(
-        self,
-        request: HttpRequest,
-        view_func: Callable[..., Any],
-        view_args: tuple[Any, ...],
-        view_kwargs: dict[str, Any],
-    ) -> HttpResponseBase | None:
-        if not _wants_protection(request, view_func):
-            return None
-        if not iscoroutinefunction(view_func):
-            # A sync view under ASGI: the sync path, transaction included, in a thread.
-            return await sync_to_async(self._protect_sync_view)(
-                request, view_func, view_args, view_kwargs
-            )
-        return await aprotect(request, lambda: view_func(request, *view_args, **view_kwargs))
-
-    def process_view(
-        self,
-        request: HttpRequest,
-        view_func: Callable[..., HttpResponseBase],
-        view_args: tuple[Any, ...],
-        view_kwargs: dict[str, Any],
-    ) -> HttpResponseBase | None:
-        if not _wants_protection(request, view_func):
-            return None
-        if iscoroutinefunction(view_func):  # an async view under WSGI
-            return async_to_sync(aprotect)(
-                request, lambda: view_func(request, *view_args, **view_kwargs)
-            )
-        return self._protect_sync_view(request, view_func, view_args, view_kwargs)
-
-    def _protect_sync_view(
-        self,
-        request: HttpRequest,
-        view_func: Callable[..., HttpResponseBase],
-        view_args: tuple[Any, ...],
-        view_kwargs: dict[str, Any],
-    ) -> HttpResponseBase:
-        # Django wraps the view in ATOMIC_REQUESTS transactions only when no
-        # view middleware answers; since this one answers, it does the same,
-        # and for the store's database it lets protect() open the transaction
-        # so the stored response commits together with the view's writes.
-        non_atomic: set[str] = getattr(view_func, "_non_atomic_requests", set())
-        atomic_aliases = [
-            alias
-            for alias, settings_dict in connections.settings.items()
-            if settings_dict["ATOMIC_REQUESTS"] and alias not in non_atomic
-        ]
-        store_alias = getattr(get_store(), "alias", None)
-        view = view_func
-        for alias in atomic_aliases:
-            if alias != store_alias:
-                view = transaction.atomic(using=alias)(view)
-        options = ViewOptions(atomic=True if store_alias in atomic_aliases else None)
-        return protect(request, lambda: view(request, *view_args, **view_kwargs), options)
+        # No transaction spans an await: under ASGI the view's own
+        # ATOMIC_REQUESTS block commits before the response is stored.
+        if protected_view(request) is None:
+            response: HttpResponseBase = await self.get_response(request)
+            return response
+        return await arun(lambda: begin(request), lambda: self.get_response(request))
 
 
-def _wants_protection(request: HttpRequest, view_func: Callable[..., Any]) -> bool:
+def protected_view(request: HttpRequest) -> Callable[..., Any] | None:
+    """The view this middleware protects for ``request``, or None.
+
+    None for a safe method, a request without a key (unless ``REQUIRED``),
+    a URL that resolves to nothing, and views protected elsewhere: DRF views,
+    views under ``@idempotent`` and views marked ``@idempotency_exempt``.
+    """
     settings = idempotency_settings
-    if request.method not in settings.METHODS or not _handled_here(view_func):
-        return False
-    # Without a key (and not required) there is nothing to do: Django calls the view.
-    return settings.HEADER in request.headers or bool(settings.REQUIRED)
-
-
-def _handled_here(view_func: Callable[..., Any]) -> bool:
-    if getattr(view_func, PROTECTED_ATTRIBUTE, False) or getattr(
-        view_func, EXEMPT_ATTRIBUTE, False
-    ):
-        return False
-    return not _is_drf_view(view_func)
-
-
-def _is_drf_view(view_func: Callable[..., Any]) -> bool:
-    view_class = getattr(view_func, "cls", None)
-    api_view = drf_api_view_class()
-    return (
-        api_view is not None and isinstance(view_class, type) and issubclass(view_class, api_view)
-    )
-
-
-def drf_api_view_class() -> type | None:
-    """DRF's ``APIView``, or None when DRF is not installed (it is optional)."""
-    try:
-        from rest_framework.views import APIView
-    except ImportError:
+    if request.method not in settings.METHODS:
         return None
-    return APIView
+    if settings.HEADER not in request.headers and not settings.REQUIRED:
+        return None
+    try:
+        # Resolved as Django's handler will resolve it, before it does.
+        view = resolve(request.path_info, getattr(request, "urlconf", None)).func
+    except Resolver404:
+        return None
+    if (
+        getattr(view, PROTECTED_ATTRIBUTE, False)
+        or getattr(view, EXEMPT_ATTRIBUTE, False)
+        or is_drf_view(view)
+    ):
+        return None
+    return view
+
+
+def view_transaction(view: Callable[..., Any]) -> contextlib.ExitStack:
+    """The transactions Django would open around ``view``, opened here instead.
+
+    One per database with ``ATOMIC_REQUESTS`` (unless the view is marked
+    ``non_atomic_requests`` for it), as Django's handler does, and one on
+    the store's database under ``IDEMPOTENCY["ATOMIC"]``.
+    """
+    stack = contextlib.ExitStack()
+    non_atomic: set[str] = getattr(view, "_non_atomic_requests", set())
+    for alias, database in connections.settings.items():
+        if database.get("ATOMIC_REQUESTS") and alias not in non_atomic:
+            stack.enter_context(transaction.atomic(using=alias))
+    if idempotency_settings.ATOMIC:
+        stack.enter_context(atomic_block())
+    return stack

@@ -31,11 +31,10 @@ from drf_spectacular.utils import OpenApiParameter
 
 from idempotency_django import problems
 from idempotency_django.conf import idempotency_settings
-from idempotency_django.decorators import OPTIONS_ATTRIBUTE
 from idempotency_django.drf import IdempotentMixin
 from idempotency_django.keys import MAX_KEY_LENGTH
-from idempotency_django.middleware import EXEMPT_ATTRIBUTE
-from idempotency_django.protection import REPLAYED_HEADER, ViewOptions
+from idempotency_django.marks import EXEMPT_ATTRIBUTE, OPTIONS_ATTRIBUTE, PROTECTED_ATTRIBUTE
+from idempotency_django.phases import REPLAYED_HEADER, ViewOptions
 
 __all__ = ["PROBLEM_COMPONENT_NAME", "IdempotentAutoSchema", "view_idempotency_options"]
 
@@ -80,6 +79,11 @@ def view_idempotency_options(view: Any, method: str) -> ViewOptions | None:
     handler = getattr(view, name, None)
     if handler is None:
         return None
+    func = getattr(handler, "__func__", handler)
+    if getattr(func, PROTECTED_ATTRIBUTE, False) and not hasattr(func, OPTIONS_ATTRIBUTE):
+        # Protected by IdempotentMixin: the view's options, read per request.
+        options = getattr(view, "idempotency_options", None)
+        return options if isinstance(options, ViewOptions) else None
     return _handler_options(handler)
 
 

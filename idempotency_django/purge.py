@@ -26,7 +26,6 @@ from datetime import datetime, timedelta
 
 from django.db import DEFAULT_DB_ALIAS, connections, models, router
 from django.db.models import Q
-from django.utils import timezone
 
 from idempotency_django.models import IdempotencyRecord
 
@@ -120,6 +119,13 @@ def default_database() -> str:
     return router.db_for_write(IdempotencyRecord) or DEFAULT_DB_ALIAS
 
 
+def database_now(using: str) -> datetime:
+    """The current time on the database ``using``."""
+    from idempotency_django.stores.database import DatabaseStore
+
+    return DatabaseStore(database=using).now()
+
+
 def purge(
     *,
     using: str | None = None,
@@ -144,7 +150,9 @@ def purge(
     if pause < 0:
         raise ValueError("pause must not be negative.")
     using = using or default_database()
-    now = now or timezone.now()
+    # The database's clock, as the store's claims use: an app server whose
+    # clock runs fast must not delete a reservation that is still live.
+    now = now or database_now(using)
     cutoff = now - older_than if older_than is not None else None
     counts: dict[str, int] = {}
     for kind in kinds:

@@ -23,27 +23,31 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from asgiref.sync import iscoroutinefunction
+from django.conf import settings as django_settings
 from django.http import HttpRequest, JsonResponse
 from django.http.response import HttpResponseBase
 from django.utils.crypto import salted_hmac
 
 from idempotency_django import problems
 from idempotency_django.conf import idempotency_settings
-from idempotency_django.decorators import find_request
 from idempotency_django.keys import MAX_KEY_LENGTH, InvalidKey, parse_key
-from idempotency_django.middleware import PROTECTED_ATTRIBUTE
+from idempotency_django.marks import PROTECTED_ATTRIBUTE, find_request
+from idempotency_django.phases import Attempt, arun, run
 from idempotency_django.stores import (
+    Claim,
     Outcome,
     RecordKey,
     RequestInfo,
     StoredResponse,
     StoreUnavailable,
-    get_store,
 )
 
 __all__ = [
+    "DeliveryAttempt",
     "DeliveryIdentity",
     "RedactTriggerURLs",
+    "begin_delivery",
     "deduplicate_webhook",
     "delivery_identities",
     "stripe_event_id",
@@ -68,10 +72,16 @@ class DeliveryIdentity:
     source: str
 
 
-def trigger_digest(route: str, token: str) -> str:
-    """A keyed digest of the endpoint and its token: stored instead of either."""
+def trigger_digest(route: str, token: str, secret: str | bytes | None = None) -> str:
+    """A keyed digest of the endpoint and its token: stored instead of either.
+
+    Keyed with ``secret``, by default ``SECRET_KEY``.
+    """
     return salted_hmac(
-        "idempotency_django.webhooks.trigger", f"{route}\x1f{token}", algorithm="sha256"
+        "idempotency_django.webhooks.trigger",
+        f"{route}\x1f{token}",
+        secret=secret,
+        algorithm="sha256",
     ).hexdigest()
 
 
@@ -135,17 +145,27 @@ def deduplicate_webhook(
     """
 
     def decorate(func: ViewT) -> ViewT:
-        @functools.wraps(func)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            request = find_request(args)
+        def begin_phase(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
             kwarg = token_kwarg or idempotency_settings.WEBHOOK_TOKEN_KWARG
-            return _receive(
-                request,
+            return begin_delivery(
+                find_request(args),
                 str(kwargs.get(kwarg, "")),
-                lambda: func(*args, **kwargs),
                 retention=retention,
                 body_id=body_id,
             )
+
+        if iscoroutinefunction(func):
+
+            @functools.wraps(func)
+            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                return await arun(lambda: begin_phase(args, kwargs), lambda: func(*args, **kwargs))
+
+            wrapper: Callable[..., Any] = async_wrapper
+        else:
+
+            @functools.wraps(func)
+            def wrapper(*args: Any, **kwargs: Any) -> Any:
+                return run(lambda: begin_phase(args, kwargs), lambda: func(*args, **kwargs))
 
         setattr(wrapper, PROTECTED_ATTRIBUTE, True)  # the middleware leaves it alone
         setattr(wrapper, RECEIVER_ATTRIBUTE, True)  # RedactTriggerURLs knows its URL is secret
@@ -154,83 +174,120 @@ def deduplicate_webhook(
     return decorate if view is None else decorate(view)
 
 
-def _receive(
+def begin_delivery(
     request: HttpRequest,
     token: str,
-    call_view: Callable[[], HttpResponseBase],
     *,
-    retention: int | None,
-    body_id: Callable[[HttpRequest], str | None] | None,
-) -> HttpResponseBase:
+    retention: int | None = None,
+    body_id: Callable[[HttpRequest], str | None] | None = None,
+) -> DeliveryAttempt | HttpResponseBase:
+    """Phase 1 for a webhook delivery: a :class:`DeliveryAttempt`, or the answer to send."""
     settings = idempotency_settings
     match = getattr(request, "resolver_match", None)
     route = str(match.route) if match is not None else ""
-    trigger = trigger_digest(route, token)
+    # Deliveries accepted before a SECRET_KEY rotation were recorded under
+    # the old key's digest: they are still duplicates.
+    triggers = [
+        trigger_digest(route, token, secret)
+        for secret in (django_settings.SECRET_KEY, *django_settings.SECRET_KEY_FALLBACKS)
+    ]
     try:
         identity, previous = delivery_identities(request, token, body_id=body_id)
     except InvalidKey as exc:
         return problems.problem_response(400, problems.KEY_INVALID, str(exc))
-    log = functools.partial(_log, trigger=trigger[:16], source=identity.source)
-    store = get_store()
-    key = RecordKey(TRIGGER_PREFIX + trigger, "", identity.delivery_id)
     info = RequestInfo(
         method=str(request.method),
         path=route,  # the URL pattern, never the URL: it holds the token
         fingerprint="",
-        request_id=str(request.headers.get(settings.REQUEST_ID_HEADER, "")),
+        request_id=str(request.headers.get(settings.REQUEST_ID_HEADER, ""))[:255],
         kind="webhook",
         source=identity.source,
     )
+    attempt = DeliveryAttempt(
+        request,
+        RecordKey(TRIGGER_PREFIX + triggers[0], "", identity.delivery_id),
+        info,
+        trigger=triggers[0],
+        retention=int(settings.WEBHOOK_RETENTION if retention is None else retention),
+    )
+    earlier = [RecordKey(TRIGGER_PREFIX + t, "", identity.delivery_id) for t in triggers[1:]]
+    if previous is not None:
+        earlier += [RecordKey(TRIGGER_PREFIX + t, "", previous.delivery_id) for t in triggers]
     try:
-        held = None
-        if previous is not None:
-            held = store.peek(RecordKey(TRIGGER_PREFIX + trigger, "", previous.delivery_id))
-        if held is None:
-            claim = store.claim(key, info, int(settings.LOCK_TIMEOUT))
-            held = claim.outcome
+        for key in earlier:
+            held = attempt.store.peek(key)
+            if held is not None:
+                return attempt.held(Claim(held))
     except StoreUnavailable as exc:
-        log(logging.ERROR, "unavailable", error=type(exc.__cause__ or exc).__name__)
-        return problems.problem_response(
-            503,
-            problems.UNAVAILABLE,
-            "The delivery could not be recorded; nothing was done. Retry later.",
-            retry_after=int(settings.UNAVAILABLE_RETRY_AFTER),
-        )
-    if held is Outcome.REPLAY:
-        log(logging.INFO, "duplicate")
-        return JsonResponse({"status": "duplicate"}, status=202)
-    if held is not Outcome.CLAIMED:
-        log(logging.INFO, "in_progress")
+        attempt.log(logging.ERROR, "unavailable", error=type(exc.__cause__ or exc).__name__)
+        return attempt.unavailable()
+    return attempt.claim()  # type: ignore[return-value]
+
+
+class DeliveryAttempt(Attempt):
+    """The key contract's phases with the delivery rules.
+
+    Any 2xx/3xx accepts the delivery (its ``run_id``, if any, is kept, not
+    the body); a 4xx or 5xx releases it, so the sender's retry runs. A
+    duplicate gets ``202 {"status": "duplicate"}``, whatever its body.
+    """
+
+    def __init__(
+        self,
+        request: HttpRequest,
+        key: RecordKey,
+        info: RequestInfo,
+        *,
+        trigger: str,
+        retention: int,
+    ) -> None:
+        super().__init__(request, key, info)
+        self.trigger = trigger
+        self.retention_seconds = retention
+
+    def held(self, claim: Claim) -> HttpResponseBase:
+        if claim.outcome is Outcome.REPLAY:
+            self.log(logging.INFO, "duplicate")
+            return JsonResponse({"status": "duplicate"}, status=202)
+        self.log(logging.INFO, "in_progress")
         return problems.problem_response(
             409,
             IN_PROGRESS,
             "This delivery is being processed. Retry later.",
-            retry_after=int(settings.RETRY_AFTER),
+            retry_after=int(idempotency_settings.RETRY_AFTER),
         )
 
-    try:
-        response = call_view()
-    except BaseException:
-        _release(store, key, claim.token, log, reason="exception")
-        raise
-    if response.status_code >= 400:
+    def unavailable(self) -> HttpResponseBase:
+        return problems.problem_response(
+            503,
+            problems.UNAVAILABLE,
+            "The delivery could not be recorded; nothing was done. Retry later.",
+            retry_after=int(idempotency_settings.UNAVAILABLE_RETRY_AFTER),
+        )
+
+    def release_reason(self, response: HttpResponseBase) -> str | None:
         # Failed deliveries are not recorded, so the sender's retry runs.
-        _release(store, key, claim.token, log, reason=f"status {response.status_code}")
-        return response
-    run_id = _run_id(response)
-    stored = StoredResponse(
-        status=response.status_code,
-        headers=(),
-        body=json.dumps({"run_id": run_id}).encode() if run_id is not None else b"",
-    )
-    keep = int(settings.WEBHOOK_RETENTION if retention is None else retention)
-    try:
-        store.complete(key, claim.token, stored, keep, request=info)
-    except StoreUnavailable as exc:
-        log(logging.ERROR, "store_failed", error=type(exc.__cause__ or exc).__name__)
-    else:
-        log(logging.INFO, "accepted", status=response.status_code)
-    return response
+        return f"status_{response.status_code}" if response.status_code >= 400 else None
+
+    def stored_response(self, response: HttpResponseBase) -> StoredResponse:
+        run_id = _run_id(response)
+        return StoredResponse(
+            status=response.status_code,
+            headers=(),
+            body=json.dumps({"run_id": run_id}).encode() if run_id is not None else b"",
+        )
+
+    def retention(self) -> int:
+        return self.retention_seconds
+
+    def send(self, signal: Any, **kwargs: Any) -> None:
+        """Deliveries send no signals: those count the key contract's decisions."""
+
+    def log(self, level: int, event: str, **fields: Any) -> None:
+        """Never the token, the URL or the body: the trigger digest stands for them."""
+        if event == "stored":
+            event = "accepted"
+        _log(level, event, trigger=self.trigger[:16], source=self.info.source, **fields)
 
 
 class RedactTriggerURLs(logging.Filter):
@@ -250,20 +307,6 @@ class RedactTriggerURLs(logging.Filter):
         if isinstance(record.args, tuple):
             record.args = tuple(str(match.route) if arg in secret else arg for arg in record.args)
         return True
-
-
-def _release(store: Any, key: RecordKey, token: str, log: Callable[..., None], reason: str) -> None:
-    try:
-        store.release(key, token)
-    except StoreUnavailable as exc:
-        log(
-            logging.ERROR,
-            "release_failed",
-            reason=reason,
-            error=type(exc.__cause__ or exc).__name__,
-        )
-    else:
-        log(logging.INFO, "released", reason=reason)
 
 
 def _fallback_identity(token: str, body: bytes, bucket: int) -> DeliveryIdentity:

@@ -10,8 +10,6 @@ from django.contrib.auth.models import User
 from django.db import connections
 from django.test import Client
 
-from idempotency_django.stores.database import close_side_connections
-
 
 def logged_in_client(user: User) -> Client:
     client = Client()
@@ -31,7 +29,6 @@ def in_threads(count: int, work: Callable[[int], Any]) -> list[Any]:
         except BaseException as exc:  # reported to the test, not swallowed
             results[index] = exc
         finally:
-            close_side_connections(force=True)
             connections.close_all()
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
@@ -56,7 +53,6 @@ class Background:
         except BaseException as exc:
             self.result = exc
         finally:
-            close_side_connections(force=True)
             connections.close_all()
 
     def start(self) -> Background:

@@ -33,10 +33,11 @@ from idempotency_django.checks import check_settings
 from idempotency_django.conf import DEFAULTS
 from idempotency_django.fingerprint import default_fingerprint
 from idempotency_django.models import WebhookDelivery
-from idempotency_django.protection import ViewOptions, protect
+from idempotency_django.phases import ViewOptions, protect
 from idempotency_django.stores import RecordKey, RequestInfo, get_store
 from tests.docs_examples import metrics, settings_examples
 from tests.docs_examples.webhooks import WEBHOOK_SECRET, sign
+from tests.redis_helpers import DOWN_ALIAS, caches_with
 from tests.testapp.models import Booking
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -411,13 +412,6 @@ def documented_problems() -> dict[str, tuple[dict[str, Any], dict[str, str]]]:
     return found
 
 
-class _DownStore:
-    def claim(self, *args: Any, **kwargs: Any) -> Any:
-        from idempotency_django.stores import StoreUnavailable
-
-        raise StoreUnavailable("the store is down")
-
-
 @docs_urls
 def test_errors_page_shows_what_the_library_answers(
     alice_client: Client, alice: User, client: Client, monkeypatch: pytest.MonkeyPatch
@@ -465,8 +459,10 @@ def test_errors_page_shows_what_the_library_answers(
         consumed, lambda: pytest.fail("the view ran"), ViewOptions()
     )
 
-    monkeypatch.setattr("idempotency_django.protection.get_store", lambda: _DownStore())
-    actual[problems.UNAVAILABLE] = post(alice_client, "/plain/bookings/", {"slot": "d"}, "down")
+    # A Redis store pointed at a port nobody listens on: a real outage.
+    down = {"STORE": "redis", "STORE_OPTIONS": {"cache": DOWN_ALIAS}}
+    with override_settings(IDEMPOTENCY=down, CACHES=caches_with()):
+        actual[problems.UNAVAILABLE] = post(alice_client, "/plain/bookings/", {"slot": "d"}, "down")
 
     documented = documented_problems()
     assert set(actual) == set(PROBLEM_CODES) == set(documented)

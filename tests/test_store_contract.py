@@ -98,9 +98,9 @@ def unreachable(store: BaseStore) -> Iterator[BaseStore]:
 
 def test_flags(store: BaseStore) -> None:
     if isinstance(store, RedisStore):
-        assert (store.supports_atomic, store.expires_by_itself) == (False, True)
+        assert (store.database_alias, store.expires_by_itself) == (None, True)
     else:
-        assert (store.supports_atomic, store.expires_by_itself) == (True, False)
+        assert (store.database_alias, store.expires_by_itself) == ("default", False)
 
 
 def test_a_free_key_is_claimed_with_a_fresh_token(store: BaseStore) -> None:

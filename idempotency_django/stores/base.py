@@ -2,8 +2,9 @@
 
 A store answers three questions atomically: may this request run (claim),
 here is its answer (complete), and never mind, let a retry run (release).
-The rules about *which* answer to give live in :mod:`idempotency_django.protection`;
-a store only keeps state.
+The rules about *which* answer to give live in :mod:`idempotency_django.phases`;
+a store only keeps state. Times are the store's own: the database's clock
+or Redis's TTLs, never an app server's.
 """
 
 from __future__ import annotations
@@ -70,9 +71,10 @@ class RequestInfo:
 
 
 class BaseStore(ABC):
-    #: True when complete() can join the database transaction the view ran
-    #: in, so the work and its stored response commit together.
-    supports_atomic = False
+    #: The database alias whose transactions the store's writes join, so the
+    #: work and its stored response commit (or roll back) together; None
+    #: for a store outside the database.
+    database_alias: str | None = None
     #: True when the store forgets expired entries by itself (e.g. Redis TTLs),
     #: so the purge command has nothing to do.
     expires_by_itself = False
@@ -90,13 +92,13 @@ class BaseStore(ABC):
         live reservation holds it. Raises :class:`StoreUnavailable`.
         """
 
+    @abstractmethod
     def peek(self, key: RecordKey) -> Outcome | None:
         """What holds ``key`` now, without claiming it.
 
         REPLAY for a live completed entry, IN_PROGRESS for a live reservation,
         None when the key is free or expired. Used by webhook deduplication.
         """
-        raise NotImplementedError
 
     @abstractmethod
     def complete(
@@ -110,27 +112,34 @@ class BaseStore(ABC):
     ) -> bool:
         """Store the response for ``retention`` seconds if ``token`` still owns the key.
 
-        Returns False when another request took the key over meanwhile (or
-        the response was already stored). When the reservation is gone because
-        it outlived its lock timeout and nobody claimed the key since (Redis
-        expired it, a purge deleted it), the response is still stored if
-        ``request`` is given: the work ran once, so a retry must replay it.
+        Returns False when another request owns the key (it took an expired
+        reservation over) or the response was already stored: a completion
+        never overwrites a record another request owns. When the key has no
+        entry at all (Redis expired the reservation, a purge deleted it) and
+        ``request`` is given, the response is stored anyway: the work ran
+        once and nobody else has claimed the key, so a retry must replay it.
         """
 
     @abstractmethod
     def release(self, key: RecordKey, token: str) -> None:
         """Drop the reservation if ``token`` still owns it, so a retry runs."""
 
-    def atomic(self) -> Any:
-        """A context manager for the transaction complete() joins (stores with supports_atomic)."""
-        raise NotImplementedError
+    @abstractmethod
+    def renew(self, key: RecordKey, token: str, lock_timeout: int, request: RequestInfo) -> bool:
+        """Keep the reservation ``lock_timeout`` more seconds if ``token`` still owns it.
 
-    def in_transaction(self) -> bool:
-        """True when complete() would join a transaction still open around the view."""
-        return False
+        Called just before the view's transaction commits when the store is
+        not part of it. False when another request took the key over: the
+        work must then roll back. A reservation that expired without anyone
+        claiming the key since is made again, as :meth:`complete` would.
+        """
 
-    def in_rolled_back_transaction(self) -> bool:
-        """True when the work done so far will be rolled back."""
+    def joins_transaction(self) -> bool:
+        """True when a claim now would join a database transaction open around the view.
+
+        The reservation, the view's writes and the stored response then commit
+        or roll back together.
+        """
         return False
 
     def check(self) -> list[CheckMessage]:

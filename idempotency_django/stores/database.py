@@ -1,31 +1,49 @@
 """The default store: one row per key in :class:`~idempotency_django.models.IdempotencyRecord`.
 
-The claim is an INSERT guarded by a unique constraint, so two requests can
-never both own a key. It must be visible to other requests at once, even
-when the view runs inside a transaction (``ATOMIC_REQUESTS``): then claims
-and releases go through a second, autocommit connection to the same
-database, while the completion joins the view's transaction, so the work
-and its stored response commit (or roll back) together. On PostgreSQL the
-reservation's commit does not wait for the disk (see ``_insert_or_read``).
+Everything goes through the request's own connection; there is no second one.
+
+* **No transaction open** (autocommit): the claim's INSERT commits at once,
+  so every other request sees the reservation. A request that dies leaves it
+  behind until ``LOCK_TIMEOUT``, when another claim may take it over.
+* **Inside a transaction** (``ATOMIC_REQUESTS``, ``atomic=True``, or a
+  caller's own ``transaction.atomic``): the claim, the view's writes and the
+  stored response commit or roll back together. The reservation is not
+  committed while the view runs, so a lock the database provides tells a
+  duplicate at once that the key is taken: a transaction-level advisory lock
+  on PostgreSQL (``pg_try_advisory_xact_lock``), a ``LOCK IN SHARE MODE
+  NOWAIT`` read on MariaDB/MySQL, and SQLite's single writer (a duplicate
+  waits for the first to finish, then replays it). A claim inside a
+  transaction can never be taken over: its locks last until it ends, and a
+  crash rolls the reservation back with the work.
+
+Every time is the database's clock (``statement_timestamp()``,
+``UTC_TIMESTAMP(6)``, SQLite's ``'now'``), never an app server's, and a
+takeover compares the owner token, the state and the expiry in one UPDATE.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, NamedTuple
 
+from django.conf import settings
 from django.core import checks
-from django.core.signals import request_finished, request_started
-from django.db import DEFAULT_DB_ALIAS, Error, IntegrityError, connections, transaction
+from django.db import (
+    DEFAULT_DB_ALIAS,
+    Error,
+    IntegrityError,
+    OperationalError,
+    connections,
+    models,
+    transaction,
+)
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.utils import load_backend
-from django.utils import timezone
-from django.utils.connection import ConnectionDoesNotExist
 
 from idempotency_django.models import IdempotencyRecord
 from idempotency_django.stores.base import (
@@ -38,63 +56,72 @@ from idempotency_django.stores.base import (
     StoreUnavailable,
 )
 
-SIDE_ALIAS_SUFFIX = "__idempotency"
-#: Side aliases some thread of this process has opened.
-_side_aliases: set[str] = set()
-
 State = IdempotencyRecord.State
 IN_PROGRESS = str(State.IN_PROGRESS)
+COMPLETED = str(State.COMPLETED)
+
+#: MariaDB/MySQL errors a NOWAIT read raises when another transaction holds the row.
+_MYSQL_LOCK_ERRORS = frozenset({1205, 3572})
 
 
 class DatabaseStore(BaseStore):
-    supports_atomic = True
-
     def __init__(self, database: str = DEFAULT_DB_ALIAS, **options: Any) -> None:
         super().__init__(**options)
         self.alias = database
+        self.database_alias = database
 
     # -- the contract -------------------------------------------------------
 
     def claim(self, key: RecordKey, request: RequestInfo, lock_timeout: int) -> Claim:
-        using = self._visible_alias()
+        connection = connections[self.alias]
+        sql = _statements(connection)
         token = uuid.uuid4().hex
+        in_transaction = _in_request_transaction(connection)
         with _unavailable_on_error():
+            with connection.cursor() as cursor:
+                if in_transaction and sql.lock is not None:
+                    cursor.execute(sql.lock, [_lock_id(key)])
+                    if not cursor.fetchone()[0]:
+                        return Claim(Outcome.IN_PROGRESS)
             # A bounded loop: each pass either decides or loses a race to a
             # request that changed the row, which can only happen a few times.
             for _attempt in range(5):
-                now = timezone.now()
-                fields = _reservation_fields(request, token, now, lock_timeout)
-                inserted, existing = _insert_or_read(using, key, fields)
-                if inserted:
+                if in_transaction and sql.read_locked is not None:
+                    # MariaDB/MySQL: see an uncommitted claim before inserting.
+                    try:
+                        row = _read(connection, sql.read_locked, key)
+                    except OperationalError as exc:
+                        if exc.args and exc.args[0] in _MYSQL_LOCK_ERRORS:
+                            return Claim(Outcome.IN_PROGRESS)
+                        raise
+                    if row is None and _insert(connection, key, request, token, lock_timeout):
+                        return Claim(Outcome.CLAIMED, token=token)
+                elif _insert(connection, key, request, token, lock_timeout):
                     return Claim(Outcome.CLAIMED, token=token)
-                if existing is None:
-                    continue  # purged or released since our INSERT: try again
-                if existing.expires_at <= now:
-                    # Expired record or abandoned reservation: take it over,
-                    # unless someone else just did (compare the owner token).
-                    records = IdempotencyRecord.objects.using(using)
-                    if records.filter(pk=existing.pk, token=existing.token).update(**fields):
-                        took_over = existing.state == IN_PROGRESS
-                        return Claim(Outcome.CLAIMED, token=token, took_over=took_over)
-                    continue
-                if existing.fingerprint != request.fingerprint:
+                else:
+                    row = _read(connection, sql.read, key)
+                if row is None:
+                    continue  # released or purged since our INSERT: try again
+                if row.expired:
+                    if _take_over(connection, row, request, token, lock_timeout):
+                        return Claim(
+                            Outcome.CLAIMED, token=token, took_over=row.state == IN_PROGRESS
+                        )
+                    continue  # someone else took it over or completed it first
+                if row.fingerprint != request.fingerprint:
                     return Claim(Outcome.REUSED)
-                if existing.state == IN_PROGRESS:
+                if row.state == IN_PROGRESS:
                     return Claim(Outcome.IN_PROGRESS)
-                return Claim(Outcome.REPLAY, response=existing.stored_response())
+                return Claim(Outcome.REPLAY, response=row.stored_response())
         raise StoreUnavailable("The idempotency record kept changing while being claimed.")
 
     def peek(self, key: RecordKey) -> Outcome | None:
+        connection = connections[self.alias]
         with _unavailable_on_error():
-            state = (
-                IdempotencyRecord.objects.using(self._visible_alias())
-                .filter(**_scope(key), expires_at__gt=timezone.now())
-                .values_list("state", flat=True)
-                .first()
-            )
-        if state is None:
+            row = _read(connection, _statements(connection).read, key)
+        if row is None or row.expired:
             return None
-        return Outcome.REPLAY if state == State.COMPLETED else Outcome.IN_PROGRESS
+        return Outcome.REPLAY if row.state == COMPLETED else Outcome.IN_PROGRESS
 
     def complete(
         self,
@@ -105,47 +132,59 @@ class DatabaseStore(BaseStore):
         *,
         request: RequestInfo | None = None,
     ) -> bool:
-        # The request's own connection: inside the view's transaction when
-        # there is one, which is what makes the stored response exactly-once.
-        now = timezone.now()
-        completed = _completion_fields(response, now, retention)
-        records = IdempotencyRecord.objects.using(self.alias)
-        scope = _scope(key)
-        with _unavailable_on_error():
-            if _complete_reservation(self.alias, key, token, completed):
+        # Inside the view's transaction when there is one: that is what makes
+        # the stored response commit exactly when the work does.
+        connection = connections[self.alias]
+        sql = _statements(connection)
+        completed = [
+            response.status,
+            _json(response.headers),
+            bytes(response.body),
+            *_seconds(connection, retention),
+        ]
+        with _unavailable_on_error(), connection.cursor() as cursor:
+            cursor.execute(sql.complete, [*completed, *_scope(key), token, IN_PROGRESS])
+            if cursor.rowcount:
                 return True
-            if request is None or records.filter(**scope).exists():
+            if request is None:
                 return False
-            # Our reservation was purged after its lock timeout and nobody
-            # claimed the key since: keep the answer of the work that ran.
-            try:
-                with _savepoint_if_in_transaction(self.alias):
-                    records.create(
-                        **scope,
-                        **completed,
-                        **_request_fields(request),
-                        token=token,
-                        created_at=now,
-                    )
-            except IntegrityError:
-                return False  # someone claimed it meanwhile
-        return True
+            # Our reservation is gone (purged after its lock timeout) and
+            # nobody claimed the key since: keep the answer of the work that ran.
+            return _insert(connection, key, request, token, retention, completed=response)
 
     def release(self, key: RecordKey, token: str) -> None:
-        with _unavailable_on_error():
-            IdempotencyRecord.objects.using(self._visible_alias()).filter(
-                **_scope(key), token=token, state=State.IN_PROGRESS
-            ).delete()
+        connection = connections[self.alias]
+        with _unavailable_on_error(), connection.cursor() as cursor:
+            cursor.execute(_statements(connection).release, [*_scope(key), token, IN_PROGRESS])
 
-    def atomic(self) -> Any:
-        return transaction.atomic(using=self.alias)
+    def renew(self, key: RecordKey, token: str, lock_timeout: int, request: RequestInfo) -> bool:
+        connection = connections[self.alias]
+        params = [*_seconds(connection, lock_timeout), *_scope(key), token, IN_PROGRESS]
+        with _unavailable_on_error(), connection.cursor() as cursor:
+            cursor.execute(_statements(connection).renew, params)
+            if cursor.rowcount:
+                return True
+            # Our reservation is gone (purged after its lock timeout): make it
+            # again, unless another request has claimed the key since.
+            return _insert(connection, key, request, token, lock_timeout)
 
-    def in_transaction(self) -> bool:
+    def joins_transaction(self) -> bool:
         return _in_request_transaction(connections[self.alias])
 
-    def in_rolled_back_transaction(self) -> bool:
+    def now(self) -> datetime:
+        """The database's clock, as Django reads a datetime column."""
         connection = connections[self.alias]
-        return _in_request_transaction(connection) and bool(connection.needs_rollback)
+        with connection.cursor() as cursor:
+            # Parameters (none) so that every backend unescapes the SQL's %%.
+            cursor.execute(f"SELECT {_statements(connection).now}", [])
+            value = cursor.fetchone()[0]
+        field = IdempotencyRecord._meta.get_field("expires_at")
+        assert isinstance(field, models.DateTimeField)
+        column = field.get_col("now")
+        converted: datetime = value
+        for converter in connection.ops.get_db_converters(column):
+            converted = converter(converted, column, connection)
+        return converted
 
     def check(self) -> list[checks.CheckMessage]:
         if self.alias not in connections.settings:
@@ -156,111 +195,32 @@ class DatabaseStore(BaseStore):
                     id="idempotency_django.E010",
                 )
             ]
-        name = str(connections.settings[self.alias].get("NAME") or "")
-        if connections.settings[self.alias]["ENGINE"].endswith("sqlite3") and (
-            name == ":memory:" or "mode=memory" in name
-        ):
-            return [
+        database = connections.settings[self.alias]
+        engine = str(database["ENGINE"])
+        messages: list[checks.CheckMessage] = []
+        name = str(database.get("NAME") or "")
+        if engine.endswith("sqlite3") and (name == ":memory:" or "mode=memory" in name):
+            messages.append(
                 checks.Warning(
                     "The idempotency store uses an in-memory SQLite database, "
                     "which each process sees on its own.",
                     hint="Use a database file or a server database in production.",
                     id="idempotency_django.W010",
                 )
-            ]
-        return []
-
-    # -- connections --------------------------------------------------------
-
-    def _visible_alias(self) -> str:
-        """An alias whose writes other requests see at once.
-
-        The request's connection when it is in autocommit mode; otherwise a
-        second connection, except on SQLite, which has a single writer: there
-        the claim joins the transaction and duplicates wait for its commit.
-        """
-        connection = connections[self.alias]
-        if connection.vendor == "sqlite" or not _in_request_transaction(connection):
-            return self.alias
-        return _side_alias(self.alias)
+            )
+        if not settings.USE_TZ and not engine.endswith("postgresql"):
+            messages.append(
+                checks.Error(
+                    "The idempotency database store needs USE_TZ = True on this database: "
+                    "it compares expiries with the database's clock in UTC.",
+                    hint="Set USE_TZ = True (the default since Django 5.0).",
+                    id="idempotency_django.E012",
+                )
+            )
+        return messages
 
 
-def _scope(key: RecordKey) -> dict[str, str]:
-    """The record's columns that identify ``key``: the unique constraint."""
-    return {"principal": key.principal, "location": key.location, "key": key.key}
-
-
-def _request_fields(request: RequestInfo) -> dict[str, Any]:
-    """The record's columns that describe the request, cut to their lengths."""
-    return {
-        "fingerprint": request.fingerprint,
-        "method": request.method,
-        "path": request.path[:2048],
-        "request_id": request.request_id[:255],
-        "kind": request.kind,
-        "source": request.source[:64],
-    }
-
-
-def _reservation_fields(
-    request: RequestInfo, token: str, now: datetime, lock_timeout: int
-) -> dict[str, Any]:
-    """The columns of a new reservation, but for its key."""
-    return {
-        **_request_fields(request),
-        "state": State.IN_PROGRESS,
-        "token": token,
-        "status_code": None,
-        "response_headers": [],
-        "response_body": b"",
-        "created_at": now,
-        "completed_at": None,
-        "expires_at": now + timedelta(seconds=lock_timeout),
-    }
-
-
-def _completion_fields(response: StoredResponse, now: datetime, retention: int) -> dict[str, Any]:
-    """What complete() sets on the reservation."""
-    return {
-        "state": State.COMPLETED,
-        "status_code": response.status,
-        "response_headers": [list(pair) for pair in response.headers],
-        "response_body": response.body,
-        "completed_at": now,
-        "expires_at": now + timedelta(seconds=retention),
-    }
-
-
-#: The record's columns an INSERT writes, in the order of the statements below.
-_INSERT_FIELDS = (
-    "principal",  # principal, location, key: the unique constraint
-    "location",
-    "key",
-    "fingerprint",
-    "method",
-    "path",
-    "request_id",
-    "kind",
-    "source",
-    "state",
-    "token",
-    "status_code",
-    "response_headers",
-    "response_body",
-    "created_at",
-    "completed_at",
-    "expires_at",
-)
-#: What complete() sets.
-_COMPLETE_FIELDS = (
-    "state",
-    "status_code",
-    "response_headers",
-    "response_body",
-    "completed_at",
-    "expires_at",
-)
-_FIELDS = {field.name: field for field in IdempotencyRecord._meta.concrete_fields}
+# -- rows -------------------------------------------------------------------
 
 
 class _Row(NamedTuple):
@@ -270,9 +230,10 @@ class _Row(NamedTuple):
     token: str
     fingerprint: str
     state: str
-    expires_at: datetime
+    #: Computed by the database: its ``expires_at <= now``.
+    expired: bool
     status_code: int | None
-    #: A list, or its JSON text when read with SQL (Django leaves JSON decoding to the field).
+    #: JSON text, or a list where the driver decodes JSON itself.
     response_headers: list[list[str]] | str
     response_body: bytes | memoryview
 
@@ -287,160 +248,235 @@ class _Row(NamedTuple):
         )
 
 
+def _scope(key: RecordKey) -> list[str]:
+    """The values of the columns that identify ``key``: the unique constraint."""
+    return [key.principal, key.location, key.key]
+
+
+def _json(headers: tuple[tuple[str, str], ...]) -> str:
+    return json.dumps([list(pair) for pair in headers])
+
+
+def _lock_id(key: RecordKey) -> int:
+    """A signed 64-bit number naming ``key`` for PostgreSQL's advisory locks."""
+    material = "\x1f".join(("idempotency_django", *_scope(key))).encode()
+    return int.from_bytes(hashlib.sha256(material).digest()[:8], "big", signed=True)
+
+
+def _seconds(connection: BaseDatabaseWrapper, seconds: int) -> list[Any]:
+    """The parameters of a ``now + seconds`` expression (repeated where the SQL needs it)."""
+    if connection.vendor == "sqlite":
+        return [f"+{int(seconds)} seconds"]
+    return [int(seconds)]
+
+
+# -- SQL ----------------------------------------------------------------------
+
+
 @dataclass(frozen=True)
 class _Statements:
-    """The SQL of every request's path, built once per database vendor.
+    """The SQL of every claim, built once per database vendor."""
 
-    The ORM would compile the same statements again on every request, which
-    costs about as much as the round trip itself.
-    """
-
-    #: The claim's ``INSERT ... ON CONFLICT DO NOTHING``, where the database has it.
-    claim: str | None
-    #: PostgreSQL: the same claim, committing without waiting for the WAL flush.
-    claim_unflushed: str | None
-    #: PostgreSQL: the read of an existing row after the claim inserted nothing.
-    #: (Elsewhere the ORM reads it: it converts SQLite's datetimes.)
-    read: str | None
+    now: str
+    insert: str
+    #: INSERT that ignores a conflict on the key (where the database has one).
+    insert_or_nothing: str | None
+    read: str
+    #: MariaDB/MySQL inside a transaction: the read that fails at once on a
+    #: row another transaction is writing.
+    read_locked: str | None
+    #: PostgreSQL inside a transaction: try the key's advisory lock.
+    lock: str | None
+    take_over: str
     complete: str
+    renew: str
+    release: str
 
 
 _statements_by_vendor: dict[str, _Statements] = {}
 
+#: The record's columns a new row gets from the request, in statement order.
+_REQUEST_COLUMNS = (
+    "principal",
+    "location",
+    "key",
+    "fingerprint",
+    "method",
+    "path",
+    "request_id",
+    "kind",
+    "source",
+    "token",
+    "state",
+    "status_code",
+    "response_headers",
+    "response_body",
+)
+
 
 def _statements(connection: BaseDatabaseWrapper) -> _Statements:
     try:
-        return _statements_by_vendor[connection.vendor]
+        return _statements_by_vendor[connection.display_name]
     except KeyError:
         pass
     quote = connection.ops.quote_name
-    table = quote(IdempotencyRecord._meta.db_table)
+    fields = {field.name: field for field in IdempotencyRecord._meta.concrete_fields}
 
     def column(name: str) -> str:
-        return quote(str(_FIELDS[name].column))
+        return quote(str(fields[name].column))
 
-    where_key = " AND ".join(f"{column(name)} = %s" for name in _INSERT_FIELDS[:3])
-    features = connection.features
-    claim = claim_unflushed = read = None
-    if (
-        connection.vendor in ("postgresql", "sqlite")
-        and features.supports_update_conflicts_with_target
-        and features.can_return_rows_from_bulk_insert
-    ):
-        into = f"INSERT INTO {table} ({', '.join(map(column, _INSERT_FIELDS))})"
-        placeholders = ", ".join(["%s"] * len(_INSERT_FIELDS))
-        conflict = (
-            f"ON CONFLICT ({', '.join(map(column, _INSERT_FIELDS[:3]))}) DO NOTHING "
-            f"RETURNING {column('id')}"
-        )
-        claim = f"{into} VALUES ({placeholders}) {conflict}"
-        if connection.vendor == "postgresql":
-            # set_config(..., true) lasts until the end of this statement's own
-            # transaction (autocommit). Other requests see the row at once, as
-            # before; only the commit's wait for the disk is skipped.
-            claim_unflushed = (
-                f"{into} SELECT {placeholders} "
-                "FROM (SELECT set_config('synchronous_commit', 'off', true)) AS unflushed "
-                f"{conflict}"
-            )
-            read = (
-                f"SELECT {', '.join(map(column, ['id', *_Row._fields[1:]]))} "
-                f"FROM {table} WHERE {where_key}"
-            )
-    complete = (
-        f"UPDATE {table} SET {', '.join(f'{column(name)} = %s' for name in _COMPLETE_FIELDS)} "
-        f"WHERE {where_key} AND {column('token')} = %s AND {column('state')} = %s"
+    table = quote(IdempotencyRecord._meta.db_table)
+    vendor = connection.vendor
+    if vendor == "postgresql":
+        now = "statement_timestamp()"
+        later = "(statement_timestamp() + %s * INTERVAL '1 second')"
+    elif vendor == "mysql":
+        now = "UTC_TIMESTAMP(6)"
+        later = "(UTC_TIMESTAMP(6) + INTERVAL %s SECOND)"
+    elif vendor == "sqlite":
+        # Django stores SQLite datetimes as ISO text in UTC: the same format.
+        now = "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')"
+        later = "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', %s)"
+    else:
+        raise StoreUnavailable(f"The database store does not support {vendor!r}.")
+
+    key_is = " AND ".join(f"{column(name)} = %s" for name in ("principal", "location", "key"))
+    owned = f"{key_is} AND {column('token')} = %s AND {column('state')} = %s"
+    columns = [*_REQUEST_COLUMNS, "created_at", "completed_at", "expires_at"]
+    values = ", ".join(
+        ["%s"] * len(_REQUEST_COLUMNS) + [now, f"CASE WHEN %s = 1 THEN {now} END", later]
     )
-    statements = _Statements(claim, claim_unflushed, read, complete)
-    _statements_by_vendor[connection.vendor] = statements
+    insert = f"INSERT INTO {table} ({', '.join(map(column, columns))}) VALUES ({values})"
+    insert_or_nothing = None
+    if vendor in ("postgresql", "sqlite"):
+        conflict = ", ".join(map(column, ("principal", "location", "key")))
+        # No failed statement on a replay: no "duplicate key" error (with
+        # the key in it) in the server's log, and no savepoint needed.
+        insert_or_nothing = f"{insert} ON CONFLICT ({conflict}) DO NOTHING"
+    read_columns = ", ".join(
+        [
+            column("id"),
+            column("token"),
+            column("fingerprint"),
+            column("state"),
+            f"{column('expires_at')} <= {now}",
+            column("status_code"),
+            column("response_headers"),
+            column("response_body"),
+        ]
+    )
+    read = f"SELECT {read_columns} FROM {table} WHERE {key_is}"
+    take_over_sets = ", ".join(
+        [f"{column(name)} = %s" for name in _REQUEST_COLUMNS[3:]]
+        + [f"{column('created_at')} = {now}", f"{column('completed_at')} = NULL"]
+        + [f"{column('expires_at')} = {later}"]
+    )
+    statements = _Statements(
+        now=now,
+        insert=insert,
+        insert_or_nothing=insert_or_nothing,
+        read=read,
+        read_locked=_read_locked(connection, read),
+        lock="SELECT pg_try_advisory_xact_lock(%s)" if vendor == "postgresql" else None,
+        take_over=(
+            f"UPDATE {table} SET {take_over_sets} WHERE {column('id')} = %s "
+            f"AND {column('token')} = %s AND {column('state')} = %s "
+            f"AND {column('expires_at')} <= {now}"
+        ),
+        complete=(
+            f"UPDATE {table} SET {column('state')} = '{COMPLETED}', "
+            f"{column('status_code')} = %s, {column('response_headers')} = %s, "
+            f"{column('response_body')} = %s, {column('completed_at')} = {now}, "
+            f"{column('expires_at')} = {later} WHERE {owned}"
+        ),
+        renew=f"UPDATE {table} SET {column('expires_at')} = {later} WHERE {owned}",
+        release=f"DELETE FROM {table} WHERE {owned}",
+    )
+    _statements_by_vendor[connection.display_name] = statements
     return statements
 
 
-def _params(
-    connection: BaseDatabaseWrapper, names: tuple[str, ...], values: dict[str, Any]
+def _read_locked(connection: BaseDatabaseWrapper, read: str) -> str | None:
+    if connection.vendor != "mysql":
+        return None
+    if getattr(connection, "mysql_is_mariadb", False):
+        return f"{read} LOCK IN SHARE MODE NOWAIT"
+    return f"{read} FOR SHARE NOWAIT"
+
+
+def _request_values(
+    key: RecordKey,
+    request: RequestInfo,
+    token: str,
+    completed: StoredResponse | None = None,
 ) -> list[Any]:
-    return [_FIELDS[name].get_db_prep_save(values[name], connection) for name in names]
-
-
-def _insert_params(
-    connection: BaseDatabaseWrapper, key: RecordKey, fields: dict[str, Any]
-) -> list[Any]:
-    """The parameters of the ``claim`` statements, in their order."""
-    return _params(connection, _INSERT_FIELDS, {**_scope(key), **fields})
-
-
-def _insert_or_read(using: str, key: RecordKey, fields: dict[str, Any]) -> tuple[bool, _Row | None]:
-    """INSERT the row unless the key exists: (True, None) when it did, else (False, the row).
-
-    The row is None when it vanished meanwhile (released or purged).
-    Where the database can, the INSERT is ``INSERT ... ON CONFLICT DO NOTHING``:
-    no failed statement, so no "duplicate key" error (with the key in it) in
-    the database server's log on every replay, and no savepoint. Elsewhere an
-    INSERT whose unique violation is caught.
-
-    On PostgreSQL in autocommit mode the reservation's commit does not wait
-    for its WAL to reach the disk. That is safe because WAL is flushed in
-    order: the next durable commit on the server (the view's own, or
-    complete()'s) flushes the reservation with it, so no work or stored
-    response is ever durable without it. A server crash before then loses the
-    reservation, and the work of that request with it, which only lets a
-    retry run sooner than the lock timeout would.
-    """
-    connection = connections[using]
-    statements = _statements(connection)
-    scope = _scope(key)
-    if statements.claim is None:
-        try:
-            with _savepoint_if_in_transaction(using):
-                IdempotencyRecord.objects.using(using).create(**scope, **fields)
-        except IntegrityError:
-            return False, _read(using, scope)
-        return True, None
-    sql = statements.claim
-    if statements.claim_unflushed is not None and not connection.in_atomic_block:
-        sql = statements.claim_unflushed
-    params = _insert_params(connection, key, fields)
-    with transaction.mark_for_rollback_on_error(using), connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        if cursor.fetchone() is not None:
-            return True, None
-        if statements.read is not None:
-            cursor.execute(statements.read, params[:3])
-            row = cursor.fetchone()
-            return False, None if row is None else _Row(*row)
-    return False, _read(using, scope)
-
-
-def _read(using: str, scope: dict[str, str]) -> _Row | None:
-    values = (
-        IdempotencyRecord.objects.using(using).filter(**scope).values_list(*_Row._fields).first()
-    )
-    return None if values is None else _Row(*values)
-
-
-def _complete_reservation(
-    using: str, key: RecordKey, token: str, completed: dict[str, Any]
-) -> bool:
-    """Store the response in the reservation ``token`` still owns; False when it does not."""
-    connection = connections[using]
-    params = _complete_params(connection, key, token, completed)
-    with transaction.mark_for_rollback_on_error(using), connection.cursor() as cursor:
-        cursor.execute(_statements(connection).complete, params)
-        return bool(cursor.rowcount)
-
-
-def _complete_params(
-    connection: BaseDatabaseWrapper, key: RecordKey, token: str, completed: dict[str, Any]
-) -> list[Any]:
-    """The parameters of the ``complete`` statement, in its order."""
+    """The values of :data:`_REQUEST_COLUMNS`, cut to the columns' lengths."""
     return [
-        *_params(connection, _COMPLETE_FIELDS, completed),
-        key.principal,
-        key.location,
-        key.key,
+        *_scope(key),
+        request.fingerprint,
+        request.method,
+        request.path[:2048],
+        request.request_id[:255],
+        request.kind,
+        request.source[:64],
         token,
-        IN_PROGRESS,
+        COMPLETED if completed else IN_PROGRESS,
+        completed.status if completed else None,
+        _json(completed.headers) if completed else "[]",
+        bytes(completed.body) if completed else b"",
     ]
+
+
+def _insert(
+    connection: BaseDatabaseWrapper,
+    key: RecordKey,
+    request: RequestInfo,
+    token: str,
+    seconds: int,
+    *,
+    completed: StoredResponse | None = None,
+) -> bool:
+    """INSERT a reservation (or a completed record) unless the key has a row; True if it did."""
+    sql = _statements(connection)
+    params = [
+        *_request_values(key, request, token, completed),
+        1 if completed is not None else 0,  # completed_at: the database's now, or NULL
+        *_seconds(connection, seconds),
+    ]
+    with connection.cursor() as cursor:
+        if sql.insert_or_nothing is not None:
+            cursor.execute(sql.insert_or_nothing, params)
+            return bool(cursor.rowcount)
+        try:
+            with _savepoint_if_in_transaction(connection):
+                cursor.execute(sql.insert, params)
+        except IntegrityError:
+            return False
+        return True
+
+
+def _read(connection: BaseDatabaseWrapper, sql: str, key: RecordKey) -> _Row | None:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, _scope(key))
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    return _Row(row[0], row[1], row[2], row[3], bool(row[4]), *row[5:])
+
+
+def _take_over(
+    connection: BaseDatabaseWrapper,
+    row: _Row,
+    request: RequestInfo,
+    token: str,
+    lock_timeout: int,
+) -> bool:
+    """Make an expired row our reservation, unless another request changed it first."""
+    values = _request_values(RecordKey("", "", ""), request, token)[3:]
+    params = [*values, *_seconds(connection, lock_timeout), row.pk, row.token, row.state]
+    with connection.cursor() as cursor:
+        cursor.execute(_statements(connection).take_over, params)
+        return bool(cursor.rowcount)
 
 
 def _in_request_transaction(connection: BaseDatabaseWrapper) -> bool:
@@ -448,11 +484,13 @@ def _in_request_transaction(connection: BaseDatabaseWrapper) -> bool:
     return any(not getattr(block, "_from_testcase", False) for block in connection.atomic_blocks)
 
 
-def _savepoint_if_in_transaction(using: str) -> contextlib.AbstractContextManager[Any]:
-    # Autocommit needs no savepoint around an INSERT that may fail; skipping
-    # it saves two round trips on the hot path.
-    if connections[using].in_atomic_block:
-        return transaction.atomic(using=using)
+def _savepoint_if_in_transaction(
+    connection: BaseDatabaseWrapper,
+) -> contextlib.AbstractContextManager[Any]:
+    # Autocommit needs no savepoint around an INSERT that may fail; inside a
+    # transaction the savepoint keeps the failed INSERT from breaking it.
+    if connection.in_atomic_block:
+        return transaction.atomic(using=connection.alias)
     return contextlib.nullcontext()
 
 
@@ -462,41 +500,3 @@ def _unavailable_on_error() -> Iterator[None]:
         yield
     except Error as exc:
         raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from exc
-
-
-def _side_alias(alias: str) -> str:
-    """This thread's autocommit connection to ``alias``, registered as ``alias__idempotency``."""
-    side = alias + SIDE_ALIAS_SUFFIX
-    try:
-        connections[side]
-    except ConnectionDoesNotExist:
-        settings_dict = connections.settings[alias]
-        backend = load_backend(settings_dict["ENGINE"])
-        connections[side] = backend.DatabaseWrapper(settings_dict, side)
-        _side_aliases.add(side)
-    return side
-
-
-def close_side_connections(**kwargs: Any) -> None:
-    """Close this thread's side connections that Django would close for the main ones.
-
-    Connected to ``request_started``/``request_finished`` like Django's own
-    ``close_old_connections``; call it directly from threads you start.
-    """
-    if not _side_aliases:
-        return  # the common case: this process never needed one
-    force = kwargs.get("force", False)
-    for alias in tuple(_side_aliases):  # another thread may be adding one
-        try:
-            connection = connections[alias]
-        except ConnectionDoesNotExist:  # made by another thread
-            continue
-        if force:
-            connection.close()
-        else:
-            connection.close_if_unusable_or_obsolete()
-
-
-def connect_signals() -> None:
-    request_started.connect(close_side_connections, dispatch_uid="idempotency_side_connections")
-    request_finished.connect(close_side_connections, dispatch_uid="idempotency_side_connections_f")

@@ -186,6 +186,25 @@ return 0
 """
 )
 
+# KEYS[1] the entry; ARGV: token, lock timeout (ms), the reservation's value
+# should it have to be made again. Returns 1 when the reservation is ours.
+RENEW_SCRIPT = (
+    _LUA_HEAD
+    + """
+local value = redis.call('GET', KEYS[1])
+if not value then
+  redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[2])
+  return 1
+end
+local head = head_of(value)
+if head and head['state'] == 'in_progress' and head['token'] == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+"""
+)
+
 # KEYS[1] the entry. Returns the state of a format-1 entry, or nil (no body is sent back).
 PEEK_SCRIPT = (
     _LUA_HEAD
@@ -208,7 +227,6 @@ _ERRORS = (RedisError, RedisClusterException)
 class RedisStore(BaseStore):
     """Reservations and stored responses as Redis strings that expire by themselves."""
 
-    supports_atomic = False
     expires_by_itself = True
 
     def __init__(
@@ -223,15 +241,12 @@ class RedisStore(BaseStore):
 
     def claim(self, key: RecordKey, request: RequestInfo, lock_timeout: int) -> Claim:
         token = uuid.uuid4().hex
-        reservation = _header(
-            {"v": 1, "state": IN_PROGRESS, "token": token, "fp": request.fingerprint}
-        )
         reply = self._run(
             "claim",
             CLAIM_SCRIPT,
             self.redis_key(key),
             request.fingerprint,
-            reservation + b"\n",
+            _reservation(token, request.fingerprint),
             _milliseconds(lock_timeout),
         )
         outcome = _text(reply[0])
@@ -277,6 +292,17 @@ class RedisStore(BaseStore):
 
     def release(self, key: RecordKey, token: str) -> None:
         self._run("release", RELEASE_SCRIPT, self.redis_key(key), token)
+
+    def renew(self, key: RecordKey, token: str, lock_timeout: int, request: RequestInfo) -> bool:
+        reply = self._run(
+            "renew",
+            RENEW_SCRIPT,
+            self.redis_key(key),
+            token,
+            _milliseconds(lock_timeout),
+            _reservation(token, request.fingerprint),
+        )
+        return bool(reply == 1)
 
     def check(self) -> list[checks.CheckMessage]:
         where = f"IDEMPOTENCY['STORE_OPTIONS']['cache'] is {self.alias!r}"
@@ -363,6 +389,12 @@ class RedisStore(BaseStore):
             return script(keys=[redis_key], args=list(args), client=client)
         except _ERRORS as exc:
             raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from exc
+
+
+def _reservation(token: str, fingerprint: str) -> bytes:
+    """The value of a reservation: its header line and an empty body."""
+    head = {"v": FORMAT_VERSION, "state": IN_PROGRESS, "token": token, "fp": fingerprint}
+    return _header(head) + b"\n"
 
 
 def _milliseconds(seconds: int) -> int:

@@ -21,7 +21,7 @@ from rest_framework.response import Response
 
 from idempotency_django import idempotency_exempt, idempotent
 from idempotency_django.drf import IdempotentMixin
-from idempotency_django.protection import ViewOptions
+from idempotency_django.phases import ViewOptions
 from idempotency_django.webhooks import deduplicate_webhook
 from tests.testapp.models import Booking
 

@@ -1,0 +1,49 @@
+"""What a view is marked with, and how to tell the kinds of view and request apart."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.http import HttpRequest
+
+#: Set on a view by ``@idempotent`` (or ``@deduplicate_webhook``): protected there.
+PROTECTED_ATTRIBUTE = "idempotency_protected"
+#: Set on a view or handler by ``@idempotency_exempt``: never protected.
+EXEMPT_ATTRIBUTE = "idempotency_exempt"
+#: Where a handler decorated with ``@idempotent(...)`` keeps its own options.
+OPTIONS_ATTRIBUTE = "idempotency_options"
+
+
+def drf_api_view_class() -> type | None:
+    """DRF's ``APIView``, or None when DRF is not installed (it is optional)."""
+    try:
+        from rest_framework.views import APIView
+    except ImportError:
+        return None
+    return APIView
+
+
+def is_drf_view(view_func: Callable[..., Any]) -> bool:
+    """A view function made by a DRF view's ``as_view()`` (``@api_view`` included)."""
+    view_class = getattr(view_func, "cls", None)
+    api_view = drf_api_view_class()
+    return (
+        api_view is not None and isinstance(view_class, type) and issubclass(view_class, api_view)
+    )
+
+
+def is_drf_request(obj: Any) -> bool:
+    try:
+        from rest_framework.request import Request
+    except ImportError:
+        return False
+    return isinstance(obj, Request)
+
+
+def find_request(args: tuple[Any, ...]) -> HttpRequest:
+    """The request among a view's arguments: ``(request, ...)`` or ``(self, request, ...)``."""
+    for arg in args[:2]:
+        if isinstance(arg, HttpRequest) or is_drf_request(arg):
+            return arg  # type: ignore[no-any-return]
+    raise TypeError("@idempotent: the view was called without a request.")

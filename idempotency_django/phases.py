@@ -1,0 +1,534 @@
+"""The key contract in two phases, in the style of atomic phases.
+
+Every protected request goes through these; the middleware, ``@idempotent``,
+DRF and webhook deduplication only adapt them to their kind of view::
+
+    outcome = begin(request, options)
+    if outcome is None:                       # not a keyed unsafe request
+        response = call_view()
+    elif isinstance(outcome, HttpResponseBase):
+        response = outcome                    # replay, conflict or error
+    else:                                     # an Attempt: the key is ours
+        try:
+            response = call_view()
+        except BaseException:
+            outcome.abort()                   # let a retry run
+            raise
+        response = outcome.finish(response)   # store it, or release the key
+
+:func:`run` is exactly that, :func:`arun` the same for ``async def`` views
+(the phases' blocking I/O runs in a worker thread).
+
+Transactions decide what "exactly once" means:
+
+* The store's claim joined a database transaction that is open around the
+  view (``ATOMIC_REQUESTS``, ``atomic=True``): the reservation, the view's
+  writes and the stored response commit or roll back together.
+* The view's writes are in a transaction the store is not part of (the Redis
+  store, or a store on another database): before that transaction commits,
+  :meth:`Attempt.finish` renews the reservation. A request that lost it
+  (taken over after ``LOCK_TIMEOUT``) rolls its work back; otherwise the
+  response is stored once the work has committed.
+* No transaction: each store call commits on its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.dispatch import Signal
+from django.http import FileResponse, HttpRequest, HttpResponse
+from django.http.request import RawPostDataException
+from django.http.response import HttpResponseBase
+from django.urls import Resolver404, resolve
+
+from idempotency_django import problems, signals
+from idempotency_django.conf import (
+    FORBIDDEN_REPLAY_HEADERS,
+    NEVER_RETAINED_CLIENT_ERRORS,
+    idempotency_settings,
+)
+from idempotency_django.keys import InvalidKey, key_digest, parse_key
+from idempotency_django.scope import MAX_LOCATION_LENGTH
+from idempotency_django.stores import (
+    Claim,
+    Outcome,
+    RecordKey,
+    RequestInfo,
+    StoredResponse,
+    StoreUnavailable,
+    get_store,
+)
+
+logger = logging.getLogger("idempotency_django")
+
+REPLAYED_HEADER = "Idempotency-Replayed"
+
+#: Set on the Django request while its key is claimed, so that a second layer
+#: (a DRF handler calling an inherited protected handler) stays out.
+ACTIVE_ATTRIBUTE = "_idempotency_active"
+
+
+@dataclass(frozen=True)
+class ViewOptions:
+    """Per-view overrides of the global settings; None means "use the setting"."""
+
+    required: bool | None = None
+    retention: int | None = None
+    retain_client_errors: bool | None = None
+    atomic: bool | None = None
+
+
+# -- running a view through the phases -----------------------------------------
+
+#: Phase 1 of one request, ready to call: see :func:`begin`.
+BeginPhase = Callable[[], "Attempt | HttpResponseBase | None"]
+
+
+def run(begin_phase: BeginPhase, call_view: Callable[[], HttpResponseBase]) -> HttpResponseBase:
+    """Begin, then run the view only for an attempt, and finish or abort it."""
+    outcome = begin_phase()
+    if outcome is None:
+        return call_view()
+    if isinstance(outcome, HttpResponseBase):
+        return outcome
+    try:
+        response = call_view()
+    except BaseException:
+        outcome.abort()
+        raise
+    return outcome.finish(response)
+
+
+async def arun(
+    begin_phase: BeginPhase, call_view: Callable[[], Awaitable[HttpResponseBase]]
+) -> HttpResponseBase:
+    """:func:`run` for async views: the phases' blocking I/O runs in a worker thread."""
+    outcome = await sync_to_async(begin_phase)()
+    if outcome is None:
+        return await call_view()
+    if isinstance(outcome, HttpResponseBase):
+        return outcome
+    try:
+        response = await call_view()
+    except BaseException:
+        await sync_to_async(outcome.abort)()
+        raise
+    finished: HttpResponseBase = await sync_to_async(outcome.finish)(response)
+    return finished
+
+
+def protect(
+    request: HttpRequest,
+    call_view: Callable[[], HttpResponseBase],
+    options: ViewOptions = ViewOptions(),
+) -> HttpResponseBase:
+    """Run ``call_view`` at most once per key and scope; answer duplicates from the store.
+
+    With ``atomic`` (the option or the ``ATOMIC`` setting) the claim, the view
+    and the completion run in one transaction.
+    """
+    with atomic_block() if _option(options.atomic, idempotency_settings.ATOMIC) else _no_block():
+        return run(lambda: begin(request, options), call_view)
+
+
+async def aprotect(
+    request: HttpRequest,
+    call_view: Callable[[], Awaitable[HttpResponseBase]],
+    options: ViewOptions = ViewOptions(),
+) -> HttpResponseBase:
+    """:func:`protect` for ``async def`` views.
+
+    Django runs no async view inside a transaction, so ``atomic`` does not apply.
+    """
+    return await arun(lambda: begin(request, options), call_view)
+
+
+def atomic_block() -> Any:
+    """A transaction on the store's database (the default database for other stores)."""
+    return transaction.atomic(using=get_store().database_alias or DEFAULT_DB_ALIAS)
+
+
+@contextlib.contextmanager
+def _no_block() -> Iterator[None]:
+    yield
+
+
+# -- phase 1 --------------------------------------------------------------------
+
+
+def begin(
+    request: HttpRequest, options: ViewOptions = ViewOptions()
+) -> Attempt | HttpResponseBase | None:
+    """Decide what a request gets before its view runs.
+
+    None: not a protected request (a safe method, no key, an anonymous
+    principal under ``ANONYMOUS="ignore"``): run the view as usual. A
+    response: send it and do not run the view (a replay, a conflict, a bad
+    key, the store down). An :class:`Attempt`: the key is claimed for this
+    request; run the view, then ``finish`` or ``abort`` the attempt.
+    """
+    settings = idempotency_settings
+    if request.method not in settings.METHODS or getattr(
+        _django_request(request), ACTIVE_ATTRIBUTE, False
+    ):
+        return None
+    raw_key = request.headers.get(settings.HEADER)
+    if raw_key is None:
+        if _option(options.required, settings.REQUIRED):
+            return problems.problem_response(
+                400, problems.KEY_MISSING, f"This endpoint requires an {settings.HEADER} header."
+            )
+        return None
+    try:
+        key = parse_key(raw_key)
+    except InvalidKey as exc:
+        log(logging.INFO, "rejected", request, code=problems.KEY_INVALID)
+        return problems.problem_response(400, problems.KEY_INVALID, str(exc))
+
+    scope = settings.SCOPE_FUNCTION(request)
+    if scope is None:
+        if settings.ANONYMOUS == "reject":
+            return problems.problem_response(
+                401,
+                problems.AUTHENTICATION_REQUIRED,
+                f"Requests with an {settings.HEADER} must be authenticated.",
+            )
+        log(logging.INFO, "unprotected", request, reason="anonymous")
+        return None
+    if len(scope.location) > MAX_LOCATION_LENGTH or not scope.location.isprintable():
+        return problems.problem_response(
+            400,
+            problems.LOCATION_INVALID,
+            f"The {settings.LOCATION_HEADER} header must be at most "
+            f"{MAX_LOCATION_LENGTH} printable characters.",
+        )
+    try:
+        fingerprint = settings.FINGERPRINT_FUNCTION(request)
+    except RawPostDataException:
+        return problems.problem_response(
+            400,
+            problems.BODY_UNAVAILABLE,
+            "The request body was consumed before it could be fingerprinted.",
+        )
+    info = RequestInfo(
+        method=str(request.method),
+        path=request.path,
+        fingerprint=fingerprint,
+        request_id=request_id(request),
+    )
+    attempt = Attempt(request, RecordKey(scope.principal, scope.location, key), info, options)
+    return attempt.claim()
+
+
+class Attempt:
+    """One claim of a key: :meth:`claim` it, then :meth:`finish` or :meth:`abort`.
+
+    Subclasses change the answers (webhook deliveries answer duplicates with
+    ``202``), never the order of the steps.
+    """
+
+    def __init__(
+        self,
+        request: HttpRequest,
+        key: RecordKey,
+        info: RequestInfo,
+        options: ViewOptions = ViewOptions(),
+    ) -> None:
+        self.request = request
+        self.key = key
+        self.info = info
+        self.options = options
+        self.store = get_store()
+        self.digest = key_digest(key.principal, key.location, key.key)
+        self.token = ""
+        #: For the logs: "first" or "takeover" once claimed; any request that
+        #: finds the key held is a "retry" of the operation.
+        self.attempt = "retry"
+        #: The claim joined a database transaction that is open around the view.
+        self.in_transaction = False
+
+    # -- phase 1: claim --
+
+    def claim(self) -> Attempt | HttpResponseBase:
+        """Claim the key: this attempt when it is ours, else the answer to send."""
+        self.in_transaction = self.store.joins_transaction()
+        try:
+            claim = self.store.claim(self.key, self.info, self.lock_timeout())
+        except StoreUnavailable as exc:
+            self.log(logging.ERROR, "unavailable", error=_error_name(exc))
+            self.send(signals.unavailable, error=exc)
+            self.roll_back()
+            return self.unavailable()
+        if claim.outcome is not Outcome.CLAIMED:
+            return self.held(claim)
+        self.token = claim.token
+        self.attempt = "takeover" if claim.took_over else "first"
+        self.log(logging.INFO, "reserved")
+        self.send(signals.reserved)
+        setattr(_django_request(self.request), ACTIVE_ATTRIBUTE, True)
+        return self
+
+    def held(self, claim: Claim) -> HttpResponseBase:
+        """The answer when the key is already taken: a replay or a conflict."""
+        if claim.outcome is Outcome.REPLAY:
+            assert claim.response is not None
+            self.log(logging.INFO, "replayed", status=claim.response.status)
+            self.send(signals.replayed, status=claim.response.status)
+            return replay_response(claim.response)
+        if claim.outcome is Outcome.REUSED:
+            self.log(logging.INFO, "conflict", code=problems.KEY_REUSED)
+            self.send(signals.conflict, code=problems.KEY_REUSED)
+            return problems.problem_response(
+                int(idempotency_settings.REUSE_STATUS),
+                problems.KEY_REUSED,
+                "This idempotency key was already used with a different request. "
+                "Use a new key for a new operation.",
+            )
+        self.log(logging.INFO, "conflict", code=problems.KEY_IN_PROGRESS)
+        self.send(signals.conflict, code=problems.KEY_IN_PROGRESS)
+        return self.in_progress()
+
+    def in_progress(self) -> HttpResponseBase:
+        return problems.problem_response(
+            409,
+            problems.KEY_IN_PROGRESS,
+            "A request with this idempotency key is still being processed. "
+            "Retry shortly to get its response.",
+            retry_after=int(idempotency_settings.RETRY_AFTER),
+        )
+
+    def unavailable(self) -> HttpResponseBase:
+        return problems.problem_response(
+            503,
+            problems.UNAVAILABLE,
+            "The idempotency key could not be claimed; nothing was done. Retry with the same key.",
+            retry_after=int(idempotency_settings.UNAVAILABLE_RETRY_AFTER),
+        )
+
+    # -- phase 2: finish or abort --
+
+    def finish(self, response: HttpResponseBase) -> HttpResponseBase:
+        """Store the view's response for replay, or release the key; return what to send."""
+        setattr(_django_request(self.request), ACTIVE_ATTRIBUTE, False)
+        reason = self.release_reason(response)
+        if reason is not None:
+            self.release(response.status_code, reason)
+            return response
+        if self.in_transaction:
+            if self.rolled_back():
+                # The reservation goes with the work's rollback: nothing to store.
+                self.log(logging.INFO, "released", status=response.status_code, reason="rollback")
+                return response
+            # In the work's transaction: both commit, or neither does.
+            return response if self.complete(self.stored_response(response)) else self.unavailable()
+        work = _open_transactions()
+        if work:
+            return self.finish_before_commit(response, work)
+        self.complete(self.stored_response(response))
+        return response
+
+    def finish_before_commit(self, response: HttpResponseBase, work: list[str]) -> HttpResponseBase:
+        """The work's transaction is still open and the store is not part of it.
+
+        Renew the reservation now, so that no retry can take it over before
+        the commit, and store the response once the work has committed. A
+        request that lost its reservation rolls its work back.
+        """
+        if any(connections[alias].needs_rollback for alias in work):
+            self.release(response.status_code, "rollback")
+            return response
+        try:
+            owned = self.store.renew(self.key, self.token, self.lock_timeout(), self.info)
+        except StoreUnavailable as exc:
+            self.log(logging.ERROR, "store_failed", error=_error_name(exc))
+            owned = False
+        if not owned:
+            self.log(logging.WARNING, "lost_reservation", status=response.status_code)
+            for alias in work:
+                transaction.set_rollback(True, using=alias)
+            return self.in_progress()
+        stored = self.stored_response(response)
+        transaction.on_commit(lambda: self.complete(stored), using=work[0], robust=True)
+        return response
+
+    def abort(self) -> None:
+        """The view raised: let a retry run."""
+        setattr(_django_request(self.request), ACTIVE_ATTRIBUTE, False)
+        if self.in_transaction and self.rolled_back():
+            return  # the reservation goes with the rollback
+        self.release(None, "exception")
+
+    def release_reason(self, response: HttpResponseBase) -> str | None:
+        """Why ``response`` must not be stored, or None to store it."""
+        status = response.status_code
+        if response.streaming or isinstance(response, FileResponse):
+            return "streaming"
+        if status >= 500:
+            return "server_error"
+        if status < 400:
+            return None
+        keep_client_errors = _option(
+            self.options.retain_client_errors, idempotency_settings.RETAIN_CLIENT_ERRORS
+        )
+        if keep_client_errors and status not in NEVER_RETAINED_CLIENT_ERRORS:
+            return None
+        return "not_retained"
+
+    def stored_response(self, response: HttpResponseBase) -> StoredResponse:
+        """What is kept for replay: the bytes the client gets, rendered first if lazy."""
+        if not getattr(response, "is_rendered", True):
+            response.render()  # type: ignore[attr-defined]
+        assert isinstance(response, HttpResponse)
+        return StoredResponse(
+            status=response.status_code, headers=replay_headers(response), body=response.content
+        )
+
+    def retention(self) -> int:
+        return int(_option(self.options.retention, idempotency_settings.RETENTION))
+
+    def lock_timeout(self) -> int:
+        return int(idempotency_settings.LOCK_TIMEOUT)
+
+    def complete(self, stored: StoredResponse) -> bool:
+        """Store the answer. False only when the claim's transaction must now roll back."""
+        try:
+            owned = self.store.complete(
+                self.key, self.token, stored, self.retention(), request=self.info
+            )
+        except StoreUnavailable as exc:
+            self.log(logging.ERROR, "store_failed", status=stored.status, error=_error_name(exc))
+            if self.in_transaction:
+                # The work must not commit without its record: roll both back.
+                self.roll_back()
+                return False
+            # The work is done and the client gets its answer. The key is not
+            # released: retries get 409 in progress until LOCK_TIMEOUT.
+            return True
+        if owned:
+            self.log(logging.INFO, "stored", status=stored.status)
+            self.send(signals.stored, status=stored.status)
+            return True
+        # Taken over after LOCK_TIMEOUT by a retry, which owns the record now.
+        self.log(logging.WARNING, "lost_reservation", status=stored.status)
+        return True
+
+    def release(self, status: int | None, reason: str) -> None:
+        try:
+            self.store.release(self.key, self.token)
+        except StoreUnavailable as exc:
+            self.log(
+                logging.ERROR,
+                "release_failed",
+                status=status,
+                reason=reason,
+                error=_error_name(exc),
+            )
+            self.roll_back()
+            return
+        self.log(logging.INFO, "released", status=status, reason=reason)
+        self.send(signals.released, status=status, reason=reason)
+
+    # -- the claim's transaction --
+
+    def rolled_back(self) -> bool:
+        alias = self.store.database_alias
+        return alias is not None and bool(connections[alias].needs_rollback)
+
+    def roll_back(self) -> None:
+        """Mark the transaction the claim joined for rollback (a broken one must roll back)."""
+        alias = self.store.database_alias
+        if self.in_transaction and alias is not None:
+            transaction.set_rollback(True, using=alias)
+
+    # -- reporting --
+
+    def send(self, signal: Signal, **kwargs: Any) -> None:
+        if signal.has_listeners(type(self.store)):
+            signal.send(
+                sender=type(self.store), request=self.request, key_digest=self.digest, **kwargs
+            )
+
+    def log(self, level: int, event: str, **fields: Any) -> None:
+        log(level, event, self.request, key_digest=self.digest, attempt=self.attempt, **fields)
+
+
+# -- helpers --------------------------------------------------------------------
+
+
+def replay_headers(response: HttpResponse) -> tuple[tuple[str, str], ...]:
+    allowed = idempotency_settings.REPLAY_HEADERS
+    return tuple(
+        (name, value)
+        for name, value in response.items()
+        if name.upper() in allowed and name.lower() not in FORBIDDEN_REPLAY_HEADERS
+    )
+
+
+def replay_response(stored: StoredResponse) -> HttpResponse:
+    response = HttpResponse(stored.body, status=stored.status)
+    del response["Content-Type"]  # only what the original response said
+    for name, value in stored.headers:
+        response[name] = value
+    response[REPLAYED_HEADER] = "true"
+    return response
+
+
+def request_id(request: HttpRequest) -> str:
+    """The request id header's value, when ``REQUEST_ID_HEADER`` names one."""
+    header = idempotency_settings.REQUEST_ID_HEADER
+    return str(request.headers.get(header, ""))[:255] if header else ""
+
+
+def _open_transactions() -> list[str]:
+    """The databases with a transaction open around the view (test cases' own aside)."""
+    return [
+        connection.alias
+        for connection in connections.all(initialized_only=True)
+        if any(not getattr(block, "_from_testcase", False) for block in connection.atomic_blocks)
+    ]
+
+
+def _option(value: Any, default: Any) -> Any:
+    return default if value is None else value
+
+
+def _error_name(exc: StoreUnavailable) -> str:
+    return type(exc.__cause__ or exc).__name__
+
+
+def _django_request(request: HttpRequest) -> HttpRequest:
+    # DRF's Request wraps the Django one; the flag must live on the shared object.
+    return getattr(request, "_request", request)
+
+
+def route_of(request: HttpRequest) -> str:
+    """The URL pattern that matched, never the URL: paths can carry ids and tokens."""
+    match = getattr(_django_request(request), "resolver_match", None)
+    if match is None:  # before Django's handler resolved it (in the middleware)
+        try:
+            match = resolve(request.path_info, getattr(request, "urlconf", None))
+        except Resolver404:
+            return ""
+    return str(match.route)
+
+
+def log(level: int, event: str, request: HttpRequest, **fields: Any) -> None:
+    """One structured line per decision: never the key, a header value, the path or the body."""
+    if not logger.isEnabledFor(level):
+        return
+    fields = {
+        "event": event,
+        "method": request.method,
+        "route": route_of(request),
+        "request_id": request_id(request) or None,
+        **fields,
+    }
+    line = " ".join(f"{name}={value}" for name, value in fields.items() if value is not None)
+    logger.log(level, "idempotency %s", line, extra={"idempotency": fields})
