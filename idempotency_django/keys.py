@@ -53,7 +53,16 @@ def _unquote_sf_string(inner: str) -> str:
     return "".join(chars)
 
 
+def record_digest(principal: str, location: str, key: str) -> str:
+    """SHA-256 (hex) of a key within its scope: what a store finds its record by.
+
+    Exact whatever the database's collation (MySQL's compare case- and
+    space-insensitively), and fixed-length whatever the lengths of the parts.
+    """
+    material = "\x1f".join((principal, location, key)).encode("utf-8", "surrogateescape")
+    return hashlib.sha256(material).hexdigest()
+
+
 def key_digest(principal: str, location: str, key: str) -> str:
     """A short non-reversible label for logs: identifies a key without printing it."""
-    material = "\x1f".join((principal, location, key)).encode()
-    return hashlib.sha256(material).hexdigest()[:16]
+    return record_digest(principal, location, key)[:16]

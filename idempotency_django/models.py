@@ -1,10 +1,12 @@
 from __future__ import annotations
 
-from typing import ClassVar, cast
+from typing import Any, ClassVar, cast
 
 from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
+
+from idempotency_django.keys import record_digest
 
 
 class IdempotencyRecord(models.Model):
@@ -22,6 +24,11 @@ class IdempotencyRecord(models.Model):
         REQUEST = "request", _("request")
         WEBHOOK = "webhook", _("webhook delivery")
 
+    #: SHA-256 of principal, location and key: the record's identity (see
+    #: :func:`~idempotency_django.keys.record_digest`). The three columns
+    #: below are for reading; a principal or location longer than its
+    #: column is kept there as its own digest.
+    digest = models.CharField(_("digest"), max_length=64)
     kind = models.CharField(_("kind"), max_length=16, choices=Kind.choices, default=Kind.REQUEST)
     #: For a webhook delivery: where its identity came from (a provider name, "body", "fallback").
     source = models.CharField(_("source"), max_length=64, blank=True)
@@ -45,9 +52,7 @@ class IdempotencyRecord(models.Model):
         verbose_name = _("idempotency record")
         verbose_name_plural = _("idempotency records")
         constraints = [
-            models.UniqueConstraint(
-                fields=["principal", "location", "key"], name="idempotency_record_unique_key"
-            )
+            models.UniqueConstraint(fields=["digest"], name="idempotency_record_unique_digest")
         ]
         indexes = [
             # The purge walks expiries; the admin lists newest first.
@@ -57,6 +62,12 @@ class IdempotencyRecord(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key} ({self.principal}, {self.location or '-'})"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        # Stores write the digest themselves; this covers records made by hand.
+        if not self.digest:
+            self.digest = record_digest(self.principal, self.location, self.key)
+        super().save(*args, **kwargs)
 
     @property
     def is_expired(self) -> bool:

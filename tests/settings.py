@@ -1,4 +1,4 @@
-"""Test settings. ``TEST_DATABASE=postgres`` runs the suite on PostgreSQL."""
+"""Test settings. ``TEST_DATABASE=postgres`` (or ``mariadb``) runs the suite on that server."""
 
 from __future__ import annotations
 
@@ -60,6 +60,22 @@ if TEST_DATABASE == "postgres":
             # A server process started by a test points NAME at the test database.
             "NAME": os.environ.get("TESTS_DB_NAME", os.environ.get("PGDATABASE", "test")),
             "TEST": {"NAME": os.environ.get("TESTS_PG_TEST_NAME", "test_idempotency_django")},
+        }
+    }
+elif TEST_DATABASE == "mariadb":
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.mysql",
+            "HOST": os.environ.get("MYSQL_HOST", "127.0.0.1"),
+            "PORT": os.environ.get("MYSQL_PORT", "3306"),
+            "USER": os.environ.get("MYSQL_USER", "root"),
+            "NAME": os.environ.get("TESTS_DB_NAME", "test"),
+            "OPTIONS": {"charset": "utf8mb4"},
+            "TEST": {
+                "NAME": os.environ.get("TESTS_MARIADB_TEST_NAME", "test_idempotency_django"),
+                "CHARSET": "utf8mb4",
+                "COLLATION": "utf8mb4_bin",
+            },
         }
     }
 elif TEST_DATABASE == "sqlite":

@@ -123,7 +123,8 @@ def test_changelist_does_not_load_bodies(
         response = admin_client.get(reverse(CHANGELIST))
     assert response.status_code == 200
     table = IdempotencyRecord._meta.db_table
-    selects = [q["sql"] for q in queries.captured_queries if f'FROM "{table}"' in q["sql"]]
+    table_sql = f"FROM {connection.ops.quote_name(table)}"
+    selects = [q["sql"] for q in queries.captured_queries if table_sql in q["sql"]]
     assert selects
     assert all("response_body" not in sql and "response_headers" not in sql for sql in selects)
     # show_full_result_count = False: no second, unfiltered count.

@@ -10,11 +10,14 @@ or Redis's TTLs, never an app server's.
 from __future__ import annotations
 
 import enum
+import functools
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
 from django.core.checks import CheckMessage
+
+from idempotency_django.keys import record_digest
 
 
 class StoreUnavailable(Exception):
@@ -28,6 +31,11 @@ class RecordKey:
     principal: str
     location: str
     key: str
+
+    @functools.cached_property
+    def digest(self) -> str:
+        """What stores find the record by: :func:`~idempotency_django.keys.record_digest`."""
+        return record_digest(self.principal, self.location, self.key)
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,6 @@ from django.core import checks
 from django.db import (
     DEFAULT_DB_ALIAS,
     Error,
-    IntegrityError,
     OperationalError,
     connections,
     models,
@@ -249,8 +248,15 @@ class _Row(NamedTuple):
 
 
 def _scope(key: RecordKey) -> list[str]:
-    """The values of the columns that identify ``key``: the unique constraint."""
-    return [key.principal, key.location, key.key]
+    """The value of the column that identifies ``key``: its unique digest."""
+    return [key.digest]
+
+
+def _readable(value: str, length: int = 255) -> str:
+    """``value`` for a column of ``length`` characters: itself, or its digest if too long."""
+    if len(value) <= length:
+        return value
+    return "sha256:" + hashlib.sha256(value.encode("utf-8", "surrogateescape")).hexdigest()
 
 
 def _json(headers: tuple[tuple[str, str], ...]) -> str:
@@ -259,8 +265,7 @@ def _json(headers: tuple[tuple[str, str], ...]) -> str:
 
 def _lock_id(key: RecordKey) -> int:
     """A signed 64-bit number naming ``key`` for PostgreSQL's advisory locks."""
-    material = "\x1f".join(("idempotency_django", *_scope(key))).encode()
-    return int.from_bytes(hashlib.sha256(material).digest()[:8], "big", signed=True)
+    return int.from_bytes(bytes.fromhex(key.digest[:16]), "big", signed=True)
 
 
 def _seconds(connection: BaseDatabaseWrapper, seconds: int) -> list[Any]:
@@ -279,8 +284,8 @@ class _Statements:
 
     now: str
     insert: str
-    #: INSERT that ignores a conflict on the key (where the database has one).
-    insert_or_nothing: str | None
+    #: INSERT that does nothing when the key has a row.
+    insert_or_nothing: str
     read: str
     #: MariaDB/MySQL inside a transaction: the read that fails at once on a
     #: row another transaction is writing.
@@ -295,11 +300,10 @@ class _Statements:
 
 _statements_by_vendor: dict[str, _Statements] = {}
 
-#: The record's columns a new row gets from the request, in statement order.
+#: The columns that name a new row's key, in statement order.
+_KEY_COLUMNS = ("digest", "principal", "location", "key")
+#: The record's columns a new row (or a takeover) gets from the request.
 _REQUEST_COLUMNS = (
-    "principal",
-    "location",
-    "key",
     "fingerprint",
     "method",
     "path",
@@ -340,19 +344,22 @@ def _statements(connection: BaseDatabaseWrapper) -> _Statements:
     else:
         raise StoreUnavailable(f"The database store does not support {vendor!r}.")
 
-    key_is = " AND ".join(f"{column(name)} = %s" for name in ("principal", "location", "key"))
+    key_is = f"{column('digest')} = %s"
     owned = f"{key_is} AND {column('token')} = %s AND {column('state')} = %s"
-    columns = [*_REQUEST_COLUMNS, "created_at", "completed_at", "expires_at"]
+    columns = [*_KEY_COLUMNS, *_REQUEST_COLUMNS, "created_at", "completed_at", "expires_at"]
     values = ", ".join(
-        ["%s"] * len(_REQUEST_COLUMNS) + [now, f"CASE WHEN %s = 1 THEN {now} END", later]
+        ["%s"] * (len(_KEY_COLUMNS) + len(_REQUEST_COLUMNS))
+        + [now, f"CASE WHEN %s = 1 THEN {now} END", later]
     )
     insert = f"INSERT INTO {table} ({', '.join(map(column, columns))}) VALUES ({values})"
-    insert_or_nothing = None
-    if vendor in ("postgresql", "sqlite"):
-        conflict = ", ".join(map(column, ("principal", "location", "key")))
-        # No failed statement on a replay: no "duplicate key" error (with
-        # the key in it) in the server's log, and no savepoint needed.
-        insert_or_nothing = f"{insert} ON CONFLICT ({conflict}) DO NOTHING"
+    # No failed statement on a replay: no "duplicate key" error in the
+    # server's log, and no savepoint needed inside a transaction.
+    if vendor == "mysql":
+        # IGNORE also turns other errors into warnings; every value is cut
+        # to its column's length, so only the duplicate key is left to ignore.
+        insert_or_nothing = insert.replace("INSERT INTO", "INSERT IGNORE INTO", 1)
+    else:
+        insert_or_nothing = f"{insert} ON CONFLICT ({column('digest')}) DO NOTHING"
     read_columns = ", ".join(
         [
             column("id"),
@@ -367,7 +374,7 @@ def _statements(connection: BaseDatabaseWrapper) -> _Statements:
     )
     read = f"SELECT {read_columns} FROM {table} WHERE {key_is}"
     take_over_sets = ", ".join(
-        [f"{column(name)} = %s" for name in _REQUEST_COLUMNS[3:]]
+        [f"{column(name)} = %s" for name in _REQUEST_COLUMNS]
         + [f"{column('created_at')} = {now}", f"{column('completed_at')} = NULL"]
         + [f"{column('expires_at')} = {later}"]
     )
@@ -404,16 +411,19 @@ def _read_locked(connection: BaseDatabaseWrapper, read: str) -> str | None:
     return f"{read} FOR SHARE NOWAIT"
 
 
+def _key_values(key: RecordKey) -> list[str]:
+    """The values of :data:`_KEY_COLUMNS`."""
+    return [key.digest, _readable(key.principal), _readable(key.location), key.key]
+
+
 def _request_values(
-    key: RecordKey,
     request: RequestInfo,
     token: str,
     completed: StoredResponse | None = None,
 ) -> list[Any]:
     """The values of :data:`_REQUEST_COLUMNS`, cut to the columns' lengths."""
     return [
-        *_scope(key),
-        request.fingerprint,
+        request.fingerprint[:128],
         request.method,
         request.path[:2048],
         request.request_id[:255],
@@ -439,20 +449,14 @@ def _insert(
     """INSERT a reservation (or a completed record) unless the key has a row; True if it did."""
     sql = _statements(connection)
     params = [
-        *_request_values(key, request, token, completed),
+        *_key_values(key),
+        *_request_values(request, token, completed),
         1 if completed is not None else 0,  # completed_at: the database's now, or NULL
         *_seconds(connection, seconds),
     ]
     with connection.cursor() as cursor:
-        if sql.insert_or_nothing is not None:
-            cursor.execute(sql.insert_or_nothing, params)
-            return bool(cursor.rowcount)
-        try:
-            with _savepoint_if_in_transaction(connection):
-                cursor.execute(sql.insert, params)
-        except IntegrityError:
-            return False
-        return True
+        cursor.execute(sql.insert_or_nothing, params)
+        return bool(cursor.rowcount)
 
 
 def _read(connection: BaseDatabaseWrapper, sql: str, key: RecordKey) -> _Row | None:
@@ -472,7 +476,7 @@ def _take_over(
     lock_timeout: int,
 ) -> bool:
     """Make an expired row our reservation, unless another request changed it first."""
-    values = _request_values(RecordKey("", "", ""), request, token)[3:]
+    values = _request_values(request, token)
     params = [*values, *_seconds(connection, lock_timeout), row.pk, row.token, row.state]
     with connection.cursor() as cursor:
         cursor.execute(_statements(connection).take_over, params)

@@ -65,7 +65,6 @@ Failures
 
 from __future__ import annotations
 
-import hashlib
 import json
 import uuid
 from typing import Any
@@ -371,8 +370,7 @@ class RedisStore(BaseStore):
 
     def redis_key(self, key: RecordKey) -> str:
         """The Redis key of ``key``: its scope and value, hashed."""
-        material = "\x1f".join((key.principal, key.location, key.key)).encode()
-        return f"{self.key_prefix}:v{FORMAT_VERSION}:{hashlib.sha256(material).hexdigest()}"
+        return f"{self.key_prefix}:v{FORMAT_VERSION}:{key.digest}"
 
     def client(self) -> Any:
         """The raw redis-py client of the cache (looked up each time: it is per thread)."""
