@@ -18,6 +18,7 @@ urlpatterns = [
     path("plain/atomic/", views.atomic_booking),
     path("plain/cbv/", views.BookingCBV.as_view()),
     path("plain/fragile/", views.fragile_booking),
+    path("plain/paused/", views.paused_booking),
     path("api/book/", views.api_book),
     path("async/bookings/", views.async_booking),
     path("async/decorated/", views.decorated_async_booking),

@@ -209,3 +209,31 @@ async def decorated_async_booking(request: HttpRequest) -> HttpResponse:
 
 
 # --8<-- [end:async_view]
+
+
+def paused_booking(request: HttpRequest) -> HttpResponse:
+    """Books, then waits at the checkpoint named by ``?at=`` while a test acts.
+
+    The checkpoint learns this request's database connection: its server-side
+    id, so a test can cut it, and on SQLite a short busy timeout, so a lock a
+    test holds makes the store fail fast.
+    """
+    from django.db import connection
+
+    from tests import checkpoints
+
+    booking = Booking.objects.create(
+        slot="paused", owner=request.user if request.user.is_authenticated else None
+    )
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SELECT pg_backend_pid()")
+            server_id = cursor.fetchone()[0]
+        elif connection.vendor == "mysql":
+            cursor.execute("SELECT CONNECTION_ID()")
+            server_id = cursor.fetchone()[0]
+        else:
+            cursor.execute("PRAGMA busy_timeout = 300")
+            server_id = None
+    checkpoints.reach(request.GET.get("at", ""), server_id=server_id)
+    return JsonResponse({"id": booking.pk}, status=201)

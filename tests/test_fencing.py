@@ -1,0 +1,167 @@
+"""Who owns a key, decided by the store's clock and the store's compare-and-set.
+
+Each test forces its interleaving with a checkpoint in the view (a request
+paused at a chosen point while the test acts), never by sleeping and hoping.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+import time_machine
+from django.contrib.auth.models import User
+from django.core.management import call_command
+from django.db import connection, connections, transaction
+from django.test import Client
+from django.utils import timezone
+
+from idempotency_django.models import IdempotencyRecord
+from tests.checkpoints import Checkpoint, before_takeover
+from tests.concurrency import Background, logged_in_client
+from tests.redis_helpers import redis_store_settings
+from tests.testapp.models import Booking
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+BODY = json.dumps({"slot": "2026-07-30T09:00:00Z"})
+
+
+def keyed_post(client: Client, url: str, key: str = "booking-8891"):  # type: ignore[no-untyped-def]
+    return client.post(url, BODY, content_type="application/json", HTTP_IDEMPOTENCY_KEY=key)
+
+
+@pytest.fixture
+def atomic_requests() -> Iterator[None]:
+    settings_dict = connections.settings["default"]
+    settings_dict["ATOMIC_REQUESTS"] = True
+    yield
+    settings_dict["ATOMIC_REQUESTS"] = False
+
+
+@pytest.fixture(params=["database", "redis"])
+def store(request: pytest.FixtureRequest) -> Iterator[str]:
+    if request.param == "redis":
+        with redis_store_settings():
+            yield request.param
+    else:
+        yield request.param
+
+
+def test_a_fast_app_server_clock_never_takes_over_a_running_request(
+    alice: User, store: str
+) -> None:
+    """A server whose clock runs 301 s fast sees the reservation as the store does: live."""
+    with Checkpoint("running") as running:
+        first = Background(
+            lambda: keyed_post(logged_in_client(alice), "/plain/paused/?at=running")
+        ).start()
+        running.wait_until_reached()
+        fast = timezone.now() + timedelta(seconds=301)
+        with time_machine.travel(fast, tick=True):
+            duplicate = keyed_post(logged_in_client(alice), "/plain/paused/?at=running")
+            call_command("purge_idempotency_records", verbosity=0)
+        running.release()
+        assert first.join().status_code == 201
+    assert duplicate.status_code == 409
+    assert duplicate.json()["code"] == "idempotency_key_in_progress"
+    assert Booking.objects.count() == 1
+    replay = keyed_post(logged_in_client(alice), "/plain/paused/?at=running")
+    assert replay["Idempotency-Replayed"] == "true"
+
+
+def test_a_retry_that_loses_the_takeover_race_replays_the_original(alice: User) -> None:
+    """The slow original completes between the retry's read and its takeover UPDATE.
+
+    The takeover compares token, state and expiry, so it fails; the retry then
+    finds the completed response and replays it. The view ran once.
+    """
+    with Checkpoint("slow") as slow:
+        original = Background(
+            lambda: keyed_post(logged_in_client(alice), "/plain/paused/?at=slow")
+        ).start()
+        slow.wait_until_reached()
+        # Past LOCK_TIMEOUT by the database's clock: abandoned, as far as anyone can tell.
+        abandoned = timezone.now() - timedelta(hours=1)
+        assert IdempotencyRecord.objects.update(expires_at=abandoned) == 1
+
+        def the_original_completes() -> None:
+            slow.release()
+            assert original.join().status_code == 201
+
+        with before_takeover(the_original_completes):
+            retry = keyed_post(logged_in_client(alice), "/plain/paused/?at=slow")
+
+    assert retry.status_code == 201
+    assert retry["Idempotency-Replayed"] == "true"
+    assert json.loads(retry.content) == json.loads(original.result.content)
+    assert Booking.objects.count() == 1
+    record = IdempotencyRecord.objects.get()
+    assert record.state == IdempotencyRecord.State.COMPLETED
+    assert record.expires_at > timezone.now() + timedelta(hours=23)
+
+
+@contextlib.contextmanager
+def connection_lost(checkpoint: Checkpoint) -> Iterator[None]:
+    """The request's database connection fails between its work and the completion.
+
+    PostgreSQL and MariaDB: the server ends the request's session. SQLite: the
+    records table stays write-locked until the request's wait for it runs out.
+    """
+    table = connection.ops.quote_name(IdempotencyRecord._meta.db_table)
+    server_id = checkpoint.info["server_id"]
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(%s)", [server_id])
+        yield
+    elif connection.vendor == "mysql":
+        with connection.cursor() as cursor:
+            cursor.execute(f"KILL CONNECTION {int(server_id)}")
+        yield
+    else:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(f"UPDATE {table} SET token = token")
+            yield
+
+
+def test_a_completion_that_fails_after_the_work_committed_never_frees_the_key(
+    alice: User,
+) -> None:
+    """The booking committed; storing its answer failed. A retry must not book again."""
+    with Checkpoint("booked") as booked:
+        first = Background(
+            lambda: keyed_post(logged_in_client(alice), "/plain/paused/?at=booked")
+        ).start()
+        booked.wait_until_reached()
+        with connection_lost(booked):
+            booked.release()
+            first.join()
+    assert Booking.objects.count() == 1
+    retry = keyed_post(logged_in_client(alice), "/plain/paused/?at=booked")
+    assert retry.status_code == 409
+    assert retry.json()["code"] == "idempotency_key_in_progress"
+    assert Booking.objects.count() == 1
+    assert IdempotencyRecord.objects.get().state == IdempotencyRecord.State.IN_PROGRESS
+
+
+@pytest.mark.usefixtures("atomic_requests")
+def test_under_atomic_requests_a_failed_completion_rolls_the_work_back(alice: User) -> None:
+    """The work and its record commit together or not at all: the retry books once."""
+    if connection.vendor == "sqlite":
+        pytest.skip("SQLite's single writer: the request holds the only write lock")
+    with Checkpoint("booked") as booked:
+        first = Background(
+            lambda: keyed_post(logged_in_client(alice), "/plain/paused/?at=booked")
+        ).start()
+        booked.wait_until_reached()
+        with connection_lost(booked):
+            booked.release()
+            first.join()
+    assert Booking.objects.count() == 0
+    assert not IdempotencyRecord.objects.exists()
+    retry = keyed_post(logged_in_client(alice), "/plain/paused/?at=booked")
+    assert retry.status_code == 201
+    assert Booking.objects.count() == 1
