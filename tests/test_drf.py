@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import User
@@ -183,3 +184,23 @@ def test_decorating_an_api_view_result_is_refused() -> None:
 
     with pytest.raises(TypeError, match="below @api_view"):
         idempotent(view)
+
+
+def test_a_subclass_options_apply_to_its_inherited_handlers(api: APIClient) -> None:
+    """StrictBookingViewSet(BookingViewSet) sets ViewOptions(required=True)."""
+    missing = create(api, "/api/strict-bookings/", key=None)
+    assert missing.status_code == 400
+    assert missing.json()["code"] == "idempotency_key_missing"
+    assert create(api, "/api/bookings/", key=None).status_code == 201  # the parent's stay
+    assert create(api, "/api/strict-bookings/").status_code == 201
+    assert create(api, "/api/strict-bookings/")["Idempotency-Replayed"] == "true"
+
+
+def test_decorating_a_subclass_of_a_mixin_viewset(api: APIClient) -> None:
+    """No MRO error at import, and the decorator's options replace the mixin's."""
+    assert create(api, "/api/decorated-mixin-bookings/", key=None).status_code == 201
+    assert create(api, "/api/decorated-mixin-bookings/").status_code == 201
+    assert create(api, "/api/decorated-mixin-bookings/")["Idempotency-Replayed"] == "true"
+    record = IdempotencyRecord.objects.get()
+    assert record.completed_at is not None
+    assert record.expires_at - record.completed_at == timedelta(seconds=60)

@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import logging
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 import time_machine
+from asgiref.sync import async_to_sync
 from django.db import connection
 from django.db.models import F
-from django.test import Client, override_settings
+from django.test import AsyncClient, Client, override_settings
 
 from idempotency_django.models import IdempotencyRecord, WebhookDelivery
 from tests.concurrency import in_threads
@@ -282,3 +284,33 @@ def test_redact_filter_keeps_the_token_out_of_djangos_request_log(
     assert "Bad Request: hooks/<str:token>/" in messages
     assert "Bad Request: /plain/bookings/" in messages  # other views keep their path
     assert TOKEN not in caplog.text
+
+
+@pytest.mark.django_db(transaction=True)
+def test_async_receiver_runs_each_delivery_once(async_client: AsyncClient) -> None:
+    async def deliver_async() -> Any:
+        return await async_client.post(
+            f"/hooks/async/{TOKEN}/", BODY, content_type="application/json", HTTP_WEBHOOK_ID="a1"
+        )
+
+    first, second = async_to_sync(deliver_async)(), async_to_sync(deliver_async)()
+    assert first.status_code == 202 and first.json()["status"] == "accepted"
+    assert second.status_code == 202 and second.json() == {"status": "duplicate"}
+    assert Booking.objects.filter(slot="async-webhook-run").count() == 1
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("headers", [{"HTTP_WEBHOOK_ID": "msg_rotated"}, {}])
+def test_deliveries_stay_duplicates_after_a_secret_key_rotation(
+    client: Client, headers: dict[str, str]
+) -> None:
+    """Accepted under the old SECRET_KEY, found again once it is in SECRET_KEY_FALLBACKS."""
+    with override_settings(SECRET_KEY="the-old-secret-key-" + "x" * 40):
+        assert deliver(client, **headers).json()["status"] == "accepted"
+    rotated = {"SECRET_KEY": "the-new-secret-key-" + "y" * 40}
+    with override_settings(**rotated, SECRET_KEY_FALLBACKS=["the-old-secret-key-" + "x" * 40]):
+        assert deliver(client, **headers).json() == {"status": "duplicate"}
+    with override_settings(**rotated, SECRET_KEY_FALLBACKS=[]):
+        # Without the old key nothing links the two: the same delivery runs again.
+        assert deliver(client, **headers).json()["status"] == "accepted"
+    assert runs() == 2

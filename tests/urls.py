@@ -8,6 +8,10 @@ router = SimpleRouter()
 router.register("bookings", views.BookingViewSet, basename="booking")
 router.register("mixin-bookings", views.MixinBookingViewSet, basename="mixin-booking")
 router.register("unprotected-bookings", views.UnprotectedBookingViewSet, basename="unprotected")
+router.register("strict-bookings", views.StrictBookingViewSet, basename="strict")
+router.register(
+    "decorated-mixin-bookings", views.DecoratedMixinBookingViewSet, basename="decorated-mixin"
+)
 
 urlpatterns = [
     path("admin/", admin.site.urls),
@@ -23,6 +27,7 @@ urlpatterns = [
     path("async/bookings/", views.async_booking),
     path("async/decorated/", views.decorated_async_booking),
     path("hooks/<str:token>/", views.webhook_receiver),
+    path("hooks/async/<str:token>/", views.async_webhook_receiver),
     path("api/hooks/<str:token>/", views.drf_webhook_receiver),
     path("api/", include(router.urls)),
 ]

@@ -138,6 +138,17 @@ class UnprotectedBookingViewSet(_BookingViewSetBase):
     pass
 
 
+class StrictBookingViewSet(BookingViewSet):
+    """A subclass of a decorated viewset with options of its own."""
+
+    idempotency_options = ViewOptions(required=True)
+
+
+@idempotent(retention=60)
+class DecoratedMixinBookingViewSet(MixinBookingViewSet):
+    """``@idempotent`` on a subclass of an ``IdempotentMixin`` viewset: its options win."""
+
+
 @api_view(["POST"])
 @idempotent(retention=60)
 def api_book(request):  # type: ignore[no-untyped-def]
@@ -184,6 +195,12 @@ def webhook_receiver(request: HttpRequest, token: str) -> HttpResponse:
 def drf_webhook_receiver(request, token):  # type: ignore[no-untyped-def]
     run = Booking.objects.create(slot="drf-webhook-run")
     return Response({"status": "accepted", "run_id": run.pk}, status=202)
+
+
+@deduplicate_webhook
+async def async_webhook_receiver(request: HttpRequest, token: str) -> HttpResponse:
+    run = await Booking.objects.acreate(slot="async-webhook-run")
+    return JsonResponse({"status": "accepted", "run_id": run.pk}, status=202)
 
 
 async def async_booking(request: HttpRequest) -> HttpResponse:
