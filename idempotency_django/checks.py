@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import re
 from typing import Any
 
 from django.conf import settings
 from django.core import checks
+from django.shortcuts import resolve_url
+from django.urls import NoReverseMatch, reverse
 from django.utils.module_loading import import_string
 
 from idempotency_django.conf import (
@@ -97,9 +101,45 @@ def check_settings(**kwargs: Any) -> list[checks.CheckMessage]:
                 import_string(value)
             except ImportError as exc:
                 errors.append(_error(f"{SETTING_NAME}[{name!r}] cannot be imported: {exc}", "E009"))
-    if errors:
+    errors.extend(_check_required_paths(merged["REQUIRED_PATHS"]))
+    if any(message.level >= checks.ERROR for message in errors):
         return errors
-    return _check_store(merged)
+    return errors + _check_store(merged)
+
+
+def _check_required_paths(patterns: Any) -> list[checks.CheckMessage]:
+    name = f"{SETTING_NAME}['REQUIRED_PATHS']"
+    if isinstance(patterns, str) or not all(isinstance(p, str) for p in patterns):
+        return [_error(f"{name} must be a list of regular expressions (strings).", "E013")]
+    compiled = []
+    for pattern in patterns:
+        try:
+            compiled.append(re.compile(pattern))
+        except re.error as exc:
+            return [_error(f"{name} has an invalid regular expression {pattern!r}: {exc}", "E013")]
+    messages: list[checks.CheckMessage] = []
+    for where, path in _never_required_paths():
+        matching = [p.pattern for p in compiled if p.match(path)]
+        if matching:
+            messages.append(
+                checks.Warning(
+                    f"{name} matches {where} ({path}) with {matching}: keys are never "
+                    f"required there, or nobody could log in.",
+                    hint="Narrow the pattern to the paths of your API, e.g. r'^/api/'.",
+                    id="idempotency_django.W002",
+                )
+            )
+    return messages
+
+
+def _never_required_paths() -> list[tuple[str, str]]:
+    """The admin's and the login page's paths, where the project has them."""
+    paths = []
+    with contextlib.suppress(NoReverseMatch, ImportError):
+        paths.append(("the admin", reverse("admin:index")))
+    with contextlib.suppress(NoReverseMatch, ImportError):
+        paths.append(("the login page", resolve_url(settings.LOGIN_URL)))
+    return paths
 
 
 def _check_store(merged: dict[str, Any]) -> list[checks.CheckMessage]:

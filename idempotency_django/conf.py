@@ -7,6 +7,7 @@ the setting with ``override_settings``.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django.conf import settings as django_settings
@@ -34,8 +35,12 @@ DEFAULTS: dict[str, Any] = {
     # False: keep 2xx/3xx only (HyphaBase). True: keep 4xx too, except the
     # statuses in NEVER_RETAINED_CLIENT_ERRORS (Hodoflow).
     "RETAIN_CLIENT_ERRORS": False,
-    # 400 idempotency_key_missing when a protected request carries no key.
+    # 400 idempotency_key_missing when a request carries no key, on the views
+    # that opted in (@idempotent, DRF); never on the admin or auth views.
     "REQUIRED": False,
+    # Regular expressions matched against request.path_info (e.g. r"^/api/"):
+    # the plain views there need a key too; never the admin or auth views.
+    "REQUIRED_PATHS": (),
     # Run the view and store its response in one transaction (exactly once).
     "ATOMIC": False,
     # Status for a key reused with a different request: 409 (the seeds) or 422 (IETF draft).
@@ -59,8 +64,9 @@ DEFAULTS: dict[str, Any] = {
         "Expires",
         "Vary",
     ),
-    # Request header whose value is logged as request_id.
-    "REQUEST_ID_HEADER": "X-Request-Id",
+    # Request header whose value is logged as request_id and kept on the
+    # record: set it when a trusted proxy sets the header. None: no request id.
+    "REQUEST_ID_HEADER": None,
     # -- Webhook delivery deduplication (a separate contract) --------------
     # Headers that carry a sender's stable delivery id, tried in order after
     # Idempotency-Key: (header, source name).
@@ -119,6 +125,8 @@ class IdempotencySettings:
             value = import_string(value)
         elif name in {"METHODS", "REPLAY_HEADERS"}:
             value = frozenset(str(item).upper() for item in value)
+        elif name == "REQUIRED_PATHS":
+            value = tuple(re.compile(pattern) for pattern in value)
         setattr(self, name, value)
         return value
 

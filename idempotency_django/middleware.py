@@ -25,11 +25,14 @@ from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.db import connections, transaction
 from django.http import HttpRequest
 from django.http.response import HttpResponseBase
-from django.urls import Resolver404, resolve
+from django.urls import Resolver404, ResolverMatch, resolve
 
 from idempotency_django.conf import idempotency_settings
 from idempotency_django.marks import EXEMPT_ATTRIBUTE, PROTECTED_ATTRIBUTE, is_drf_view
-from idempotency_django.phases import arun, atomic_block, begin, run
+from idempotency_django.phases import ViewOptions, arun, atomic_block, begin, run
+
+#: Views of these modules never need a key, whatever REQUIRED_PATHS says.
+NEVER_REQUIRED_MODULES = ("django.contrib.admin.", "django.contrib.auth.")
 
 
 class IdempotencyMiddleware:
@@ -45,45 +48,69 @@ class IdempotencyMiddleware:
     def __call__(self, request: HttpRequest) -> Any:
         if self.async_mode:
             return self.__acall__(request)
-        view = protected_view(request)
-        if view is None:
+        protected = protected_view(request)
+        if protected is None:
             return self.get_response(request)
+        view, options = protected
         with view_transaction(view):
-            return run(lambda: begin(request), lambda: self.get_response(request))
+            return run(lambda: begin(request, options), lambda: self.get_response(request))
 
     async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
         # No transaction spans an await: under ASGI the view's own
         # ATOMIC_REQUESTS block commits before the response is stored.
-        if protected_view(request) is None:
+        protected = protected_view(request)
+        if protected is None:
             response: HttpResponseBase = await self.get_response(request)
             return response
-        return await arun(lambda: begin(request), lambda: self.get_response(request))
+        _view, options = protected
+        return await arun(lambda: begin(request, options), lambda: self.get_response(request))
 
 
-def protected_view(request: HttpRequest) -> Callable[..., Any] | None:
-    """The view this middleware protects for ``request``, or None.
+def protected_view(request: HttpRequest) -> tuple[Callable[..., Any], ViewOptions] | None:
+    """The view this middleware protects for ``request``, and its options; or None.
 
-    None for a safe method, a request without a key (unless ``REQUIRED``),
-    a URL that resolves to nothing, and views protected elsewhere: DRF views,
-    views under ``@idempotent`` and views marked ``@idempotency_exempt``.
+    None for a safe method, a request without a key (unless its path matches
+    ``REQUIRED_PATHS``), a URL that resolves to nothing, and views protected
+    elsewhere: DRF views, views under ``@idempotent`` and views marked
+    ``@idempotency_exempt``.
     """
     settings = idempotency_settings
     if request.method not in settings.METHODS:
         return None
-    if settings.HEADER not in request.headers and not settings.REQUIRED:
+    keyed = settings.HEADER in request.headers
+    if not keyed and not settings.REQUIRED_PATHS:
         return None
     try:
         # Resolved as Django's handler will resolve it, before it does.
-        view = resolve(request.path_info, getattr(request, "urlconf", None)).func
+        match = resolve(request.path_info, getattr(request, "urlconf", None))
     except Resolver404:
         return None
+    view = match.func
     if (
         getattr(view, PROTECTED_ATTRIBUTE, False)
         or getattr(view, EXEMPT_ATTRIBUTE, False)
         or is_drf_view(view)
     ):
         return None
-    return view
+    required = key_required(request.path_info, match)
+    if not keyed and not required:
+        return None
+    return view, ViewOptions(required=required)
+
+
+def key_required(path: str, match: ResolverMatch) -> bool:
+    """A plain view needs a key where ``REQUIRED_PATHS`` says so, except the admin and auth."""
+    if not any(pattern.match(path) for pattern in idempotency_settings.REQUIRED_PATHS):
+        return False
+    return not never_required(match)
+
+
+def never_required(match: ResolverMatch) -> bool:
+    """The admin and Django's auth views: requiring a key there would lock people out."""
+    if "admin" in match.app_names:
+        return True
+    view = getattr(match.func, "view_class", match.func)
+    return str(getattr(view, "__module__", "")).startswith(NEVER_REQUIRED_MODULES)
 
 
 def view_transaction(view: Callable[..., Any]) -> contextlib.ExitStack:

@@ -33,7 +33,7 @@ from idempotency_django import problems
 from idempotency_django.conf import idempotency_settings
 from idempotency_django.keys import MAX_KEY_LENGTH, InvalidKey, parse_key
 from idempotency_django.marks import PROTECTED_ATTRIBUTE, find_request
-from idempotency_django.phases import Attempt, arun, run
+from idempotency_django.phases import Attempt, arun, request_id, run
 from idempotency_django.stores import (
     Claim,
     Outcome,
@@ -199,7 +199,7 @@ def begin_delivery(
         method=str(request.method),
         path=route,  # the URL pattern, never the URL: it holds the token
         fingerprint="",
-        request_id=str(request.headers.get(settings.REQUEST_ID_HEADER, ""))[:255],
+        request_id=request_id(request),
         kind="webhook",
         source=identity.source,
     )

@@ -44,7 +44,8 @@ def test_one_structured_line_per_decision_without_secrets(
     with caplog.at_level(logging.INFO, logger="idempotency_django"):
         keyed_post(client, "/api/bookings/", body=SECRET_BODY, **auth)
         keyed_post(client, "/api/bookings/", body=SECRET_BODY, **auth)
-        keyed_post(client, "/api/bookings/", body=BODY, **auth)
+        with override_settings(IDEMPOTENCY={"REQUEST_ID_HEADER": "X-Request-Id"}):
+            keyed_post(client, "/api/bookings/", body=BODY, **auth)
     ours = [record for record in caplog.records if record.name == "idempotency_django"]
     events = [record.idempotency["event"] for record in ours]  # type: ignore[attr-defined]
     assert events == ["reserved", "stored", "replayed", "conflict"]
@@ -52,8 +53,11 @@ def test_one_structured_line_per_decision_without_secrets(
     assert attempts == ["first", "first", "retry", "retry"]
     for record in ours:
         fields = record.idempotency  # type: ignore[attr-defined]
-        assert fields["request_id"] == "req-42"
+        assert fields["route"] == "api/bookings/$"
         assert len(fields["key_digest"]) == 16
+    # The client's X-Request-Id only once the project names the header (a trusted proxy's).
+    request_ids = [record.idempotency.get("request_id") for record in ours]  # type: ignore[attr-defined]
+    assert request_ids == [None, None, None, "req-42"]
     text = caplog.text
     for secret in ("log-key-1", token.key, "cookie-secret-value", "card-4242", "Dana"):
         assert secret not in text

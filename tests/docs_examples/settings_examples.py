@@ -15,6 +15,7 @@ IDEMPOTENCY = {
     "RETENTION": 86400,
     "RETAIN_CLIENT_ERRORS": False,
     "REQUIRED": False,
+    "REQUIRED_PATHS": (),
     "ATOMIC": False,
     "REUSE_STATUS": 409,
     "RETRY_AFTER": 1,
@@ -32,7 +33,7 @@ IDEMPOTENCY = {
         "Expires",
         "Vary",
     ),
-    "REQUEST_ID_HEADER": "X-Request-Id",
+    "REQUEST_ID_HEADER": None,
     "WEBHOOK_ID_HEADERS": (
         ("webhook-id", "standard-webhooks"),
         ("svix-id", "svix"),
@@ -71,7 +72,8 @@ ATOMIC = IDEMPOTENCY
 
 # --8<-- [start:strict]
 IDEMPOTENCY = {
-    "REQUIRED": True,  # 400 idempotency_key_missing without a key
+    "REQUIRED": True,  # 400 idempotency_key_missing without a key (@idempotent, DRF)
+    "REQUIRED_PATHS": [r"^/api/"],  # ...and on the plain views under /api/
     "ANONYMOUS": "reject",  # 401 for a keyed request nobody authenticated
     "REUSE_STATUS": 422,  # as the IETF draft says, instead of 409
     "RETAIN_CLIENT_ERRORS": True,  # replay 400/404/422 too (never 401/403/408/409/429)
