@@ -1,0 +1,642 @@
+"""idempotency_django.client: the retry matrix as a table, then the three clients
+(requests, httpx, async httpx) against the example project over real HTTP.
+
+The decision and the backoff are pure functions of their inputs, so they are
+tested with chosen inputs. Everything that involves a response is tested against
+the example project's server (tests/test_example_project.py starts it), with
+tests/fault_proxy.py between client and server where a test needs a lost answer
+or a gateway's 429/502.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import importlib.util
+import itertools
+import json
+import logging
+import random
+import re
+import sqlite3
+import threading
+import time
+import uuid
+from base64 import b64encode
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+import requests
+
+from idempotency_django import client as client_module
+from idempotency_django import problems
+from idempotency_django.client import (
+    AsyncIdempotentClient,
+    Decision,
+    IdempotentClient,
+    Outcome,
+    RequestRejected,
+    RetriesExhausted,
+    RetryPolicy,
+    Verdict,
+    decide,
+    parse_retry_after,
+)
+from tests.docs_examples import client_httpx, client_requests
+from tests.fault_proxy import DROP, FORWARD, HOLD, Answer, fault_proxy
+from tests.test_example_project import (
+    PASSWORD,
+    example_server,
+    free_port,
+    start_then_duplicate,
+)
+
+ALICE = ("alice", PASSWORD)
+BASIC = "Basic " + b64encode(f"alice:{PASSWORD}".encode()).decode()
+STALE = "Basic " + b64encode(b"alice:stale-password").decode()
+KINDS = ["requests", "httpx", "httpx-async"]
+#: Long enough for a duplicate to find the first request in progress.
+SLOW_DELAY_MS = 1000
+
+# -- the decision -----------------------------------------------------------------
+
+POLICY = RetryPolicy(attempts=5, max_elapsed=30.0, base=0.5, cap=8.0)
+BACKOFF = POLICY.backoff(1, 0.5)  # 0.25: what a row without Retry-After waits
+
+RETRY, DONE, REJECTED = Verdict.RETRY, Verdict.DONE, Verdict.REJECTED
+
+#: Each row of the retry matrix on docs/clients.md: what an attempt got, what to do.
+MATRIX = [
+    pytest.param(Outcome(None), Decision(RETRY, BACKOFF), id="network error"),
+    pytest.param(Outcome(201), Decision(DONE), id="201"),
+    pytest.param(Outcome(200), Decision(DONE), id="200 replayed"),
+    pytest.param(Outcome(204), Decision(DONE), id="204 replayed"),
+    pytest.param(
+        Outcome(409, problems.KEY_IN_PROGRESS, 1.0),
+        Decision(RETRY, 1.0),
+        id="409 in progress, Retry-After",
+    ),
+    pytest.param(
+        Outcome(409, problems.KEY_IN_PROGRESS),
+        Decision(RETRY, BACKOFF),
+        id="409 in progress, no Retry-After",
+    ),
+    pytest.param(Outcome(429, None, 2.0), Decision(RETRY, 2.0), id="429, Retry-After"),
+    pytest.param(Outcome(429), Decision(RETRY, BACKOFF), id="429, no Retry-After"),
+    pytest.param(Outcome(408), Decision(RETRY, BACKOFF), id="408"),
+    pytest.param(Outcome(500), Decision(RETRY, BACKOFF), id="500"),
+    pytest.param(Outcome(502), Decision(RETRY, BACKOFF), id="502"),
+    pytest.param(Outcome(503), Decision(RETRY, BACKOFF), id="503"),
+    pytest.param(
+        Outcome(503, problems.UNAVAILABLE, 5.0), Decision(RETRY, 5.0), id="503 unavailable"
+    ),
+    pytest.param(Outcome(504), Decision(RETRY, BACKOFF), id="504"),
+    pytest.param(Outcome(401), Decision(REJECTED), id="401"),
+    pytest.param(Outcome(400), Decision(REJECTED), id="400"),
+    pytest.param(Outcome(400, problems.KEY_INVALID), Decision(REJECTED), id="400 invalid key"),
+    pytest.param(Outcome(403), Decision(REJECTED), id="403"),
+    pytest.param(Outcome(404), Decision(REJECTED), id="404"),
+    pytest.param(Outcome(409, problems.KEY_REUSED), Decision(REJECTED), id="409 reused"),
+    pytest.param(
+        Outcome(409, problems.KEY_REUSED, 1.0), Decision(REJECTED), id="409 reused, Retry-After"
+    ),
+    pytest.param(Outcome(409), Decision(REJECTED), id="409 of the application"),
+    pytest.param(Outcome(413), Decision(REJECTED), id="413"),
+    pytest.param(Outcome(422), Decision(REJECTED), id="422"),
+    pytest.param(Outcome(501), Decision(REJECTED), id="501"),
+]
+
+
+@pytest.mark.parametrize(("outcome", "expected"), MATRIX)
+def test_retry_matrix(outcome: Outcome, expected: Decision) -> None:
+    assert decide(outcome, attempt=1, elapsed=0.0, policy=POLICY, draw=0.5) == expected
+
+
+def test_401_is_retried_once_when_the_credential_can_be_exchanged() -> None:
+    exchange = {"policy": POLICY, "draw": 0.5, "can_reauthenticate": True}
+    assert decide(Outcome(401), attempt=1, elapsed=0.0, **exchange) == Decision(
+        Verdict.REAUTHENTICATE, 0.0
+    )
+    assert decide(Outcome(401), attempt=5, elapsed=0.0, **exchange).verdict is Verdict.EXHAUSTED
+
+
+def test_the_client_knows_the_servers_problem_codes() -> None:
+    assert client_module.KEY_IN_PROGRESS == problems.KEY_IN_PROGRESS
+    assert client_module.KEY_REUSED == problems.KEY_REUSED
+    assert client_module.UNAVAILABLE == problems.UNAVAILABLE
+    assert client_module.PROBLEM_CONTENT_TYPE == problems.PROBLEM_CONTENT_TYPE
+
+
+# -- backoff and caps -------------------------------------------------------------
+
+
+def test_backoff_doubles_up_to_the_cap_with_full_jitter() -> None:
+    policy = RetryPolicy(base=0.5, cap=8.0)
+    assert [policy.backoff(n, 1.0) for n in range(1, 8)] == [0.5, 1, 2, 4, 8, 8, 8]
+    assert [policy.backoff(n, 0.0) for n in range(1, 8)] == [0.0] * 7
+    assert policy.backoff(3, 0.25) == 0.5
+    assert policy.backoff(10_000, 1.0) == 8.0  # no overflow however many attempts
+
+    draws = random.Random(16)
+    waits = [policy.backoff(4, draws.random()) for _ in range(1000)]
+    assert all(0 <= wait < 4 for wait in waits)
+    assert 1.8 < sum(waits) / len(waits) < 2.2  # spread over [0, 4), not bunched
+
+
+def test_attempts_are_capped() -> None:
+    policy = RetryPolicy(attempts=3)
+    decisions = [
+        decide(Outcome(None), attempt=n, elapsed=0.0, policy=policy, draw=0.5) for n in (1, 2, 3)
+    ]
+    assert [d.verdict for d in decisions] == [RETRY, RETRY, Verdict.EXHAUSTED]
+
+
+def test_a_wait_past_the_time_budget_is_not_taken() -> None:
+    policy = RetryPolicy(max_elapsed=10.0, base=1.0, cap=8.0)
+    assert decide(Outcome(503), attempt=4, elapsed=3.0, policy=policy, draw=0.5) == Decision(
+        RETRY, 4.0
+    )
+    late = decide(Outcome(503), attempt=4, elapsed=6.5, policy=policy, draw=0.5)
+    assert late.verdict is Verdict.EXHAUSTED
+
+
+def test_retry_after_is_honoured_beyond_the_backoff_cap_but_not_the_budget() -> None:
+    policy = RetryPolicy(max_elapsed=30.0, cap=8.0)
+    busy = Outcome(409, problems.KEY_IN_PROGRESS, 20.0)
+    assert decide(busy, attempt=1, elapsed=0.0, policy=policy, draw=0.5) == Decision(RETRY, 20.0)
+    later = decide(busy, attempt=1, elapsed=15.0, policy=policy, draw=0.5)
+    assert later.verdict is Verdict.EXHAUSTED  # not shortened to the 15 s left
+
+
+def test_policy_refuses_nonsense() -> None:
+    with pytest.raises(ValueError):
+        RetryPolicy(attempts=0)
+    with pytest.raises(ValueError):
+        RetryPolicy(base=-1)
+
+
+NOW = datetime(2026, 7, 30, 9, 0, 0, tzinfo=timezone.utc)
+
+
+@pytest.mark.parametrize(
+    ("header", "seconds"),
+    [
+        ("1", 1.0),
+        ("0", 0.0),
+        (" 120 ", 120.0),
+        ("Thu, 30 Jul 2026 09:00:30 GMT", 30.0),
+        ("Thu, 30 Jul 2026 08:59:00 GMT", 0.0),  # already past
+        ("Thu, 30 Jul 2026 09:00:05 -0000", 5.0),
+        (None, None),
+        ("", None),
+        ("-1", None),
+        ("1.5", None),
+        ("soon", None),
+        ("²", None),
+    ],
+)
+def test_parse_retry_after(header: str | None, seconds: float | None) -> None:
+    assert parse_retry_after(header, NOW) == seconds
+
+
+# -- the clients, as a test drives them --------------------------------------------
+
+
+class Api:
+    """One of the three clients, made per call as an application would make it.
+
+    Every wait is recorded in ``sleeps``; by default it is also slept for real.
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        *,
+        auth: tuple[str, str] | None = ALICE,
+        sleep: Callable[[float], None] | None = None,
+        reauthenticate: Callable[[], dict[str, str]] | None = None,
+        **options: Any,
+    ) -> None:
+        self.kind, self.auth, self.options = kind, auth, options
+        self.reauthenticate = reauthenticate
+        self.sleeps: list[float] = []
+        self._sleep = sleep or time.sleep
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self._sleep(seconds)
+
+    def post(self, url: str, **options: Any) -> Any:
+        return self.request("POST", url, **options)
+
+    def request(self, method: str, url: str, **options: Any) -> Any:
+        if self.kind == "requests":
+            with requests.Session() as session:
+                session.auth = self.auth
+                api = IdempotentClient(
+                    session, sleep=self.sleep, reauthenticate=self.reauthenticate, **self.options
+                )
+                return api.request(method, url, **options)
+        if self.kind == "httpx":
+            with httpx.Client(auth=self.auth) as client:
+                api = IdempotentClient(
+                    client, sleep=self.sleep, reauthenticate=self.reauthenticate, **self.options
+                )
+                return api.request(method, url, **options)
+        return asyncio.run(self._request_async(method, url, options))
+
+    async def _request_async(self, method: str, url: str, options: dict[str, Any]) -> Any:
+        async def sleep(seconds: float) -> None:
+            self.sleep(seconds)  # blocking is fine: this loop runs nothing else
+
+        async def reauthenticate() -> dict[str, str]:
+            assert self.reauthenticate is not None
+            return self.reauthenticate()
+
+        async with httpx.AsyncClient(auth=self.auth) as client:
+            api = AsyncIdempotentClient(
+                client,
+                sleep=sleep,
+                reauthenticate=reauthenticate if self.reauthenticate else None,
+                **self.options,
+            )
+            return await api.request(method, url, **options)
+
+
+@dataclass
+class Server:
+    base: str
+    directory: Path
+
+    @property
+    def port(self) -> int:
+        port = urlsplit(self.base).port
+        assert port is not None
+        return port
+
+    def bookings_at(self, slot: str) -> int:
+        """Bookings for ``slot`` in the server's database, however they were made."""
+        stored = slot.replace("T", " ").removesuffix("Z")
+        with contextlib.closing(sqlite3.connect(self.directory / "example.sqlite3")) as db:
+            query = "SELECT COUNT(*) FROM bookings_booking WHERE slot = ?"
+            return int(db.execute(query, (stored,)).fetchone()[0])
+
+
+_minutes = itertools.count()
+
+
+def new_slot() -> str:
+    """A slot no other test books, so that counting its bookings counts this test's."""
+    moment = datetime(2027, 1, 1, tzinfo=timezone.utc) + timedelta(minutes=next(_minutes))
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def booking(slot: str) -> dict[str, str]:
+    return {"slot": slot, "customer": "Dana Whitfield"}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    directory = tmp_path_factory.mktemp("client-server")
+    kind = "gunicorn" if importlib.util.find_spec("gunicorn") else "runserver"
+    with example_server(directory, 0, server=kind) as base:
+        yield Server(base, directory)
+
+
+@pytest.fixture(scope="module")
+def slow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    directory = tmp_path_factory.mktemp("client-slow-server")
+    with example_server(directory, SLOW_DELAY_MS) as base:
+        yield Server(base, directory)
+
+
+@pytest.fixture(scope="module")
+def storeless_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """Keys are kept in a Redis that is not there: every key claim fails (503)."""
+    directory = tmp_path_factory.mktemp("client-storeless-server")
+    nowhere = f"redis://127.0.0.1:{free_port()}/0"
+    with example_server(
+        directory, 0, REDIS_URL=nowhere, EXAMPLE_IDEMPOTENCY_BACKEND="redis"
+    ) as base:
+        yield Server(base, directory)
+
+
+@pytest.fixture(params=KINDS)
+def kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+# -- against the example project ---------------------------------------------------
+
+
+def test_books_once_then_replays(kind: str, server: Server) -> None:
+    slot, key = new_slot(), f"client-{uuid.uuid4()}"
+    api = Api(kind)
+    url = server.base + "/api/bookings/"
+    first = api.post(url, json=booking(slot), key=key, location="portland")
+    assert first.status_code == 201, first.content
+    assert "Idempotency-Replayed" not in first.headers
+    assert first.json()["location"] == "portland"
+
+    again = api.post(url, json=booking(slot), key=key, location="portland")
+    assert again.status_code == 201
+    assert again.headers["Idempotency-Replayed"] == "true"
+    assert again.content == first.content
+    assert server.bookings_at(slot) == 1
+    assert api.sleeps == []
+
+
+def test_a_key_is_made_once_per_operation(kind: str, server: Server) -> None:
+    slot = new_slot()
+    api = Api(kind)
+    with fault_proxy(server.port, [FORWARD]) as proxy:
+        url = f"http://127.0.0.1:{proxy.port}/api/bookings/"
+        for _ in range(2):
+            assert api.post(url, json=booking(slot), location="portland").status_code == 201
+    keys = [exchange.headers["idempotency-key"] for exchange in proxy.exchanges]
+    assert len(set(keys)) == 2  # two operations, two keys...
+    assert all(uuid.UUID(key).version == 4 for key in keys)  # ...made with uuid4
+    assert server.bookings_at(slot) == 2
+    body = proxy.exchanges[0].body
+    assert body == json.dumps(booking(slot), separators=(",", ":")).encode()
+    assert proxy.exchanges[0].headers["content-type"] == "application/json"
+
+
+@pytest.mark.parametrize("fault", [DROP, HOLD])
+def test_a_lost_answer_is_retried_with_the_same_key_and_bytes(
+    kind: str, fault: str, server: Server
+) -> None:
+    """The server commits and answers; the client never sees the answer."""
+    slot = new_slot()
+    api = Api(kind, jitter=lambda: 0.5, policy=RetryPolicy(base=0.2))
+    with fault_proxy(server.port, [fault, FORWARD]) as proxy:
+        url = f"http://127.0.0.1:{proxy.port}/api/bookings/"
+        # HOLD: the answer never comes; the client's read timeout ends the attempt.
+        response = api.post(url, json=booking(slot), location="portland", timeout=1.0)
+
+    assert response.status_code == 201
+    assert response.headers["Idempotency-Replayed"] == "true"
+    assert server.bookings_at(slot) == 1
+    lost, retried = proxy.exchanges
+    assert lost.upstream_status == 201  # the first attempt did the booking
+    assert (lost.method, lost.path, lost.body) == (retried.method, retried.path, retried.body)
+    assert lost.headers["idempotency-key"] == retried.headers["idempotency-key"]
+    assert lost.body == json.dumps(booking(slot), separators=(",", ":")).encode()
+    assert api.sleeps == [0.1]  # the backoff of attempt 1: 0.5 * 0.2
+
+
+def test_a_gateways_429_and_502_are_retried(kind: str, server: Server) -> None:
+    slot = new_slot()
+    api = Api(kind, jitter=lambda: 0.5, policy=RetryPolicy(base=0.2))
+    plan = [
+        Answer(429, "Too Many Requests", {"Retry-After": "1"}),
+        Answer(502, "Bad Gateway"),
+        FORWARD,
+    ]
+    with fault_proxy(server.port, plan) as proxy:
+        url = f"http://127.0.0.1:{proxy.port}/api/bookings/"
+        response = api.post(url, json=booking(slot), location="portland")
+    assert response.status_code == 201
+    assert "Idempotency-Replayed" not in response.headers  # only the last one got through
+    assert api.sleeps == [1.0, 0.2]  # Retry-After, then the backoff of attempt 2
+    assert len({(e.body, e.headers["idempotency-key"]) for e in proxy.exchanges}) == 1
+    assert server.bookings_at(slot) == 1
+
+
+def test_in_progress_is_waited_out_and_ends_with_the_replay(kind: str, slow_server: Server) -> None:
+    """Two workers run the same operation at once (the same key and body)."""
+    slot, key = new_slot(), f"client-{uuid.uuid4()}"
+    url = slow_server.base + "/api/bookings/"
+    first_api, second_api = Api(kind), Api(kind)
+    answers = []
+
+    def run_first() -> None:
+        answers.append(first_api.post(url, json=booking(slot), key=key, location="portland"))
+
+    first = start_then_duplicate(slow_server.directory, run_first)
+    second = second_api.post(url, json=booking(slot), key=key, location="portland")
+    first.join()
+
+    assert second.status_code == 201
+    assert second.headers["Idempotency-Replayed"] == "true"
+    assert second.json() == answers[0].json()
+    assert second_api.sleeps and set(second_api.sleeps) == {1.0}  # the server's Retry-After
+    assert first_api.sleeps == []
+    assert slow_server.bookings_at(slot) == 1
+
+
+@pytest.mark.parametrize("case", ["reused key", "invalid body", "no such booking"])
+def test_a_request_that_cannot_succeed_is_not_retried(kind: str, case: str, server: Server) -> None:
+    slot, key = new_slot(), f"client-{uuid.uuid4()}"
+    api = Api(kind)
+    url = server.base + "/api/bookings/"
+    method, expected = "POST", (409, problems.KEY_REUSED)
+    if case == "reused key":
+        assert api.post(url, json=booking(slot), key=key, location="p").status_code == 201
+        body: dict[str, str] = booking(new_slot())
+    elif case == "invalid body":
+        body, expected = {"customer": "Dana Whitfield"}, (400, None)
+    else:
+        method, url, body, expected = "PATCH", url + "999999/", {"slot": slot}, (404, None)
+
+    with pytest.raises(RequestRejected) as rejected:
+        api.request(method, url, json=body, key=key, location="p")
+    error = rejected.value
+    assert (error.status, error.code) == expected
+    assert error.response.status_code == expected[0]
+    assert error.attempts == 1 and api.sleeps == []
+    assert key not in str(error) and key not in repr(error.args)
+
+
+def test_a_key_that_cannot_be_claimed_is_not_retried_past_the_budget(
+    kind: str, storeless_server: Server
+) -> None:
+    """503 idempotency_unavailable with Retry-After: 5, and 3 s of budget: stop at once."""
+    slot = new_slot()
+    api = Api(kind, policy=RetryPolicy(max_elapsed=3.0))
+    with pytest.raises(RetriesExhausted) as exhausted:
+        api.post(storeless_server.base + "/api/bookings/", json=booking(slot), location="p")
+    error = exhausted.value
+    assert (error.status, error.code, error.retry_after) == (503, problems.UNAVAILABLE, 5.0)
+    assert error.attempts == 1 and api.sleeps == []
+    assert "retry later with the same key" in str(error)
+    assert storeless_server.bookings_at(slot) == 0
+
+
+def test_401_exchanges_the_credential_once(kind: str, server: Server) -> None:
+    slot, exchanges = new_slot(), []
+
+    def exchange() -> dict[str, str]:
+        exchanges.append(BASIC)
+        return {"Authorization": BASIC}
+
+    api = Api(kind, auth=None, reauthenticate=exchange)
+    url = server.base + "/api/bookings/"
+    stale = {"Authorization": STALE}
+    response = api.post(url, json=booking(slot), headers=stale, location="p")
+    assert response.status_code == 201 and exchanges == [BASIC]
+    assert api.sleeps == [0.0]
+    assert server.bookings_at(slot) == 1
+
+    def exchange_for_another_stale_one() -> dict[str, str]:
+        exchanges.append(STALE)
+        return stale
+
+    api = Api(kind, auth=None, reauthenticate=exchange_for_another_stale_one)
+    with pytest.raises(RequestRejected) as rejected:
+        api.post(url, json=booking(new_slot()), headers=stale, location="p")
+    assert rejected.value.status == 401 and rejected.value.attempts == 2
+    assert exchanges == [BASIC, STALE]  # once per operation, then it is for a person
+
+    with pytest.raises(RequestRejected) as unexchanged:
+        Api(kind, auth=None).post(url, json=booking(new_slot()), headers=stale, location="p")
+    assert unexchanged.value.attempts == 1
+
+
+class FakeTime:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_a_refused_connection_is_retried_with_backoff_until_the_attempts_run_out(
+    kind: str,
+) -> None:
+    fake = FakeTime()
+    policy = RetryPolicy(attempts=4, base=1.0, cap=8.0, max_elapsed=100.0)
+    api = Api(kind, sleep=fake.sleep, clock=fake.clock, jitter=lambda: 0.5, policy=policy)
+    nobody = f"http://127.0.0.1:{free_port()}/api/bookings/"
+    with pytest.raises(RetriesExhausted) as exhausted:
+        api.post(nobody, json=booking(new_slot()))
+    assert api.sleeps == [0.5, 1.0, 2.0]
+    error = exhausted.value
+    assert error.attempts == 4 and error.status is None and error.response is None
+    assert isinstance(error.__cause__, (requests.ConnectionError, httpx.ConnectError))
+    assert re.search(r"no response \(\w+\) after 4 attempts in 3\.5 s", str(error))
+
+
+def test_a_refused_connection_is_retried_until_the_time_runs_out(kind: str) -> None:
+    fake = FakeTime()
+    policy = RetryPolicy(attempts=100, base=1.0, cap=8.0, max_elapsed=10.0)
+    api = Api(kind, sleep=fake.sleep, clock=fake.clock, jitter=lambda: 0.75, policy=policy)
+    with pytest.raises(RetriesExhausted) as exhausted:
+        api.post(f"http://127.0.0.1:{free_port()}/", content=b"x")
+    assert api.sleeps == [0.75, 1.5, 3.0]  # then 6.0 would end at 11.25 s: past 10 s
+    assert exhausted.value.attempts == 4
+
+
+def test_logs_carry_neither_the_key_nor_the_credential_nor_the_body(
+    kind: str, server: Server, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)  # every logger: the HTTP libraries' too
+    key, customer = f"secret-key-{uuid.uuid4()}", f"Customer {uuid.uuid4()}"
+    slot = new_slot()
+    body = {"slot": slot, "customer": customer}
+    with fault_proxy(server.port, [DROP, FORWARD]) as proxy:
+        url = f"http://127.0.0.1:{proxy.port}/api/bookings/"
+        api = Api(kind, auth=None, reauthenticate=lambda: {"Authorization": BASIC})
+        api.post(url, json=body, key=key, headers={"Authorization": STALE}, location="p")
+        with pytest.raises(RequestRejected):
+            other = {**body, "slot": new_slot()}
+            api.post(url, json=other, key=key, headers={"Authorization": BASIC}, location="p")
+
+    ours = [r for r in caplog.records if r.name == "idempotency_django.client"]
+    levels = [r.levelname for r in ours]
+    assert levels == ["INFO", "INFO", "DEBUG", "WARNING"], [r.getMessage() for r in ours]
+    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+    assert all(f"[op {digest}]" in r.getMessage() for r in ours)
+    assert "409 idempotency_key_reused" in ours[-1].getMessage()
+
+    secrets = [key, BASIC, STALE, BASIC.split()[1], STALE.split()[1], PASSWORD, customer]
+    for record in caplog.records:
+        text = " ".join([record.getMessage(), repr(record.args), record.exc_text or ""])
+        if record.exc_info:
+            text += repr(record.exc_info[1])
+        for secret in secrets:
+            assert secret not in text, (record.name, record.getMessage())
+
+
+def test_bad_calls_are_refused_before_anything_is_sent() -> None:
+    api = IdempotentClient(requests.Session())
+    with pytest.raises(ValueError, match="unsafe"):
+        api.request("GET", "http://127.0.0.1:1/")
+    with pytest.raises(ValueError, match="key="):
+        api.post("http://127.0.0.1:1/", headers={"idempotency-key": "k"})
+    with pytest.raises(ValueError, match="not both"):
+        api.post("http://127.0.0.1:1/", json={}, content=b"{}")
+    with pytest.raises(ValueError, match="not both"):
+        api.post("http://127.0.0.1:1/", location="a", headers={"X-Location-Id": "b"})
+    with pytest.raises(ValueError, match="empty"):
+        api.post("http://127.0.0.1:1/", key="")
+    with pytest.raises(TypeError, match="AsyncIdempotentClient"):
+        IdempotentClient(httpx.AsyncClient())  # type: ignore[call-overload]
+    with pytest.raises(TypeError, match=r"requests\.Session or an httpx\.Client"):
+        IdempotentClient(object())  # type: ignore[call-overload]
+
+
+# -- the examples on docs/clients.md ------------------------------------------------
+
+
+def test_docs_requests_example(server: Server) -> None:
+    api = client_requests.bookings_api(*ALICE)
+    slot = new_slot()
+    made = client_requests.book(api, server.base, 8801, slot)
+    assert made["slot"] == slot and made["location"] == "portland"
+    assert client_requests.book(api, server.base, 8801, slot) == made  # the replay
+    assert server.bookings_at(slot) == 1
+
+
+def test_docs_httpx_examples(server: Server) -> None:
+    slot = new_slot()
+    made = client_httpx.book_with_httpx(server.base, ALICE, 8802, slot)
+    assert made["slot"] == slot
+    assert asyncio.run(client_httpx.book_async(server.base, ALICE, 8802, slot)) == made
+    assert server.bookings_at(slot) == 1
+
+
+def test_docs_job_example(server: Server, storeless_server: Server) -> None:
+    api = client_requests.bookings_api(*ALICE)
+    job = client_requests.BookingJob(id=8803, slot=new_slot())
+    assert client_requests.run_booking_job(api, server.base, job) == "done"
+    assert client_requests.run_booking_job(api, server.base, job) == "done"  # replayed
+    assert server.bookings_at(job.slot) == 1
+    other = client_requests.BookingJob(id=8803, slot=new_slot())  # a second job, same id
+    assert client_requests.run_booking_job(api, server.base, other) == "failed"
+    session = requests.Session()
+    session.auth = ALICE
+    short = IdempotentClient(session, policy=RetryPolicy(max_elapsed=1.0))
+    busy = client_requests.BookingJob(id=8804, slot=new_slot())
+    assert client_requests.run_booking_job(short, storeless_server.base, busy) == "retry later"
+
+
+def test_threads_share_nothing_between_operations(server: Server) -> None:
+    """One client, many threads at once: each operation keeps its own key and body."""
+    with requests.Session() as session:
+        session.auth = ALICE
+        api = IdempotentClient(session)
+        slots = [new_slot() for _ in range(8)]
+        results: dict[str, int] = {}
+
+        def book(slot: str) -> None:
+            response = api.post(server.base + "/api/bookings/", json=booking(slot), location="t")
+            results[slot] = response.status_code
+
+        threads = [threading.Thread(target=book, args=(slot,)) for slot in slots]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert results == dict.fromkeys(slots, 201)
+    assert [server.bookings_at(slot) for slot in slots] == [1] * 8
