@@ -347,12 +347,13 @@ class Attempt:
         try:
             owned = self.store.renew(self.key, self.token, self.lock_timeout(), self.info)
         except StoreUnavailable as exc:
+            # Whether the key is still ours cannot be told: commit nothing.
             self.log(logging.ERROR, "store_failed", error=_error_name(exc))
-            owned = False
+            _roll_back(work)
+            return self.unavailable()
         if not owned:
             self.log(logging.WARNING, "lost_reservation", status=response.status_code)
-            for alias in work:
-                transaction.set_rollback(True, using=alias)
+            _roll_back(work)
             return self.in_progress()
         stored = self.stored_response(response)
         transaction.on_commit(lambda: self.complete(stored), using=work[0], robust=True)
@@ -493,6 +494,11 @@ def _open_transactions() -> list[str]:
         for connection in connections.all(initialized_only=True)
         if any(not getattr(block, "_from_testcase", False) for block in connection.atomic_blocks)
     ]
+
+
+def _roll_back(aliases: list[str]) -> None:
+    for alias in aliases:
+        transaction.set_rollback(True, using=alias)
 
 
 def _option(value: Any, default: Any) -> Any:

@@ -253,4 +253,4 @@ def paused_booking(request: HttpRequest) -> HttpResponse:
             cursor.execute("PRAGMA busy_timeout = 300")
             server_id = None
     checkpoints.reach(request.GET.get("at", ""), server_id=server_id)
-    return JsonResponse({"id": booking.pk}, status=201)
+    return JsonResponse({"id": booking.pk}, status=int(request.GET.get("status", 201)))
