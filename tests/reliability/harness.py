@@ -67,6 +67,14 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+class InfrastructureError(RuntimeError):
+    """A server or tool of the test bench failed: the scenario never ran, nothing was judged.
+
+    The only failure CI may retry (``--only-rerun InfrastructureError``). A
+    verdict of lost or doubled bookings is an AssertionError, never this.
+    """
+
+
 def wait_until(
     condition: Callable[[], Any], timeout: float, interval: float = 0.05, what: str = ""
 ) -> Any:
@@ -389,7 +397,9 @@ class PgCluster:
             command = ["runuser", "-u", "postgres", "--", *command]
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
         if done.returncode != 0:
-            raise RuntimeError(f"{' '.join(command)} failed:\n{done.stdout}\n{done.stderr}")
+            raise InfrastructureError(
+                f"{' '.join(command)} failed:\n{done.stdout}\n{done.stderr}"
+            )
 
     def init(self) -> None:
         self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "--no-sync")
@@ -455,7 +465,10 @@ class RedisServer:
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )  # fmt: skip
-        wait_until(self.ping, 10, what="redis-server")
+        try:
+            wait_until(self.ping, 10, what="redis-server")
+        except TimeoutError as exc:
+            raise InfrastructureError(str(exc)) from exc
 
     def ping(self) -> bool:
         try:
@@ -520,7 +533,9 @@ def manage(env: dict[str, str], *args: str) -> None:
         check=False,
     )
     if done.returncode != 0:
-        raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
+        raise InfrastructureError(
+            f"manage.py {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
+        )
 
 
 class Server:
@@ -553,13 +568,16 @@ class Server:
 
     def ready(self) -> bool:
         if self.process is None or self.process.poll() is not None:
-            raise RuntimeError("gunicorn exited:\n" + self.output()[-5000:])
+            raise InfrastructureError("gunicorn exited:\n" + self.output()[-5000:])
         if len(self.worker_pids()) < self.workers:
             return False
         return send(self.port, "GET", "/admin/login/", timeout=5).status == 200
 
     def wait_ready(self, timeout: float = 60) -> None:
-        wait_until(self.ready, timeout, interval=0.1, what="gunicorn to serve")
+        try:
+            wait_until(self.ready, timeout, interval=0.1, what="gunicorn to serve")
+        except TimeoutError as exc:
+            raise InfrastructureError(str(exc)) from exc
 
     def worker_pids(self) -> list[int]:
         """The master's children, read from /proc."""
