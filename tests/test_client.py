@@ -384,12 +384,15 @@ def test_a_lost_answer_is_retried_with_the_same_key_and_bytes(
     assert response.status_code == 201
     assert response.headers["Idempotency-Replayed"] == "true"
     assert server.bookings_at(slot) == 1
-    lost, retried = proxy.exchanges
+    # On a loaded machine a retry can outlast its 1 s timeout too: then more attempts.
+    lost, *retried = proxy.exchanges
+    assert retried
     assert lost.upstream_status == 201  # the first attempt did the booking
-    assert (lost.method, lost.path, lost.body) == (retried.method, retried.path, retried.body)
-    assert lost.headers["idempotency-key"] == retried.headers["idempotency-key"]
+    for attempt in retried:
+        assert (lost.method, lost.path, lost.body) == (attempt.method, attempt.path, attempt.body)
+        assert lost.headers["idempotency-key"] == attempt.headers["idempotency-key"]
     assert lost.body == json.dumps(booking(slot), separators=(",", ":")).encode()
-    assert api.sleeps == [0.1]  # the backoff of attempt 1: 0.5 * 0.2
+    assert api.sleeps[0] == 0.1  # the backoff of attempt 1: 0.5 * 0.2
 
 
 def test_a_gateways_429_and_502_are_retried(kind: str, server: Server) -> None:
