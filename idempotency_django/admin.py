@@ -503,8 +503,8 @@ class WebhookDeliveryAdmin(ExpiringRecordAdmin):
 
     #: Hex digits of the trigger digest shown in the list (all of it on hover).
     trigger_digest_shown = 12
-    # The run id column reads the stored body: the receiver's short answer,
-    # not a response to a user, so it is loaded with the row.
+    # The run id column reads the stored body, which for a delivery is only
+    # {"run_id": ...} (see webhooks): it is loaded with the row.
     changelist_defer = ("response_headers",)
 
     list_display = (

@@ -214,9 +214,11 @@ def purge_principal(
 ) -> int:
     """Delete every record of ``principal`` (requests and deliveries, live or not); return how many.
 
-    For an account deletion or an erasure request. A live reservation goes
-    too: its request, if still running, finishes but stores nothing, and a
-    retry runs again. ``on_batch(records)`` is called in each batch's
+    For an account deletion or an erasure request. Live reservations go too;
+    a request still running then may store its response when it finishes
+    (the store keeps the answer of work that ran when nobody claimed the key
+    since), so stop the principal's requests first, e.g. by deactivating the
+    account. ``on_batch(records)`` is called in each batch's
     transaction, before its rows are deleted, with the batch's records
     (``pk``, ``key``, ``principal``, ``location`` and ``kind`` loaded), e.g.
     to log each one. With ``dry_run`` nothing is deleted and the count is

@@ -345,6 +345,21 @@ def test_purge_principal_deletes_all_of_theirs_and_nothing_else(
     assert purge_principal("auth.user:42") == 0
 
 
+def test_a_request_running_through_a_principal_purge_still_stores_its_answer() -> None:
+    """Why the docs say to stop a principal's requests (deactivate the account) first."""
+    from idempotency_django.stores import RecordKey, RequestInfo, StoredResponse, get_store
+
+    store = get_store()
+    key = RecordKey("auth.user:42", "", "running")
+    claim = store.claim(key, RequestInfo("POST", "/plain/bookings/", "f" * 64), 300)
+    assert purge_principal("auth.user:42") == 1
+    assert not IdempotencyRecord.objects.exists()
+    answer = StoredResponse(201, (("Content-Type", "application/json"),), b"{}")
+    info = RequestInfo("POST", "/plain/bookings/", "f" * 64)
+    assert store.complete(key, claim.token, answer, 3600, request=info)
+    assert remaining() == {"running"}
+
+
 def test_purge_principal_in_batches_logging_each_record() -> None:
     IdempotencyRecordFactory.create_batch(23, principal="auth.user:42")
     IdempotencyRecordFactory.create_batch(4, principal="auth.user:7")
