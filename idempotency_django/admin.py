@@ -1,47 +1,73 @@
 """The Django admin for idempotency records: inspect, evict a key, release a stuck reservation.
 
 Records are read-only here: they are written by the store, never by hand.
-Everything shared by the record admin and admins of other expiring records
-(e.g. webhook deliveries, which live in the same table) is a reusable piece:
-:class:`ExpiryStateFilter`, :class:`StatusClassFilter`, :class:`MethodFilter`,
-:class:`RecentValuesFilter`, :class:`EstimatedCountPaginator`,
-:func:`render_body`, :func:`render_headers` and :class:`ExpiringRecordAdmin`.
+The list filters and the paginator are in :mod:`idempotency_django.admin_filters`,
+the rendering of bodies, headers and principals in
+:mod:`idempotency_django.admin_display`; :class:`ExpiringRecordAdmin` is the
+base of both admins here and of admins of other rows in the same table.
 
 The changelist stays fast on a table of millions of rows: no full COUNT(*)
 beyond the filtered one (none at all on PostgreSQL when unfiltered), no
 facet counts, no DISTINCT scans for the filter choices, no foreign keys to
-join, and the stored bodies and headers are not loaded.
+join, the stored bodies and headers are not loaded, and the users that the
+page's principals name are read in one query.
+
+Stored responses are other people's data: only staff holding
+``idempotency_django.view_stored_response`` see bodies and header values.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import Iterable, Sequence
-from datetime import datetime
+from collections.abc import Sequence
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.contrib.admin.models import DELETION, LogEntry
+from django.contrib.admin.utils import flatten_fieldsets
+from django.contrib.admin.views.main import ChangeList
 from django.contrib.contenttypes.models import ContentType
-from django.core.paginator import Paginator
-from django.db import connections, models, transaction
+from django.db import models, transaction
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
-from django.utils import timezone
-from django.utils.functional import cached_property
-from django.utils.html import format_html, format_html_join
+from django.utils import formats, timezone
+from django.utils.html import format_html
 from django.utils.safestring import SafeString
+from django.utils.timesince import timesince, timeuntil
+from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
-from django.utils.translation import ngettext
 
-from idempotency_django.conf import DEFAULTS, idempotency_settings
+from idempotency_django.admin_display import (
+    BODY_DISPLAY_LIMIT,
+    principal_usernames,
+    principals_of_users,
+    render_body,
+    render_body_summary,
+    render_header_names,
+    render_headers,
+    render_principal,
+)
+from idempotency_django.admin_filters import (
+    EXPIRED,
+    EstimatedCountPaginator,
+    ExpiryStateFilter,
+    LocationFilter,
+    MethodFilter,
+    RecentValuesFilter,
+    SourceFilter,
+    StatusClassFilter,
+    expiry_state,
+)
 from idempotency_django.models import IdempotencyRecord, WebhookDelivery
+from idempotency_django.purge import purge_principal
 from idempotency_django.webhooks import TRIGGER_PREFIX
 
 __all__ = [
+    "BODY_DISPLAY_LIMIT",
+    "STORED_RESPONSE_PERMISSION",
     "EstimatedCountPaginator",
     "ExpiringRecordAdmin",
     "ExpiryStateFilter",
@@ -49,7 +75,9 @@ __all__ = [
     "LocationFilter",
     "MethodFilter",
     "RecentValuesFilter",
+    "SourceFilter",
     "StatusClassFilter",
+    "WebhookDeliveryAdmin",
     "expiry_state",
     "render_body",
     "render_headers",
@@ -57,247 +85,13 @@ __all__ = [
 
 State = IdempotencyRecord.State
 
-#: Bodies longer than this are shown cut, with a note.
-BODY_DISPLAY_LIMIT = 64 * 1024
-#: How much of a binary body is shown as hex.
-BINARY_PREVIEW = 32
+#: The permission (``Meta.permissions`` of the record) that shows stored bodies.
+STORED_RESPONSE_PERMISSION = "idempotency_django.view_stored_response"
 
-IN_PROGRESS = str(State.IN_PROGRESS)
-COMPLETED = str(State.COMPLETED)
-EXPIRED = "expired"
-
-
-def expiry_state(state: str, expires_at: datetime, now: datetime | None = None) -> str:
-    """``"in_progress"``, ``"completed"``, or ``"expired"`` once past ``expires_at``."""
-    if expires_at <= (now or timezone.now()):
-        return EXPIRED
-    return state
-
-
-# -- list filters -------------------------------------------------------------
-
-
-class ExpiryStateFilter(admin.SimpleListFilter):
-    """In progress / completed / expired, from ``state`` and ``expires_at``.
-
-    A row past ``expires_at`` counts as absent to the store, whatever its
-    state, so it is "expired" here and neither of the others.
-    """
-
-    title = _("state")
-    parameter_name = "state"
-    state_field = "state"
-    expires_field = "expires_at"
-
-    def lookups(
-        self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]
-    ) -> list[tuple[str, Any]]:
-        return [
-            (IN_PROGRESS, _("in progress")),
-            (COMPLETED, _("completed")),
-            (EXPIRED, _("expired")),
-        ]
-
-    def queryset(
-        self, request: HttpRequest, queryset: QuerySet[models.Model]
-    ) -> QuerySet[models.Model] | None:
-        value = self.value()
-        now = timezone.now()
-        if value == EXPIRED:
-            lookup: dict[str, Any] = {f"{self.expires_field}__lte": now}
-        elif value in (IN_PROGRESS, COMPLETED):
-            lookup = {self.state_field: value, f"{self.expires_field}__gt": now}
-        else:
-            return queryset
-        filtered: QuerySet[models.Model] = queryset.filter(**lookup)
-        return filtered
-
-
-class StatusClassFilter(admin.SimpleListFilter):
-    """The stored response's status class: 2xx, 3xx, 4xx, 5xx, or none yet."""
-
-    title = _("status class")
-    parameter_name = "status_class"
-    status_field = "status_code"
-    NONE = "none"
-
-    def lookups(
-        self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]
-    ) -> list[tuple[str, Any]]:
-        return [
-            ("2xx", _("2xx success")),
-            ("3xx", _("3xx redirection")),
-            ("4xx", _("4xx client error")),
-            ("5xx", _("5xx server error")),
-            (self.NONE, _("no response yet")),
-        ]
-
-    def queryset(
-        self, request: HttpRequest, queryset: QuerySet[models.Model]
-    ) -> QuerySet[models.Model] | None:
-        value = self.value()
-        if value == self.NONE:
-            lookup: dict[str, Any] = {f"{self.status_field}__isnull": True}
-        elif value in {"2xx", "3xx", "4xx", "5xx"}:
-            low = int(value[0]) * 100
-            lookup = {f"{self.status_field}__gte": low, f"{self.status_field}__lt": low + 100}
-        else:
-            return queryset
-        filtered: QuerySet[models.Model] = queryset.filter(**lookup)
-        return filtered
-
-
-class MethodFilter(admin.SimpleListFilter):
-    """The HTTP method, from the protected methods setting: no DISTINCT scan of the table."""
-
-    title = _("method")
-    parameter_name = "method"
-
-    def lookups(
-        self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]
-    ) -> list[tuple[str, Any]]:
-        order = [str(method) for method in DEFAULTS["METHODS"]]
-        methods = sorted(
-            idempotency_settings.METHODS,
-            key=lambda m: (order.index(m) if m in order else len(order), m),
-        )
-        return [(method, method) for method in methods]
-
-    def queryset(
-        self, request: HttpRequest, queryset: QuerySet[models.Model]
-    ) -> QuerySet[models.Model] | None:
-        value = self.value()
-        if value:
-            filtered: QuerySet[models.Model] = queryset.filter(method=value.upper())
-            return filtered
-        return queryset
-
-
-class RecentValuesFilter(admin.SimpleListFilter):
-    """The distinct values of ``field`` among the newest ``sample_size`` rows.
-
-    Django's default filter for a plain field runs ``SELECT DISTINCT`` over the
-    whole table, a full scan on millions of rows; this reads the newest rows by
-    primary key instead. Filtering by any value (e.g. from a bookmarked URL)
-    still works, whether or not it is listed.
-    """
-
-    field = ""
-    sample_size = 10_000
-    max_choices = 50
-
-    def lookups(
-        self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]
-    ) -> list[tuple[str, Any]]:
-        recent = model_admin.get_queryset(request).order_by("-pk")[: self.sample_size]
-        values = sorted({str(v) for v in recent.values_list(self.field, flat=True) if v})
-        current = self.value()
-        if current and current not in values:
-            values.append(current)
-        return [(value, value) for value in values[: self.max_choices]]
-
-    def queryset(
-        self, request: HttpRequest, queryset: QuerySet[models.Model]
-    ) -> QuerySet[models.Model] | None:
-        value = self.value()
-        if value is None:
-            return queryset
-        filtered: QuerySet[models.Model] = queryset.filter(**{self.field: value})
-        return filtered
-
-
-class LocationFilter(RecentValuesFilter):
-    title = _("location")
-    parameter_name = "location"
-    field = "location"
-
-
-# -- pagination ---------------------------------------------------------------
-
-
-class EstimatedCountPaginator(Paginator):  # type: ignore[type-arg]
-    """Skip ``COUNT(*)`` of a whole big PostgreSQL table: use the planner's estimate.
-
-    Only for an unfiltered queryset on PostgreSQL whose estimate is large;
-    anything filtered, small or on another database is counted exactly.
-    """
-
-    #: Below this many estimated rows, count exactly.
-    exact_below = 100_000
-
-    @cached_property
-    def count(self) -> int:
-        estimate = self._estimate()
-        if estimate is not None and estimate >= self.exact_below:
-            return estimate
-        return super().count
-
-    def _estimate(self) -> int | None:
-        queryset = self.object_list
-        if not isinstance(queryset, QuerySet) or queryset.query.where:
-            return None
-        connection = connections[queryset.db]
-        if connection.vendor != "postgresql":
-            return None
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT reltuples FROM pg_class WHERE oid = to_regclass(%s)",
-                [connection.ops.quote_name(queryset.model._meta.db_table)],
-            )
-            row = cursor.fetchone()
-        if row is None or row[0] is None or row[0] < 0:
-            return None
-        return int(row[0])
-
-
-# -- rendering ----------------------------------------------------------------
-
-
-def render_body(body: bytes | memoryview | None) -> SafeString:
-    """A stored body for display: pretty JSON, escaped text, or a note for binary data."""
-    data = bytes(body or b"")
-    if not data:
-        return format_html("<em>{}</em>", _("(empty)"))
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        preview = data[:BINARY_PREVIEW].hex(" ")
-        return format_html(
-            "<em>{}</em><br><code>{}{}</code>",
-            _("%(count)d bytes, binary (not UTF-8)") % {"count": len(data)},
-            preview,
-            " …" if len(data) > BINARY_PREVIEW else "",
-        )
-    with contextlib.suppress(ValueError):
-        text = json.dumps(json.loads(text), indent=2, ensure_ascii=False)
-    note = ""
-    if len(text) > BODY_DISPLAY_LIMIT:
-        note = _("(cut: showing %(shown)d of %(total)d characters)") % {
-            "shown": BODY_DISPLAY_LIMIT,
-            "total": len(text),
-        }
-        text = text[:BODY_DISPLAY_LIMIT]
-    return format_html(
-        '<pre class="idempotency-body" style="white-space: pre-wrap; max-height: 40em; '
-        'overflow: auto; margin: 0">{}</pre>{}',
-        text,
-        format_html("<em>{}</em>", note) if note else "",
-    )
-
-
-def render_headers(headers: Any) -> SafeString:
-    """Stored headers (a list of ``[name, value]``) as an HTML table."""
-    pairs = [
-        (str(pair[0]), str(pair[1]))
-        for pair in headers or []
-        if isinstance(pair, (list, tuple)) and len(pair) == 2
-    ]
-    if not pairs:
-        return format_html("<em>{}</em>", _("(none)"))
-    rows = format_html_join(
-        "\n", "<tr><th scope='row'>{}</th><td>{}</td></tr>", ((n, v) for n, v in pairs)
-    )
-    return format_html('<table class="idempotency-headers"><tbody>{}</tbody></table>', rows)
+#: Columns no URL parameter may filter on: the owner token is a secret, and a
+#: lookup such as ``?response_body__gt=...`` would let staff without
+#: :data:`STORED_RESPONSE_PERMISSION` read a body one comparison at a time.
+UNFILTERABLE_FIELDS = frozenset({"token", "response_body", "response_headers"})
 
 
 def _log_deletions(request: HttpRequest, objects: Sequence[models.Model], message: str) -> None:
@@ -318,6 +112,30 @@ def _log_deletions(request: HttpRequest, objects: Sequence[models.Model], messag
             action_flag=DELETION,
             change_message=message,
         )
+
+
+def _relative_time(value: datetime | None) -> SafeString | str:
+    """Say "5 minutes ago" or "in 23 hours", with the date and time on hover.
+
+    Keys live minutes to days, so how long ago and how soon matter more in the
+    list than the date, and take half its width.
+    """
+    if value is None:
+        return ""
+    now = timezone.now()
+    if abs(value - now) < timedelta(minutes=1):
+        text = gettext("now")
+    elif value < now:
+        text = gettext("%(delta)s ago") % {"delta": timesince(value, now, depth=1)}
+    else:
+        text = gettext("in %(delta)s") % {"delta": timeuntil(value, now, depth=1)}
+    local = timezone.localtime(value)
+    return format_html(
+        '<time datetime="{}" title="{}">{}</time>',
+        local.isoformat(),
+        formats.date_format(local, "DATETIME_FORMAT"),
+        text,
+    )
 
 
 # -- the admin ----------------------------------------------------------------
@@ -348,6 +166,7 @@ class ExpiringRecordAdmin(_ModelAdmin):
     paginator = EstimatedCountPaginator
     date_hierarchy = "created_at"
     ordering = ("-created_at",)
+    exclude = ("token",)
 
     # -- permissions --
 
@@ -357,6 +176,13 @@ class ExpiringRecordAdmin(_ModelAdmin):
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         # Read-only: Django renders the view-only page for users who may view.
         return False
+
+    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest | None = None) -> bool:
+        if lookup.split("__", 1)[0] in UNFILTERABLE_FIELDS:
+            return False
+        if request is None:  # pragma: no cover - Django < 5.0 passes no request
+            return super().lookup_allowed(lookup, value)  # type: ignore[call-arg]
+        return super().lookup_allowed(lookup, value, request)
 
     # -- queries --
 
@@ -368,6 +194,11 @@ class ExpiringRecordAdmin(_ModelAdmin):
             queryset = queryset.defer(*self.changelist_defer)
         return queryset
 
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        # Everything shown is read-only, and the display callables must be
+        # listed here to be allowed in the fieldsets.
+        return [str(field) for field in flatten_fieldsets(self.get_fieldsets(request, obj))]
+
     # -- columns and detail fields --
 
     @admin.display(description=_("state"), ordering="state")
@@ -377,17 +208,13 @@ class ExpiringRecordAdmin(_ModelAdmin):
             return str(_("expired"))
         return str(State(value).label)
 
-    @admin.display(description=_("response status"), ordering="status_code")
-    def status_display(self, obj: IdempotencyRecord) -> Any:
-        return obj.status_code
+    @admin.display(description=_("created"), ordering="created_at")
+    def created_display(self, obj: IdempotencyRecord) -> SafeString | str:
+        return _relative_time(obj.created_at)
 
-    @admin.display(description=_("response headers"))
-    def headers_display(self, obj: IdempotencyRecord) -> SafeString:
-        return render_headers(obj.response_headers)
-
-    @admin.display(description=_("response body"))
-    def body_display(self, obj: IdempotencyRecord) -> SafeString:
-        return render_body(obj.response_body)
+    @admin.display(description=_("expires"), ordering="expires_at")
+    def expires_display(self, obj: IdempotencyRecord) -> SafeString | str:
+        return _relative_time(obj.expires_at)
 
     @admin.display(description=_("request fingerprint"))
     def fingerprint_display(self, obj: IdempotencyRecord) -> SafeString:
@@ -438,47 +265,69 @@ class ExpiringRecordAdmin(_ModelAdmin):
             )
             return None
         now = timezone.now()
-        opts = self.model._meta
         context = {
-            **self.admin_site.each_context(request),
-            "title": _("Release stuck reservations?"),
-            "subtitle": None,
-            "opts": opts,
-            "app_label": opts.app_label,
+            **self._action_context(request, _("Release stuck reservations?")),
             "reservations": [(obj, obj.expires_at <= now) for obj in selected],
             "live_count": sum(1 for obj in selected if obj.expires_at > now),
             "skipped_count": queryset.count() - len(selected),
-            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
             "action_name": "release_reservations",
+        }
+        templates = self._confirmation_templates(
+            "release_confirmation", self.release_confirmation_template
+        )
+        return TemplateResponse(request, templates, context)
+
+    def _action_context(self, request: HttpRequest, title: Any) -> dict[str, Any]:
+        opts = self.model._meta
+        request.current_app = self.admin_site.name
+        return {
+            **self.admin_site.each_context(request),
+            "title": title,
+            "subtitle": None,
+            "opts": opts,
+            "app_label": opts.app_label,
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
             "media": self.media,
         }
-        request.current_app = self.admin_site.name
-        return TemplateResponse(request, self._release_templates(), context)
 
-    def _release_templates(self) -> list[str]:
+    def _confirmation_templates(self, name: str, override: str | None) -> list[str]:
+        """The model's, the app's, then this app's template: Django's lookup for delete pages."""
         opts = self.model._meta
-        names: Iterable[str] = (
-            f"admin/{opts.app_label}/{opts.model_name}/release_confirmation.html",
-            f"admin/{opts.app_label}/release_confirmation.html",
-            "admin/idempotency_django/release_confirmation.html",
-        )
-        if self.release_confirmation_template:
-            return [self.release_confirmation_template, *names]
-        return list(names)
+        names = [
+            f"admin/{opts.app_label}/{opts.model_name}/{name}.html",
+            f"admin/{opts.app_label}/{name}.html",
+            f"admin/idempotency_django/{name}.html",
+        ]
+        return [override, *names] if override else names
+
+
+class RecordChangeList(ChangeList):
+    """The records changelist, naming the users behind the page's principals in one query."""
+
+    def get_results(self, request: HttpRequest) -> None:
+        super().get_results(request)
+        names = principal_usernames({obj.principal for obj in self.result_list})
+        for obj in self.result_list:
+            obj.principal_username = names.get(obj.principal)
 
 
 @admin.register(IdempotencyRecord)
 class IdempotencyRecordAdmin(ExpiringRecordAdmin):
+    """Requests' records: who sent them (the user a principal names), and their responses."""
+
+    actions = ["release_reservations", "delete_principal_records"]
+    principal_confirmation_template: str | None = None
+    #: The most principals one "delete all records of" may cover: it is meant
+    #: for one person's data, not for emptying the table.
+    max_principals_per_deletion = 100
+
     list_display = (
-        "key",
-        "principal",
-        "location",
-        "method",
-        "path",
-        "state_display",
-        "status_display",
-        "created_at",
-        "expires_at",
+        "key_display",
+        "scope_display",
+        "request_display",
+        "outcome_display",
+        "created_display",
+        "expires_display",
     )
     list_filter = (
         ExpiryStateFilter,
@@ -487,32 +336,21 @@ class IdempotencyRecordAdmin(ExpiringRecordAdmin):
         LocationFilter,
         ("created_at", admin.DateFieldListFilter),
     )
+    #: Also: a whole username or email address finds that user's records
+    #: (see :meth:`get_search_results`).
     search_fields = ("key", "path", "principal")
-    fieldsets = (
-        (_("Key"), {"fields": ("key", "principal", "location", "kind")}),
-        (_("Request"), {"fields": ("method", "path", "request_id", "fingerprint_display")}),
-        (_("State"), {"fields": ("state_display", "created_at", "completed_at", "expires_at")}),
-        (_("Stored response"), {"fields": ("status_code", "headers_display", "body_display")}),
-    )
-    # Everything is read-only; the owner token is never shown.
-    readonly_fields = (
-        "key",
-        "principal",
-        "location",
-        "kind",
-        "method",
-        "path",
-        "request_id",
-        "fingerprint_display",
-        "state_display",
-        "created_at",
-        "completed_at",
-        "expires_at",
-        "status_code",
-        "headers_display",
-        "body_display",
-    )
-    exclude = ("token",)
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+        if request.user.has_perm(STORED_RESPONSE_PERMISSION):
+            response = ("status_code", "headers_display", "body_display")
+        else:
+            response = ("status_code", "header_names_display", "body_summary_display")
+        return (
+            (_("Key"), {"fields": ("key", "principal_display", "location", "kind")}),
+            (_("Request"), {"fields": ("method", "path", "request_id", "fingerprint_display")}),
+            (_("State"), {"fields": ("state_display", "created_at", "completed_at", "expires_at")}),
+            (_("Stored response"), {"fields": response}),
+        )
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         # Webhook deliveries share the table; they have their own page.
@@ -521,47 +359,189 @@ class IdempotencyRecordAdmin(ExpiringRecordAdmin):
         )
         return records
 
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return RecordChangeList
 
-class SourceFilter(RecentValuesFilter):
-    title = _("source")
-    parameter_name = "source"
-    field = "source"
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Any], search_term: str
+    ) -> tuple[QuerySet[Any], bool]:
+        results, may_have_duplicates = super().get_search_results(request, queryset, search_term)
+        principals = principals_of_users(search_term)
+        if principals:
+            results = results | queryset.filter(principal__in=principals)
+        return results, may_have_duplicates
+
+    # -- columns and detail fields --
+
+    @admin.display(description=_("principal"), ordering="principal")
+    def principal_display(self, obj: IdempotencyRecord) -> SafeString:
+        return render_principal(obj.principal, self._username(obj))
+
+    @admin.display(description=_("principal"), ordering="principal")
+    def scope_display(self, obj: IdempotencyRecord) -> SafeString:
+        """The principal, and under it the location when there is one: a column less."""
+        principal = render_principal(obj.principal, self._username(obj))
+        if not obj.location:
+            return principal
+        return format_html(
+            '{}<br><span class="quiet">{}</span>',
+            principal,
+            _("location: %(location)s") % {"location": obj.location},
+        )
+
+    def _username(self, obj: IdempotencyRecord) -> str | None:
+        # The changelist sets principal_username for its whole page at once.
+        if hasattr(obj, "principal_username"):
+            username: str | None = obj.principal_username
+            return username
+        return principal_usernames([obj.principal]).get(obj.principal)
+
+    @admin.display(description=_("key"), ordering="key")
+    def key_display(self, obj: IdempotencyRecord) -> str:
+        return obj.key
+
+    @admin.display(description=_("request"), ordering="path")
+    def request_display(self, obj: IdempotencyRecord) -> SafeString:
+        return format_html("{} {}", obj.method, obj.path)
+
+    @admin.display(description=_("state"), ordering="state")
+    def outcome_display(self, obj: IdempotencyRecord) -> SafeString:
+        """The state and, once there is one, the stored response's status: one narrow column."""
+        if obj.status_code is None:
+            return format_html("{}", self.state_display(obj))
+        return format_html(
+            '{} <span class="quiet">{}</span>', self.state_display(obj), obj.status_code
+        )
+
+    @admin.display(description=_("response headers"))
+    def headers_display(self, obj: IdempotencyRecord) -> SafeString:
+        return render_headers(obj.response_headers)
+
+    @admin.display(description=_("response body"))
+    def body_display(self, obj: IdempotencyRecord) -> SafeString:
+        return render_body(obj.response_body)
+
+    @admin.display(description=_("response headers"))
+    def header_names_display(self, obj: IdempotencyRecord) -> SafeString:
+        return render_header_names(obj.response_headers)
+
+    @admin.display(description=_("response body"))
+    def body_summary_display(self, obj: IdempotencyRecord) -> SafeString:
+        return render_body_summary(obj.response_body, obj.response_headers)
+
+    # -- actions --
+
+    @admin.action(
+        description=_("Delete all records of the selected records' principals"),
+        permissions=["delete"],
+    )
+    def delete_principal_records(
+        self, request: HttpRequest, queryset: QuerySet[Any]
+    ) -> HttpResponse | None:
+        """Delete every record of each selected record's principal, after confirmation.
+
+        For an account deletion or an erasure request: all of the principal's
+        records go, live or not, selected or not, in every location.
+        """
+        principals = sorted(set(queryset.order_by().values_list("principal", flat=True)))
+        using = queryset.db
+        if len(principals) > self.max_principals_per_deletion:
+            self.message_user(
+                request,
+                _(
+                    "The selected records belong to %(count)d principals; select the records "
+                    "of at most %(most)d at a time."
+                )
+                % {"count": len(principals), "most": self.max_principals_per_deletion},
+                messages.ERROR,
+            )
+            return None
+        if request.POST.get("post") == "yes":
+            deleted = 0
+            for principal in principals:
+                message = f"Deleted with every record of principal {principal}."
+
+                def log(batch: Sequence[IdempotencyRecord], message: str = message) -> None:
+                    _log_deletions(request, batch, message)
+
+                deleted += purge_principal(principal, using=using, on_batch=log)
+            self.message_user(
+                request,
+                ngettext(
+                    "Deleted every record of %(principals)d principal (%(count)d in all).",
+                    "Deleted every record of %(principals)d principals (%(count)d in all).",
+                    len(principals),
+                )
+                % {"count": deleted, "principals": len(principals)},
+                messages.SUCCESS,
+            )
+            return None
+
+        # What the deletion will count: each principal's records, exactly.
+        counts = {p: purge_principal(p, using=using, dry_run=True) for p in principals}
+        names = principal_usernames(principals)
+        rows = [
+            (render_principal(principal, names.get(principal)), counts.get(principal, 0))
+            for principal in principals
+        ]
+        context = {
+            **self._action_context(request, _("Delete all records of these principals?")),
+            "principals": rows,
+            "total": sum(counts.values()),
+            "selected_pks": list(queryset.order_by().values_list("pk", flat=True)),
+            "action_name": "delete_principal_records",
+        }
+        templates = self._confirmation_templates(
+            "principal_delete_confirmation", self.principal_confirmation_template
+        )
+        return TemplateResponse(request, templates, context)
 
 
 @admin.register(WebhookDelivery)
 class WebhookDeliveryAdmin(ExpiringRecordAdmin):
     """Accepted (and running) webhook deliveries: read-only, like the records."""
 
+    #: Hex digits of the trigger digest shown in the list (all of it on hover).
+    trigger_digest_shown = 12
+    # The run id column reads the stored body, which for a delivery is only
+    # {"run_id": ...} (see webhooks): it is loaded with the row.
+    changelist_defer = ("response_headers",)
+
     list_display = (
-        "key",
+        "delivery_id",
         "source",
         "trigger_display",
         "state_display",
         "run_id_display",
-        "created_at",
-        "expires_at",
+        "received_display",
+        "expires_display",
     )
     list_filter = (ExpiryStateFilter, SourceFilter, ("created_at", admin.DateFieldListFilter))
     search_fields = ("key",)
     fieldsets = (
-        (_("Delivery"), {"fields": ("key", "source", "trigger_display", "run_id_display")}),
+        (_("Delivery"), {"fields": ("delivery_id", "source", "trigger_full", "run_id_display")}),
         (_("State"), {"fields": ("state_display", "created_at", "completed_at", "expires_at")}),
     )
-    readonly_fields = (
-        "key",
-        "source",
-        "trigger_display",
-        "run_id_display",
-        "state_display",
-        "created_at",
-        "completed_at",
-        "expires_at",
-    )
-    exclude = ("token",)
 
-    @admin.display(description=_("trigger digest"), ordering="principal")
+    @admin.display(description=_("delivery id"), ordering="key")
+    def delivery_id(self, obj: WebhookDelivery) -> str:
+        return obj.key
+
+    @admin.display(description=_("trigger"), ordering="principal")
     def trigger_display(self, obj: WebhookDelivery) -> SafeString:
+        digest = obj.principal.removeprefix(TRIGGER_PREFIX)
+        shown = digest[: self.trigger_digest_shown]
+        return format_html(
+            '<code title="{}">{}{}</code>', digest, shown, "…" if shown != digest else ""
+        )
+
+    @admin.display(description=_("trigger digest"))
+    def trigger_full(self, obj: WebhookDelivery) -> SafeString:
         return format_html("<code>{}</code>", obj.principal.removeprefix(TRIGGER_PREFIX))
+
+    @admin.display(description=_("received"), ordering="created_at")
+    def received_display(self, obj: WebhookDelivery) -> SafeString | str:
+        return _relative_time(obj.created_at)
 
     @admin.display(description=_("run id"))
     def run_id_display(self, obj: WebhookDelivery) -> str:

@@ -51,6 +51,9 @@ class IdempotencyRecord(models.Model):
     class Meta:
         verbose_name = _("idempotency record")
         verbose_name_plural = _("idempotency records")
+        # Stored responses are other people's data: viewing records is not
+        # enough to read them (see idempotency_django.admin).
+        permissions = [("view_stored_response", "Can view stored response bodies")]
         constraints = [
             models.UniqueConstraint(fields=["digest"], name="idempotency_record_unique_digest")
         ]

@@ -1,23 +1,30 @@
 from __future__ import annotations
 
+import hashlib
+import json
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.contrib.admin.models import DELETION, LogEntry
+from django.contrib.admin.templatetags.admin_list import result_headers
 from django.contrib.auth.models import Permission, User
 from django.db import connection
-from django.test import Client
+from django.test import Client, override_settings
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.text import capfirst
 
-from idempotency_django.admin import (
+from idempotency_django import admin as record_admin
+from idempotency_django.admin_display import (
     BODY_DISPLAY_LIMIT,
-    EstimatedCountPaginator,
-    expiry_state,
+    body_digest,
+    principal_usernames,
     render_body,
     render_headers,
 )
+from idempotency_django.admin_filters import EstimatedCountPaginator, LocationFilter, expiry_state
 from idempotency_django.models import IdempotencyRecord
 from tests.factories import IdempotencyRecordFactory
 
@@ -85,6 +92,12 @@ def records() -> dict[str, IdempotencyRecord]:
     }
 
 
+def headings(response: Any) -> list[str]:
+    """The changelist's column headings, as Django's admin renders them."""
+    columns = result_headers(response.context["cl"])
+    return [capfirst(h["text"]) for h in columns if "action-checkbox" not in h["class_attrib"]]
+
+
 def listed(response: object) -> set[str]:
     return {record.key for record in response.context["cl"].result_list}  # type: ignore[attr-defined]
 
@@ -97,19 +110,16 @@ def test_changelist_columns(admin_client: Client, records: dict[str, Idempotency
     assert response.status_code == 200
     assert listed(response) == {record.key for record in records.values()}
     content = response.content.decode()
-    for heading in [
-        "Idempotency key",
-        "Principal",
-        "Location",
-        "Method",
-        "Path",
-        "State",
-        "Response status",
-        "Created",
-        "Expires",
-    ]:
-        assert f">{heading}<" in content, heading
+    assert headings(response) == ["Key", "Principal", "Request", "State", "Created", "Expires"]
     assert "in progress" in content and "completed" in content and "expired" in content
+    # The state column carries the stored status, and the request its method.
+    assert 'completed <span class="quiet">422</span>' in content
+    assert "PUT /plain/bookings/" in content
+    # The scope: the principal, and the location under it when there is one.
+    assert 'user:2<br><span class="quiet">location: shop-7</span>' in content
+    # Times are relative, with the full date and time on hover.
+    assert ">now</time>" in content and ">3\xa0days ago</time>" in content
+    assert ">in 23\xa0hours</time>" in content
     assert records["completed"].token not in content
     # Newest first.
     keys = [record.key for record in response.context["cl"].result_list]
@@ -195,8 +205,6 @@ def test_changelist_date_filters(
 def test_location_choices_come_from_recent_rows(
     admin_client: Client, records: dict[str, IdempotencyRecord]
 ) -> None:
-    from idempotency_django.admin import LocationFilter
-
     response = admin_client.get(reverse(CHANGELIST))
     choices = [
         c["display"]
@@ -383,7 +391,7 @@ def test_view_only_staff_sees_but_cannot_evict_or_release(
 
     assert viewer_client.get(delete_url(records["completed"])).status_code == 403
     assert viewer_client.post(delete_url(records["completed"]), {"post": "yes"}).status_code == 403
-    for action in ["release_reservations", "delete_selected"]:
+    for action in ["release_reservations", "delete_selected", "delete_principal_records"]:
         viewer_client.post(
             reverse(CHANGELIST),
             {
@@ -405,6 +413,236 @@ def test_others_are_sent_to_the_login_page(
         response = client.get(url)
         assert response.status_code == 302
         assert response["Location"].startswith(reverse("admin:login"))
+
+
+# -- stored responses ------------------------------------------------------------
+
+SECRET = "sk_live_one_time_4f9a2c7e81d3"
+
+
+@pytest.fixture
+def secret_record() -> IdempotencyRecord:
+    return IdempotencyRecordFactory(
+        key="key-secret",
+        response_headers=[["Content-Type", "application/json"], ["Location", f"/keys/{SECRET}/"]],
+        response_body=json.dumps({"id": 7, "api_key": SECRET}).encode(),
+    )
+
+
+def staff_client(username: str, *codenames: str) -> Client:
+    user = User.objects.create_user(username, password="staff-password", is_staff=True)
+    user.user_permissions.add(*Permission.objects.filter(codename__in=codenames))
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.mark.parametrize(
+    ("who", "sees_bodies"),
+    [("view only", False), ("view and stored responses", True), ("superuser", True)],
+)
+def test_stored_bodies_need_their_own_permission(
+    who: str, sees_bodies: bool, admin_client: Client, secret_record: IdempotencyRecord
+) -> None:
+    if who == "superuser":
+        client = admin_client
+    elif who == "view only":
+        client = staff_client("viewer", "view_idempotencyrecord")
+    else:
+        client = staff_client("reader", "view_idempotencyrecord", "view_stored_response")
+    listing = client.get(reverse(CHANGELIST))
+    detail = client.get(change_url(secret_record))
+    assert listing.status_code == detail.status_code == 200
+    listing_html, detail_html = listing.content.decode(), detail.content.decode()
+    assert "key-secret" in listing_html and "key-secret" in detail_html
+    assert SECRET not in listing_html  # the list never loads a body, for anyone
+    assert (SECRET in detail_html) is sees_bodies
+    content_type = "<th scope='row'>Content-Type</th><td>application/json</td>"
+    assert content_type in detail_html
+    if not sees_bodies:
+        body = bytes(secret_record.response_body)
+        assert f"{len(body)} bytes, application/json, digest" in detail_html
+        assert f">{body_digest(body)}</code>" in detail_html
+        assert "<th scope='row'>Location</th><td><span class=\"quiet\">(hidden)</span>" in (
+            detail_html
+        )
+        assert "Can view stored response bodies" in detail_html
+
+
+def test_the_permission_is_created_by_the_migrations() -> None:
+    permission = Permission.objects.get(codename="view_stored_response")
+    assert permission.name == "Can view stored response bodies"
+    assert permission.content_type.model_class() is IdempotencyRecord
+    assert record_admin.STORED_RESPONSE_PERMISSION == "idempotency_django.view_stored_response"
+
+
+@pytest.mark.parametrize(
+    "lookup",
+    [
+        "response_body",
+        "response_body__gt",
+        "response_headers__icontains",
+        "token",
+        "token__startswith",
+    ],
+)
+def test_url_lookups_cannot_probe_bodies_or_tokens(
+    lookup: str, secret_record: IdempotencyRecord
+) -> None:
+    """``?response_body__gt=...`` would tell a body one comparison at a time."""
+    client = staff_client("viewer", "view_idempotencyrecord")
+    response = client.get(reverse(CHANGELIST), {lookup: "sk_live"})
+    assert response.status_code == 400
+    # Lookups on the listed columns still work from a URL.
+    assert listed(client.get(reverse(CHANGELIST), {"key__startswith": "key-s"})) == {"key-secret"}
+
+
+def test_body_digest_tells_bodies_apart_without_confirming_guesses() -> None:
+    assert body_digest(b'{"approved": true}') == body_digest(b'{"approved": true}')
+    assert body_digest(b'{"approved": true}') != body_digest(b'{"approved": false}')
+    assert len(body_digest(b"x")) == 12
+    # Keyed with the SECRET_KEY: a plain hash of a guessed body does not match it.
+    assert body_digest(b"x") != hashlib.sha256(b"x").hexdigest()[:12]
+    with override_settings(SECRET_KEY="another-secret-key-for-this-test"):
+        assert body_digest(b"x") != hashlib.sha256(b"x").hexdigest()[:12]
+        other = body_digest(b"x")
+    assert other != body_digest(b"x")
+
+
+# -- principals ------------------------------------------------------------------
+
+
+def test_principals_are_shown_as_the_users_they_name(admin_client: Client) -> None:
+    carol = User.objects.create_user("carol", "carol@example.com")
+    record = IdempotencyRecordFactory(key="k-carol", principal=f"auth.user:{carol.pk}")
+    IdempotencyRecordFactory(key="k-gone", principal="auth.user:987654")
+    IdempotencyRecordFactory(key="k-other-model", principal=f"testapp.booking:{carol.pk}")
+    IdempotencyRecordFactory(key="k-bad-pk", principal="auth.user:not-a-number")
+    IdempotencyRecordFactory(key="k-padded", principal=f"auth.user:0{carol.pk}")
+    IdempotencyRecordFactory(key="k-long", principal="sha256:" + "ab" * 32)
+    content = admin_client.get(reverse(CHANGELIST)).content.decode()
+    named = f'carol <span class="quiet">(auth.user:{carol.pk})</span>'
+    assert content.count(named) == 1
+    for raw in [
+        "auth.user:987654",
+        f"testapp.booking:{carol.pk}",
+        "auth.user:not-a-number",
+        f"auth.user:0{carol.pk}",
+        "sha256:" + "ab" * 32,
+    ]:
+        assert f'<td class="field-scope_display">{raw}</td>' in content, raw
+    assert named in admin_client.get(change_url(record)).content.decode()
+
+
+def test_changelist_names_the_users_of_a_page_in_one_query(admin_client: Client) -> None:
+    def queries_for(count: int) -> int:
+        IdempotencyRecord.objects.all().delete()
+        users = [User.objects.create_user(f"user-{count}-{n}") for n in range(count)]
+        for user in users:
+            IdempotencyRecordFactory(principal=f"auth.user:{user.pk}")
+        with CaptureQueriesContext(connection) as queries:
+            content = admin_client.get(reverse(CHANGELIST)).content.decode()
+        assert all(f"{user.username} <span" in content for user in users)
+        return len(queries.captured_queries)
+
+    assert queries_for(1) == queries_for(12)
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ({"q": "carol"}, {"c-1", "c-2", "carol-in-a-key"}),
+        ({"q": " Carol@Example.COM "}, {"c-1", "c-2"}),
+        ({"q": "DAVE"}, {"d-1"}),
+        ({"q": "carol", "status_class": "4xx"}, {"c-2"}),
+        # Whole usernames only: a part matches keys, paths and principals as before.
+        ({"q": "caro"}, {"carol-in-a-key"}),
+        ({"q": "dave"}, {"d-1"}),
+        ({"q": "nobody"}, set()),
+    ],
+)
+def test_search_by_username_or_email_finds_the_users_records(
+    admin_client: Client, query: dict[str, str], expected: set[str]
+) -> None:
+    carol = User.objects.create_user("carol", "carol@example.com")
+    dave = User.objects.create_user("dave", "dave@example.com")
+    IdempotencyRecordFactory(key="c-1", principal=f"auth.user:{carol.pk}")
+    IdempotencyRecordFactory(key="c-2", principal=f"auth.user:{carol.pk}", status_code=422)
+    IdempotencyRecordFactory(key="d-1", principal=f"auth.user:{dave.pk}")
+    IdempotencyRecordFactory(key="carol-in-a-key", principal="svc:reports")
+    IdempotencyRecordFactory(key="c-booking", principal=f"testapp.booking:{carol.pk}")
+    response = admin_client.get(reverse(CHANGELIST), query)
+    assert response.status_code == 200
+    assert listed(response) == expected
+
+
+def test_principal_helpers_without_users() -> None:
+    assert principal_usernames([]) == {}
+    assert principal_usernames(["svc:a", "auth.user:"]) == {}
+
+
+# -- deleting a principal's records ----------------------------------------------
+
+
+def test_delete_principal_records_asks_then_deletes_all_of_theirs(
+    admin_client: Client, admin_user: User
+) -> None:
+    carol = User.objects.create_user("carol")
+    principal = f"auth.user:{carol.pk}"
+    selected = IdempotencyRecordFactory(key="c-live", principal=principal)
+    IdempotencyRecordFactory(key="c-expired", principal=principal, expired=True)
+    IdempotencyRecordFactory(key="c-reserved", principal=principal, in_progress=True)
+    IdempotencyRecordFactory(key="c-elsewhere", principal=principal, location="shop-7")
+    IdempotencyRecordFactory(key="c-delivery", principal=principal, kind="webhook")
+    service = IdempotencyRecordFactory(key="svc-1", principal="svc:reports")
+    IdempotencyRecordFactory(key="svc-2", principal="svc:reports")
+    IdempotencyRecordFactory(key="someone-else", principal="auth.user:987654")
+    IdempotencyRecordFactory(key="similar", principal=f"{principal}0")
+    data = {"action": "delete_principal_records", "_selected_action": [selected.pk, service.pk]}
+
+    response = admin_client.post(reverse(CHANGELIST), data)
+    assert response.status_code == 200
+    assert "admin/idempotency_django/principal_delete_confirmation.html" in [
+        t.name for t in response.templates
+    ]
+    content = response.content.decode()
+    assert "Delete all 7 records?" in content
+    assert f'carol <span class="quiet">({principal})</span>: 5 records' in content
+    assert "svc:reports: 2 records" in content
+    assert IdempotencyRecord.objects.count() == 9
+
+    response = admin_client.post(reverse(CHANGELIST), {**data, "post": "yes"}, follow=True)
+    assert "Deleted every record of 2 principals (7 in all)." in response.content.decode()
+    assert set(IdempotencyRecord.objects.values_list("key", flat=True)) == {
+        "someone-else",
+        "similar",
+    }
+    entries = LogEntry.objects.filter(action_flag=DELETION, user=admin_user)
+    assert entries.count() == 7
+    assert {e.change_message for e in entries} == {
+        f"Deleted with every record of principal {principal}.",
+        "Deleted with every record of principal svc:reports.",
+    }
+    assert {e.object_repr for e in entries} >= {
+        f"c-live ({principal}, -)",
+        "svc-2 (svc:reports, -)",
+    }
+
+
+def test_delete_principal_records_needs_the_delete_permission(
+    secret_record: IdempotencyRecord,
+) -> None:
+    client = staff_client("reader", "view_idempotencyrecord", "view_stored_response")
+    data = {"action": "delete_principal_records", "_selected_action": [secret_record.pk]}
+    response = client.post(reverse(CHANGELIST), data)
+    assert "principal_delete_confirmation" not in response.content.decode()
+    client.post(reverse(CHANGELIST), {**data, "post": "yes"})
+    assert IdempotencyRecord.objects.filter(pk=secret_record.pk).exists()
+
+    deleter = staff_client("deleter", "view_idempotencyrecord", "delete_idempotencyrecord")
+    response = deleter.post(reverse(CHANGELIST), {**data, "post": "yes"}, follow=True)
+    assert "Deleted every record of 1 principal (1 in all)." in response.content.decode()
+    assert not IdempotencyRecord.objects.exists()
 
 
 # -- pieces --------------------------------------------------------------------
@@ -478,15 +716,27 @@ def test_deliveries_have_their_own_read_only_page(
     listing = admin_client.get(DELIVERIES)
     assert listing.status_code == 200
     html = listing.content.decode()
-    for text in ("msg_2Lh9", "standard-webhooks", "ab" * 32, "run-77", "evt_running"):
+    for text in ("msg_2Lh9", "standard-webhooks", "run-77", "evt_running"):
         assert text in html
+    assert headings(listing) == [
+        "Delivery id",
+        "Source",
+        "Trigger",
+        "State",
+        "Run id",
+        "Received",
+        "Expires",
+    ]
+    # The trigger digest: its first 12 hex digits, all of it on hover.
+    assert f'<code title="{"ab" * 32}">{"ab" * 6}…</code>' in html
     # Requests are not listed among deliveries, nor deliveries among requests.
     assert all(record.key not in html for record in records.values())
     records_html = admin_client.get("/admin/idempotency_django/idempotencyrecord/").content.decode()
     assert "msg_2Lh9" not in records_html
     detail = admin_client.get(f"{DELIVERIES}{deliveries['accepted'].pk}/change/")
     assert detail.status_code == 200
-    assert "run-77" in detail.content.decode()
+    assert "run-77" in detail.content.decode() and "ab" * 32 in detail.content.decode()
+    assert "Delivery id:" in detail.content.decode()
     assert 'name="_save"' not in detail.content.decode()
     assert deliveries["accepted"].token not in detail.content.decode()
 
@@ -498,3 +748,28 @@ def test_delivery_filters_and_search(
     assert "evt_running" in by_source and "msg_2Lh9" not in by_source
     searched = admin_client.get(DELIVERIES + "?q=msg_2L").content.decode()
     assert "msg_2Lh9" in searched and "evt_running" not in searched
+
+
+def test_deliveries_list_reads_run_ids_without_a_query_per_row(admin_client: Client) -> None:
+    def queries_for(count: int) -> int:
+        IdempotencyRecord.objects.all().delete()
+        IdempotencyRecordFactory.create_batch(
+            count, kind="webhook", response_body=b'{"run_id": "run-9"}'
+        )
+        with CaptureQueriesContext(connection) as queries:
+            assert admin_client.get(DELIVERIES).content.decode().count("run-9") == count
+        return len(queries.captured_queries)
+
+    assert queries_for(1) == queries_for(10)
+
+
+def test_delete_principal_records_covers_a_bounded_number_of_principals(
+    admin_client: Client,
+) -> None:
+    most = record_admin.IdempotencyRecordAdmin.max_principals_per_deletion
+    selected = [IdempotencyRecordFactory(principal=f"svc:{n}").pk for n in range(most + 1)]
+    data = {"action": "delete_principal_records", "_selected_action": selected, "post": "yes"}
+    response = admin_client.post(reverse(CHANGELIST), data, follow=True)
+    expected = f"belong to {most + 1} principals; select the records of at most {most}"
+    assert expected in response.content.decode()
+    assert IdempotencyRecord.objects.count() == most + 1

@@ -1,4 +1,4 @@
-"""The admin in a real browser: headless Chromium driven by Playwright.
+"""The admin in a real browser: headless Chromium driven by Playwright, 1280 px wide.
 
 Skipped unless the ``playwright`` package and ``/usr/bin/chromium`` are installed
 (``pip install playwright`` and ``apt-get install chromium``; no ``playwright install``).
@@ -15,12 +15,17 @@ from typing import Any
 import django.contrib.admin
 import pytest
 from django.conf import settings
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Permission, User
 from django.test import override_settings
 from django.utils import timezone
 
 from tests.browser import CHROMIUM, CHROMIUM_ARGS, DOCS_IMAGES
 from tests.factories import IdempotencyRecordFactory
+
+WIDTH = 1280
+RECORDS = "/admin/idempotency_django/idempotencyrecord/"
+DELIVERIES = "/admin/idempotency_django/webhookdelivery/"
+SECRET = "sk_live_9f2c41d07be3"
 
 
 @pytest.fixture(scope="session")
@@ -42,12 +47,18 @@ def admin_static() -> Any:
 
 
 def make_records() -> Any:
+    """A realistic page: users' bookings, a service principal, a delivery, a stuck key."""
     now = timezone.now()
-    body = b'{"id": 4182, "status": "booked", "room": "Kestrel", "nights": 3, "total": "387.00"}'
+    alice = User.objects.create_user("alice", "alice@example.com", "alice-password")
+    bruno = User.objects.create_user("bruno.costa", "bruno@example.com", "bruno-password")
+    body = (
+        b'{"id": 4182, "status": "booked", "room": "Kestrel", "nights": 3, "total": "387.00", '
+        b'"api_secret": "' + SECRET.encode() + b'"}'
+    )
     headers = [["Content-Type", "application/json"], ["Location", "/api/bookings/4182/"]]
     shown = IdempotencyRecordFactory(
         key="8e0c6f5e-6b1d-4d2b-9a57-2f7c1f6a9d01",
-        principal="user:42",
+        principal=f"auth.user:{alice.pk}",
         location="hotel-lisbon",
         path="/api/bookings/",
         request_id="req-7f3a9c",
@@ -58,7 +69,7 @@ def make_records() -> Any:
     )
     IdempotencyRecordFactory(
         key="c41d7a22-0e0b-4f8e-a1c3-55b0d2e7f4aa",
-        principal="user:42",
+        principal=f"auth.user:{alice.pk}",
         location="hotel-lisbon",
         path="/api/bookings/",
         in_progress=True,
@@ -66,7 +77,7 @@ def make_records() -> Any:
     )
     IdempotencyRecordFactory(
         key="1f9b3e70-2c4d-4a8b-b6e2-9d0a7c5e3f12",
-        principal="user:7",
+        principal=f"auth.user:{bruno.pk}",
         location="hotel-porto",
         method="PATCH",
         path="/api/bookings/4100/",
@@ -75,7 +86,7 @@ def make_records() -> Any:
     )
     IdempotencyRecordFactory(
         key="5a2e8d14-7b3f-4c6a-8e1d-0f4b9c2a7e63",
-        principal="user:19",
+        principal="svc.billing-reconciler",
         path="/plain/bookings/",
         in_progress=True,
         created_at=now - timedelta(hours=2),
@@ -83,15 +94,48 @@ def make_records() -> Any:
     )
     IdempotencyRecordFactory(
         key="d7c3b9a1-4e5f-4b2a-9c8d-6e1f0a3b5c27",
-        principal="user:19",
+        principal="sha256:" + "5e" * 32,  # a principal too long for its column
         method="DELETE",
-        path="/api/bookings/3999/",
+        path="/api/bookings/3999/cancellations/2024-11-30T10:15:00Z/",
         status_code=204,
         response_body=b"",
         created_at=now - timedelta(days=2),
         expires_at=now - timedelta(days=1),
     )
+    for n, source in enumerate(["standard-webhooks", "github", "fallback"]):
+        IdempotencyRecordFactory(
+            kind="webhook",
+            key=f"msg_2Lh9xQ7vUu3pZk{n}" if n != 1 else "5f1d3c2a-9b8e-11ef-8c3e-0242ac120002",
+            source=source,
+            principal="webhook:" + f"{n}d4c8e1f07a9b3c6" * 4,
+            path="hooks/<str:token>/",
+            response_body=b'{"status": "accepted", "run_id": "run-%d"}' % (77 + n),
+            created_at=now - timedelta(minutes=5 * n),
+            expires_at=now + timedelta(days=7),
+        )
     return shown
+
+
+def assert_list_fits(page: Any, *headers: str) -> None:
+    """No horizontal scrolling, of the page or of the results table, at this width."""
+    sizes = page.evaluate(
+        """() => {
+            const results = document.querySelector('#changelist-form .results');
+            return {
+                page: document.documentElement.scrollWidth,
+                resultsScroll: results.scrollWidth,
+                resultsClient: results.clientWidth,
+                tableRight: document.querySelector('#result_list').getBoundingClientRect().right,
+            };
+        }"""
+    )
+    assert sizes["page"] <= WIDTH, sizes
+    assert sizes["resultsScroll"] <= sizes["resultsClient"], sizes
+    assert sizes["tableRight"] <= WIDTH, sizes
+    for header in headers:
+        box = page.locator("#result_list thead th", has_text=header).bounding_box()
+        assert box is not None, header
+        assert box["x"] >= 0 and box["x"] + box["width"] <= WIDTH, (header, box)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -101,47 +145,87 @@ def test_admin_in_a_browser(admin_static: None, live_server: Any, tmp_path: Path
         pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)")
 
     User.objects.create_superuser("root", "root@example.com", "root-password")
+    viewer = User.objects.create_user("viewer", password="viewer-password", is_staff=True)
+    viewer.user_permissions.add(Permission.objects.get(codename="view_idempotencyrecord"))
     record = make_records()
     base = live_server.url
+    shots: dict[str, Path] = {}
+
+    def login(page: Any, username: str, next_url: str) -> None:
+        page.goto(f"{base}/admin/login/?next={next_url}")
+        page.fill("#id_username", username)
+        page.fill("#id_password", f"{username}-password")
+        page.click("input[type=submit]")
+
+    def screenshot(page: Any, name: str, **options: Any) -> None:
+        page.evaluate("window.scrollTo(0, 0)")
+        shots[name] = tmp_path / name
+        page.screenshot(path=str(shots[name]), **options)
 
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
-            page = browser.new_page(viewport={"width": 1600, "height": 820})
-            page.goto(f"{base}/admin/login/?next=/admin/idempotency_django/idempotencyrecord/")
-            page.fill("#id_username", "root")
-            page.fill("#id_password", "root-password")
-            page.click("input[type=submit]")
+            # The navigation sidebar stays open, as a first visit shows it.
+            page = browser.new_page(viewport={"width": WIDTH, "height": 820})
+            login(page, "root", RECORDS)
             page.wait_for_selector("#result_list")
-            if page.locator("#toggle-nav-sidebar").is_visible():
-                page.click("#toggle-nav-sidebar")  # more room for the columns
-
+            assert page.locator("#nav-sidebar").is_visible()
             assert "Select idempotency record to view" in page.content()
-            rows = page.locator("#result_list tbody tr")
-            assert rows.count() == 5
+            assert page.locator("#result_list tbody tr").count() == 5
             text = page.inner_text("#result_list")
             assert record.key in text
+            assert f"alice (auth.user:{record.principal.split(':')[1]})" in text
             assert "in progress" in text and "completed" in text and "expired" in text
-            assert "Release selected stuck reservations" in page.inner_text("select[name=action]")
-            assert "By state" in page.inner_text("#changelist-filter")
-            page.evaluate("window.scrollTo(0, 0)")
-            changelist_png = tmp_path / "admin-changelist.png"
-            page.screenshot(path=str(changelist_png))
+            actions = page.inner_text("select[name=action]")
+            assert "Release selected stuck reservations" in actions
+            assert "Delete all records of the selected records' principals" in actions
+            assert_list_fits(page, "Created", "Expires")
+            # Collapsed (the admin remembers it), the columns have room to breathe.
+            page.click("#toggle-nav-sidebar")
+            assert_list_fits(page, "Created", "Expires")
+            screenshot(page, "admin-changelist.png")
+
+            page.fill("#searchbar", "alice")
+            page.press("#searchbar", "Enter")
+            page.wait_for_selector("#result_list")
+            assert page.locator("#result_list tbody tr").count() == 2
 
             page.click(f"text={record.key}")
             page.wait_for_selector(".idempotency-body")
             body = page.inner_text(".idempotency-body")
-            assert '"status": "booked"' in body and "\n  " in body
+            assert '"status": "booked"' in body and "\n  " in body and SECRET in body
             assert "/api/bookings/4182/" in page.inner_text(".idempotency-headers")
             assert record.token not in page.content()
             assert page.locator("input[name=_save]").count() == 0
-            record_png = tmp_path / "admin-record.png"
-            page.screenshot(path=str(record_png), full_page=True)
+            screenshot(page, "admin-record.png", full_page=True)
+
+            page.goto(f"{base}{DELIVERIES}")
+            page.wait_for_selector("#result_list")
+            headings = page.inner_text("#result_list thead")
+            assert "DELIVERY ID" in headings and "IDEMPOTENCY KEY" not in headings
+            digest = page.locator("#result_list tbody code").first
+            assert len(digest.inner_text()) == 13  # 12 hex digits and an ellipsis
+            assert len(digest.get_attribute("title") or "") == 64
+            assert_list_fits(page, "Received", "Expires")
+            page.click("#toggle-nav-sidebar")
+            assert page.locator("#nav-sidebar").is_visible()
+            assert_list_fits(page, "Received", "Expires")
+            page.click("#toggle-nav-sidebar")
+            screenshot(page, "admin-deliveries.png")
+
+            # Staff who may view records but not stored responses.
+            restricted = browser.new_page(viewport={"width": WIDTH, "height": 820})
+            login(restricted, "viewer", f"{RECORDS}{record.pk}/change/")
+            restricted.wait_for_selector(".idempotency-body-summary")
+            assert SECRET not in restricted.content()
+            assert "/api/bookings/4182/" not in restricted.content()
+            summary = restricted.inner_text(".idempotency-body-summary")
+            assert f"{len(record.response_body)} bytes, application/json, digest" in summary
+            screenshot(restricted, "admin-record-restricted.png", full_page=True)
         finally:
             browser.close()
 
-    assert changelist_png.stat().st_size > 10_000
-    assert record_png.stat().st_size > 10_000
     DOCS_IMAGES.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(changelist_png, DOCS_IMAGES / "admin-changelist.png")
-    shutil.copyfile(record_png, DOCS_IMAGES / "admin-record.png")
+    for name, path in shots.items():
+        assert path.stat().st_size > 10_000, name
+        shutil.copyfile(path, DOCS_IMAGES / name)

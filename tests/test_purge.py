@@ -8,13 +8,13 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
-from django.db import OperationalError, close_old_connections, connections
+from django.db import OperationalError, close_old_connections, connection, connections
 from django.test import override_settings
 from django.utils import timezone
 
 from idempotency_django import purge as purge_module
 from idempotency_django.models import IdempotencyRecord
-from idempotency_django.purge import KINDS, parse_duration, purge
+from idempotency_django.purge import KINDS, parse_duration, purge, purge_principal
 from tests.factories import IdempotencyRecordFactory
 from tests.redis_helpers import REDIS_URL
 
@@ -309,3 +309,199 @@ def test_webhook_deliveries_are_purged_and_counted_apart() -> None:
     IdempotencyRecordFactory(key="old-request", expired=True)
     assert purge() == {"completed": 1, "abandoned": 0, "deliveries": 1}
     assert remaining() == {"live-delivery"}
+
+
+# -- one principal's records --------------------------------------------------------
+
+
+@pytest.fixture
+def principals() -> dict[str, IdempotencyRecord]:
+    """auth.user:42's records of every sort, and others' that must stay."""
+    return {
+        "live": IdempotencyRecordFactory(key="live", principal="auth.user:42"),
+        "expired": IdempotencyRecordFactory(key="expired", principal="auth.user:42", expired=True),
+        "reserved": IdempotencyRecordFactory(
+            key="reserved", principal="auth.user:42", in_progress=True
+        ),
+        "elsewhere": IdempotencyRecordFactory(
+            key="elsewhere", principal="auth.user:42", location="shop-7"
+        ),
+        "delivery": IdempotencyRecordFactory(
+            key="delivery", principal="auth.user:42", kind="webhook"
+        ),
+        "other": IdempotencyRecordFactory(key="other", principal="auth.user:7"),
+        "prefix": IdempotencyRecordFactory(key="prefix", principal="auth.user:420"),
+        "case": IdempotencyRecordFactory(key="case", principal="AUTH.USER:42"),
+    }
+
+
+def test_purge_principal_deletes_all_of_theirs_and_nothing_else(
+    principals: dict[str, IdempotencyRecord],
+) -> None:
+    assert purge_principal("auth.user:42", dry_run=True) == 5
+    assert IdempotencyRecord.objects.count() == 8
+    assert purge_principal("auth.user:42") == 5
+    assert remaining() == {"other", "prefix", "case"}
+    assert purge_principal("auth.user:42") == 0
+
+
+def test_a_request_running_through_a_principal_purge_still_stores_its_answer() -> None:
+    """Why the docs say to stop a principal's requests (deactivate the account) first."""
+    from idempotency_django.stores import RecordKey, RequestInfo, StoredResponse, get_store
+
+    store = get_store()
+    key = RecordKey("auth.user:42", "", "running")
+    claim = store.claim(key, RequestInfo("POST", "/plain/bookings/", "f" * 64), 300)
+    assert purge_principal("auth.user:42") == 1
+    assert not IdempotencyRecord.objects.exists()
+    answer = StoredResponse(201, (("Content-Type", "application/json"),), b"{}")
+    info = RequestInfo("POST", "/plain/bookings/", "f" * 64)
+    assert store.complete(key, claim.token, answer, 3600, request=info)
+    assert remaining() == {"running"}
+
+
+def test_purge_principal_in_batches_logging_each_record() -> None:
+    IdempotencyRecordFactory.create_batch(23, principal="auth.user:42")
+    IdempotencyRecordFactory.create_batch(4, principal="auth.user:7")
+    seen: list[list[str]] = []
+
+    def on_batch(records: Any) -> None:
+        # Called before the delete, in its transaction: the rows are still there.
+        assert IdempotencyRecord.objects.filter(pk__in=[r.pk for r in records]).count() == len(
+            records
+        )
+        seen.append([str(record) for record in records])
+
+    assert purge_principal("auth.user:42", batch_size=10, on_batch=on_batch) == 23
+    assert [len(batch) for batch in seen] == [10, 10, 3]
+    assert all("(auth.user:42, -)" in text for batch in seen for text in batch)
+    assert IdempotencyRecord.objects.count() == 4
+
+
+def test_purge_principal_finds_a_principal_stored_as_its_digest() -> None:
+    """The store keeps a principal too long for its column as sha256:<hex> of it."""
+    from idempotency_django.stores.database import _readable
+
+    long_principal = "tenant-with-a-very-long-name:" + "x" * 300
+    IdempotencyRecordFactory(key="long", principal=_readable(long_principal))
+    IdempotencyRecordFactory(key="kept")
+    assert purge_principal(long_principal) == 1
+    assert remaining() == {"kept"}
+
+
+def test_purge_principal_rejects_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="batch_size"):
+        purge_principal("auth.user:1", batch_size=0)
+    with pytest.raises(ValueError, match="pause"):
+        purge_principal("auth.user:1", pause=-1)
+
+
+def test_principal_option(principals: dict[str, IdempotencyRecord]) -> None:
+    output = run("--principal", "auth.user:42", "--batch-size", "2", "-v", "2")
+    assert "Deleted 5 records of principal 'auth.user:42' (database 'default')." in output
+    assert output.count("deleting a batch of 2") == 2
+    assert "deleting a batch of 1" in output
+    assert remaining() == {"other", "prefix", "case"}
+    # Expired rows of others are left for the ordinary purge.
+    assert "completed records" not in output
+
+
+def test_principal_option_dry_run(principals: dict[str, IdempotencyRecord]) -> None:
+    output = run("--principal", "auth.user:42", "--dry-run")
+    assert "Would delete 5 records of principal 'auth.user:42'" in output
+    assert "Dry run: nothing was deleted." in output
+    assert IdempotencyRecord.objects.count() == 8
+
+
+def test_user_option_resolves_the_username(alice: Any) -> None:
+    IdempotencyRecordFactory(key="hers", principal=f"auth.user:{alice.pk}")
+    IdempotencyRecordFactory(key="kept", principal="auth.user:987654")
+    output = run("--user", "alice")
+    assert f"Deleted 1 records of principal 'auth.user:{alice.pk}'" in output
+    assert remaining() == {"kept"}
+
+
+def test_user_option_for_an_unknown_user() -> None:
+    with pytest.raises(CommandError, match=r"No user 'ghost'.*--principal auth\.user:<its id>"):
+        run("--user", "ghost")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--principal", "auth.user:1", "--older-than", "2h"], "--older-than does not apply"),
+        (["--principal", "auth.user:1", "--user", "alice"], "not allowed with argument"),
+        (["--principal", "  "], "--principal must not be empty"),
+    ],
+)
+def test_principal_option_conflicts(args: list[str], message: str) -> None:
+    IdempotencyRecordFactory(principal="auth.user:1")
+    with pytest.raises(CommandError, match=message):
+        run(*args)
+    assert IdempotencyRecord.objects.count() == 1
+
+
+@override_settings(
+    IDEMPOTENCY={"STORE": "redis", "STORE_OPTIONS": {"cache": "redis"}},
+    CACHES={
+        "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+        "redis": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": REDIS_URL},
+    },
+)
+def test_principal_option_on_the_redis_store_says_it_cannot() -> None:
+    pytest.importorskip("idempotency_django.stores.redis")
+    with pytest.raises(CommandError, match="cannot find one principal's entries"):
+        run("--principal", "auth.user:42")
+
+
+# --8<-- [start:forget-deleted-user]
+def forget_deleted_user(sender: type[Any], instance: Any, **kwargs: Any) -> None:
+    """On account deletion, delete the user's idempotency records too.
+
+    Connect it once, e.g. in an AppConfig.ready():
+    post_delete.connect(forget_deleted_user, sender=settings.AUTH_USER_MODEL)
+    """
+    from idempotency_django.purge import purge_principal
+    from idempotency_django.scope import principal_of
+
+    principal = principal_of(instance)  # "auth.user:42": as the default scope names users
+    if principal is not None:
+        purge_principal(principal)
+
+
+# --8<-- [end:forget-deleted-user]
+
+
+def test_forget_deleted_user_example(alice: Any, bob: Any) -> None:
+    """The example on docs/security.md."""
+    from django.conf import settings
+    from django.db.models.signals import post_delete
+
+    IdempotencyRecordFactory(key="hers", principal=f"auth.user:{alice.pk}")
+    IdempotencyRecordFactory(key="his", principal=f"auth.user:{bob.pk}")
+    post_delete.connect(forget_deleted_user, sender=settings.AUTH_USER_MODEL)
+    try:
+        alice.delete()
+    finally:
+        post_delete.disconnect(forget_deleted_user, sender=settings.AUTH_USER_MODEL)
+    assert remaining() == {"his"}
+
+
+@pytest.mark.skipif(connection.vendor != "mysql", reason="MySQL/MariaDB collations")
+@pytest.mark.django_db(transaction=True)
+def test_purge_principal_is_exact_under_a_case_insensitive_collation() -> None:
+    """A project's MariaDB table may compare "AUTH.USER:42" equal to "auth.user:42"."""
+    table = connection.ops.quote_name(IdempotencyRecord._meta.db_table)
+    alter = f"ALTER TABLE {table} MODIFY principal varchar(255) NOT NULL COLLATE %s"
+    IdempotencyRecordFactory(key="theirs", principal="auth.user:42")
+    IdempotencyRecordFactory(key="someone-else", principal="AUTH.USER:42 ")
+    with connection.cursor() as cursor:
+        cursor.execute(alter % "utf8mb4_general_ci")
+    try:
+        assert IdempotencyRecord.objects.filter(principal="auth.user:42").count() == 2
+        assert purge_principal("auth.user:42", dry_run=True) == 1
+        assert purge_principal("auth.user:42") == 1
+        assert remaining() == {"someone-else"}
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(alter % "utf8mb4_bin")

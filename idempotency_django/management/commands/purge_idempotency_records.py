@@ -1,6 +1,8 @@
 """``manage.py purge_idempotency_records``: delete expired records and abandoned reservations.
 
 Safe to run from cron on every app server at once; see :mod:`idempotency_django.purge`.
+With ``--principal`` (or ``--user``) it deletes every record of one principal
+instead, e.g. on account deletion.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from argparse import ArgumentParser, ArgumentTypeError
 from datetime import timedelta
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.db import Error, connections
 from django.utils.connection import ConnectionDoesNotExist
@@ -20,7 +23,9 @@ from idempotency_django.purge import (
     default_database,
     parse_duration,
     purge,
+    purge_principal,
 )
+from idempotency_django.scope import principal_of
 from idempotency_django.stores import get_store
 
 
@@ -55,7 +60,8 @@ class Command(BaseCommand):
     help = (
         "Delete expired completed idempotency records and abandoned reservations "
         "(past their takeover time), in small batches. Live reservations and "
-        "unexpired records are never touched."
+        "unexpired records are never touched. With --principal or --user, delete "
+        "every record of that principal instead, live or not."
     )
 
     def add_arguments(self, parser: ArgumentParser) -> None:
@@ -91,11 +97,31 @@ class Command(BaseCommand):
             "--database",
             help="Database alias to purge (default: the one the idempotency store uses).",
         )
+        whose = parser.add_mutually_exclusive_group()
+        whose.add_argument(
+            "--principal",
+            help=(
+                "Delete every record of this principal (e.g. auth.user:42), live or not, "
+                "requests and webhook deliveries: for an account deletion or an erasure request."
+            ),
+        )
+        whose.add_argument(
+            "--user",
+            metavar="USERNAME",
+            help="Like --principal, for the principal of the user with this username.",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         store = get_store()
         if store.expires_by_itself:
             name = type(store).__name__.removesuffix("Store").lower() or type(store).__name__
+            if options["principal"] is not None or options["user"] is not None:
+                # Its keys are digests of principal, location and key: one
+                # principal's entries cannot be found, only waited out.
+                raise CommandError(
+                    f"The {name} store cannot find one principal's entries (its keys are "
+                    "hashed); they expire by themselves after RETENTION."
+                )
             self.stdout.write(f"The {name} store expires entries by itself; nothing to purge.")
             return
 
@@ -106,6 +132,12 @@ class Command(BaseCommand):
             raise CommandError(f"Unknown database {using!r}.") from None
         dry_run: bool = options["dry_run"]
         verbosity: int = options["verbosity"]
+        principal = self._principal(options)
+        if principal is not None:
+            if options["older_than"] is not None:
+                raise CommandError("--older-than does not apply to --principal or --user.")
+            self._purge_principal(principal, using, options)
+            return
 
         def progress(kind: PurgeKind, deleted: int) -> None:
             if verbosity >= 2:
@@ -128,4 +160,47 @@ class Command(BaseCommand):
         for label, description in kinds.items():
             self.stdout.write(f"{verb} {counts.get(label, 0)} {description} (database {using!r}).")
         if dry_run:
+            self.stdout.write("Dry run: nothing was deleted.")
+
+    def _principal(self, options: dict[str, Any]) -> str | None:
+        if options["principal"] is not None:
+            principal: str = options["principal"].strip()
+            if not principal:
+                raise CommandError("--principal must not be empty.")
+            return principal
+        if options["user"] is None:
+            return None
+        user_model = get_user_model()
+        try:
+            user = user_model._default_manager.get_by_natural_key(options["user"])
+        except user_model.DoesNotExist:
+            raise CommandError(
+                f"No user {options['user']!r}. For an account already deleted, pass "
+                f"--principal {user_model._meta.label_lower}:<its id>."
+            ) from None
+        return principal_of(user)
+
+    def _purge_principal(self, principal: str, using: str, options: dict[str, Any]) -> None:
+        verbosity: int = options["verbosity"]
+
+        def progress(batch: Any) -> None:
+            if verbosity >= 2:
+                self.stdout.write(f"  deleting a batch of {len(batch)}")
+
+        try:
+            count = purge_principal(
+                principal,
+                using=using,
+                batch_size=options["batch_size"],
+                dry_run=options["dry_run"],
+                on_batch=progress,
+                pause=options["pause"],
+            )
+        except Error as exc:
+            raise CommandError(f"Purge failed on database {using!r}: {exc}") from exc
+        verb = "Would delete" if options["dry_run"] else "Deleted"
+        self.stdout.write(
+            f"{verb} {count} records of principal {principal!r} (database {using!r})."
+        )
+        if options["dry_run"]:
             self.stdout.write("Dry run: nothing was deleted.")

@@ -1,0 +1,222 @@
+"""How the admin shows a record: stored bodies and headers, and the user a principal names.
+
+Stored responses are other people's data. :func:`render_body` and
+:func:`render_headers` show them whole, for staff holding the
+``view_stored_response`` permission; :func:`render_body_summary` and
+:func:`render_header_names` show everyone else only what cannot carry the
+response's data: the size, the content type and a keyed digest of the body (equal
+digests mean equal bodies), and the names of the headers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.core.exceptions import FieldDoesNotExist, ValidationError
+from django.db.models import Q
+from django.db.models.functions import Lower
+from django.utils.crypto import salted_hmac
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+from django.utils.translation import gettext_lazy as _
+
+__all__ = [
+    "BINARY_PREVIEW",
+    "BODY_DIGEST_LENGTH",
+    "BODY_DISPLAY_LIMIT",
+    "body_digest",
+    "principal_usernames",
+    "principals_of_users",
+    "render_body",
+    "render_body_summary",
+    "render_header_names",
+    "render_headers",
+    "render_principal",
+]
+
+#: Bodies longer than this are shown cut, with a note.
+BODY_DISPLAY_LIMIT = 64 * 1024
+#: How much of a binary body is shown as hex.
+BINARY_PREVIEW = 32
+#: Hex digits of a body's digest shown without the permission: enough to
+#: tell stored bodies apart at a glance.
+BODY_DIGEST_LENGTH = 12
+#: Salt of the keyed body digest (see :func:`body_digest`).
+BODY_DIGEST_SALT = "idempotency_django.admin.body_digest"
+
+
+def render_body(body: bytes | memoryview | None) -> SafeString:
+    """A stored body for display: pretty JSON, escaped text, or a note for binary data."""
+    data = bytes(body or b"")
+    if not data:
+        return format_html("<em>{}</em>", _("(empty)"))
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        preview = data[:BINARY_PREVIEW].hex(" ")
+        return format_html(
+            "<em>{}</em><br><code>{}{}</code>",
+            _("%(count)d bytes, binary (not UTF-8)") % {"count": len(data)},
+            preview,
+            " …" if len(data) > BINARY_PREVIEW else "",
+        )
+    with contextlib.suppress(ValueError):
+        text = json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+    note = ""
+    if len(text) > BODY_DISPLAY_LIMIT:
+        note = _("(cut: showing %(shown)d of %(total)d characters)") % {
+            "shown": BODY_DISPLAY_LIMIT,
+            "total": len(text),
+        }
+        text = text[:BODY_DISPLAY_LIMIT]
+    return format_html(
+        '<pre class="idempotency-body" style="white-space: pre-wrap; max-height: 40em; '
+        'overflow: auto; margin: 0">{}</pre>{}',
+        text,
+        format_html("<em>{}</em>", note) if note else "",
+    )
+
+
+def _header_pairs(headers: Any) -> list[tuple[str, str]]:
+    return [
+        (str(pair[0]), str(pair[1]))
+        for pair in headers or []
+        if isinstance(pair, (list, tuple)) and len(pair) == 2
+    ]
+
+
+def content_type_of(headers: Any) -> str:
+    """The stored ``Content-Type`` value, or ``""``."""
+    for name, value in _header_pairs(headers):
+        if name.lower() == "content-type":
+            return value
+    return ""
+
+
+def render_headers(headers: Any) -> SafeString:
+    """Stored headers (a list of ``[name, value]``) as an HTML table."""
+    pairs = _header_pairs(headers)
+    if not pairs:
+        return format_html("<em>{}</em>", _("(none)"))
+    rows = format_html_join(
+        "\n", "<tr><th scope='row'>{}</th><td>{}</td></tr>", ((n, v) for n, v in pairs)
+    )
+    return format_html('<table class="idempotency-headers"><tbody>{}</tbody></table>', rows)
+
+
+def render_header_names(headers: Any) -> SafeString:
+    """The stored headers' names; of the values, only the content type's.
+
+    Other values can carry the response's data (``Location: /invoices/981/``,
+    an ``ETag`` derived from it), so they are left out.
+    """
+    pairs = _header_pairs(headers)
+    if not pairs:
+        return format_html("<em>{}</em>", _("(none)"))
+    hidden = format_html('<span class="quiet">{}</span>', _("(hidden)"))
+    rows = format_html_join(
+        "\n",
+        "<tr><th scope='row'>{}</th><td>{}</td></tr>",
+        ((n, v if n.lower() == "content-type" else hidden) for n, v in pairs),
+    )
+    return format_html('<table class="idempotency-headers"><tbody>{}</tbody></table>', rows)
+
+
+def body_digest(body: bytes) -> str:
+    """A keyed SHA-256 of ``body`` (HMAC with ``SECRET_KEY``), cut to ``BODY_DIGEST_LENGTH``.
+
+    Equal bodies get equal digests. Keyed, because a plain hash of a body with
+    few possible values (``{"approved": false}``) would tell which one it is
+    to anyone who hashes the candidates.
+    """
+    return salted_hmac(BODY_DIGEST_SALT, body, algorithm="sha256").hexdigest()[:BODY_DIGEST_LENGTH]
+
+
+def render_body_summary(body: bytes | memoryview | None, headers: Any) -> SafeString:
+    """Size, content type and a digest prefix of a stored body, never its bytes."""
+    data = bytes(body or b"")
+    if not data:
+        summary = format_html("<em>{}</em>", _("(empty)"))
+    else:
+        summary = format_html(
+            '{}, {}, {} <code class="idempotency-body-digest">{}</code>',
+            _("%(count)d bytes") % {"count": len(data)},
+            content_type_of(headers) or _("no content type"),
+            _("digest"),
+            body_digest(data),
+        )
+    return format_html(
+        '<span class="idempotency-body-summary">{}</span><br><span class="quiet">{}</span>',
+        summary,
+        _("Showing stored bodies needs the “Can view stored response bodies” permission."),
+    )
+
+
+# -- principals -----------------------------------------------------------------
+#
+# The default scope function names a user "app_label.model:pk" (see
+# idempotency_django.scope.principal_of). Principals of any other form, or of
+# another model, are shown and searched as they are.
+
+
+def _user_prefix() -> str:
+    return f"{get_user_model()._meta.label_lower}:"
+
+
+def principal_usernames(principals: Iterable[str]) -> dict[str, str]:
+    """``{principal: username}`` for the principals naming an existing user: one query."""
+    user_model = get_user_model()
+    prefix = _user_prefix()
+    pk_field = user_model._meta.pk
+    assert pk_field is not None
+    pks = set()
+    for principal in principals:
+        if principal.startswith(prefix):
+            with contextlib.suppress(ValidationError):
+                pks.add(pk_field.to_python(principal.removeprefix(prefix)))
+    if not pks:
+        return {}
+    rows = user_model._default_manager.filter(pk__in=pks).values_list(
+        "pk", user_model.USERNAME_FIELD
+    )
+    # Keyed the way principal_of writes them, so "auth.user:042" names nobody.
+    return {f"{prefix}{pk}": str(name) for pk, name in rows}
+
+
+def principals_of_users(term: str) -> list[str]:
+    """The principals of the users whose username or email address is ``term``, any case.
+
+    Whole values only: an operator looking for one person's records types
+    their name or address, and a partial match on a large user table would
+    turn into an unbounded ``IN`` list.
+    """
+    term = term.strip()
+    if not term:
+        return []
+    user_model = get_user_model()
+    fields = [user_model.USERNAME_FIELD]
+    email_field = user_model.get_email_field_name()
+    with contextlib.suppress(FieldDoesNotExist):
+        if email_field != fields[0] and user_model._meta.get_field(email_field):
+            fields.append(email_field)
+    # Lower() rather than iexact: on MySQL/MariaDB iexact follows the column's
+    # collation, and a binary one would make the search case-sensitive.
+    lowered = {f"lowered_{n}": Lower(field) for n, field in enumerate(fields)}
+    condition = Q()
+    for name in lowered:
+        condition |= Q(**{name: term.lower()})
+    prefix = _user_prefix()
+    users = user_model._default_manager.alias(**lowered).filter(condition)
+    pks = users.values_list("pk", flat=True)
+    return [f"{prefix}{pk}" for pk in pks]
+
+
+def render_principal(principal: str, username: str | None) -> SafeString:
+    """``alice (auth.user:1)`` for a principal naming a user, the principal alone otherwise."""
+    if username is None:
+        return format_html("{}", principal)
+    return format_html('{} <span class="quiet">({})</span>', username, principal)
