@@ -63,6 +63,17 @@ def record_digest(principal: str, location: str, key: str) -> str:
     return hashlib.sha256(material).hexdigest()
 
 
+def readable_value(value: str, length: int = 255) -> str:
+    """``value`` for a text column of ``length`` characters: itself, or its digest if longer.
+
+    Records keep the principal and the location for people to read; the
+    record's identity is :func:`record_digest`, over the full values.
+    """
+    if len(value) <= length:
+        return value
+    return "sha256:" + hashlib.sha256(value.encode("utf-8", "surrogateescape")).hexdigest()
+
+
 def key_digest(principal: str, location: str, key: str) -> str:
     """A short non-reversible label for logs: identifies a key without printing it."""
     return record_digest(principal, location, key)[:16]

@@ -30,6 +30,7 @@ from datetime import datetime, timedelta
 from django.db import DEFAULT_DB_ALIAS, connections, models, router, transaction
 from django.db.models import Q
 
+from idempotency_django.keys import readable_value
 from idempotency_django.models import IdempotencyRecord
 
 __all__ = [
@@ -268,6 +269,4 @@ def stored_principals(principal: str) -> list[str]:
     The database store keeps a principal too long for the column as
     ``sha256:<hex>`` of it, so that one is looked for as well.
     """
-    from idempotency_django.stores.database import _readable
-
-    return sorted({principal, _readable(principal)})
+    return sorted({principal, readable_value(principal)})

@@ -24,7 +24,6 @@ takeover compares the owner token, the state and the expiry in one UPDATE.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import uuid
 from collections.abc import Iterator
@@ -44,6 +43,7 @@ from django.db import (
 )
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from idempotency_django.keys import readable_value
 from idempotency_django.models import IdempotencyRecord
 from idempotency_django.stores.base import (
     BaseStore,
@@ -252,13 +252,6 @@ def _scope(key: RecordKey) -> list[str]:
     return [key.digest]
 
 
-def _readable(value: str, length: int = 255) -> str:
-    """``value`` for a column of ``length`` characters: itself, or its digest if too long."""
-    if len(value) <= length:
-        return value
-    return "sha256:" + hashlib.sha256(value.encode("utf-8", "surrogateescape")).hexdigest()
-
-
 def _json(headers: tuple[tuple[str, str], ...]) -> str:
     return json.dumps([list(pair) for pair in headers])
 
@@ -413,7 +406,7 @@ def _read_locked(connection: BaseDatabaseWrapper, read: str) -> str | None:
 
 def _key_values(key: RecordKey) -> list[str]:
     """The values of :data:`_KEY_COLUMNS`."""
-    return [key.digest, _readable(key.principal), _readable(key.location), key.key]
+    return [key.digest, readable_value(key.principal), readable_value(key.location), key.key]
 
 
 def _request_values(
