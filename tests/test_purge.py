@@ -380,10 +380,10 @@ def test_purge_principal_in_batches_logging_each_record() -> None:
 
 def test_purge_principal_finds_a_principal_stored_as_its_digest() -> None:
     """The store keeps a principal too long for its column as sha256:<hex> of it."""
-    from idempotency_django.stores.database import _readable
+    from idempotency_django.keys import readable_value
 
     long_principal = "tenant-with-a-very-long-name:" + "x" * 300
-    IdempotencyRecordFactory(key="long", principal=_readable(long_principal))
+    IdempotencyRecordFactory(key="long", principal=readable_value(long_principal))
     IdempotencyRecordFactory(key="kept")
     assert purge_principal(long_principal) == 1
     assert remaining() == {"kept"}

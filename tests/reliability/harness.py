@@ -397,9 +397,7 @@ class PgCluster:
             command = ["runuser", "-u", "postgres", "--", *command]
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
         if done.returncode != 0:
-            raise InfrastructureError(
-                f"{' '.join(command)} failed:\n{done.stdout}\n{done.stderr}"
-            )
+            raise InfrastructureError(f"{' '.join(command)} failed:\n{done.stdout}\n{done.stderr}")
 
     def init(self) -> None:
         self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "--no-sync")
