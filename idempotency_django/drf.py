@@ -18,6 +18,7 @@ from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from idempotency_django.conf import idempotency_settings
+from idempotency_django.fingerprint import prepare_body
 from idempotency_django.marks import EXEMPT_ATTRIBUTE, PROTECTED_ATTRIBUTE
 from idempotency_django.phases import ViewOptions, protect
 
@@ -78,7 +79,11 @@ class IdempotentMixin:
                 setattr(cls, name, _protected_handler(handler))
 
     def initialize_request(self, request: Any, *args: Any, **kwargs: Any) -> Request:
-        _read_body_early(request)
+        # The fingerprint needs the raw body: ready it before authentication
+        # (SessionAuthentication's CSRF check) or a parser can consume it.
+        settings = idempotency_settings
+        if request.method in settings.METHODS and settings.HEADER in request.headers:
+            prepare_body(request)
         return super().initialize_request(request, *args, **kwargs)  # type: ignore[misc,no-any-return]
 
 
@@ -119,11 +124,3 @@ def _unsafe_handler_names(view_class: type) -> set[str]:
             # ones come from @my_action.mapping.post and the like.
             names.update(action.mapping.values())
     return names
-
-
-def _read_body_early(request: Any) -> None:
-    # The fingerprint needs the raw body; read it before authentication or a
-    # parser can consume the stream (multipart, the CSRF form-field check).
-    settings = idempotency_settings
-    if request.method in settings.METHODS and settings.HEADER in request.headers:
-        request.body  # noqa: B018  (caches the body on the request)

@@ -1,10 +1,26 @@
-"""What makes two requests "the same request": method, full path and raw body."""
+"""What makes two requests "the same request": method, full path and raw body.
+
+The body must be read for its fingerprint before anything else parses it
+(the CSRF check reads ``request.POST``, DRF's parsers read the stream), and
+without taking it from them. :func:`prepare_body` makes that possible for
+every body Django accepts; :func:`body_chunks` then reads it again as often
+as needed.
+"""
 
 from __future__ import annotations
 
 import hashlib
+import tempfile
+from collections.abc import Iterator
+from typing import Any
 
+from django.conf import settings
+from django.core.handlers.wsgi import LimitedStream
 from django.http import HttpRequest
+
+#: Where a body too large to keep in memory was copied (see :func:`prepare_body`).
+BODY_COPY_ATTRIBUTE = "_idempotency_body_copy"
+CHUNK_SIZE = 64 * 1024
 
 
 def default_fingerprint(request: HttpRequest) -> str:
@@ -17,5 +33,71 @@ def default_fingerprint(request: HttpRequest) -> str:
     digest.update(b"\n")
     digest.update(request.get_full_path().encode("utf-8", "surrogateescape"))
     digest.update(b"\n")
-    digest.update(request.body)
+    for chunk in body_chunks(request):
+        digest.update(chunk)
     return digest.hexdigest()
+
+
+def prepare_body(request: HttpRequest) -> None:
+    """Make the body readable by the fingerprint and, afterwards, by the view.
+
+    Up to ``DATA_UPLOAD_MAX_MEMORY_SIZE`` the body is read as ``request.body``,
+    which Django keeps for every later reader. A larger body (a file upload)
+    is copied in chunks to a temporary file, which then stands in for the
+    request's stream: Django's multipart parser still streams the upload to
+    its upload handlers, and nothing holds the whole body in memory. Does
+    nothing when the body was read already.
+    """
+    request = _django_request(request)
+    if hasattr(request, "_body") or hasattr(request, BODY_COPY_ATTRIBUTE):
+        return
+    if getattr(request, "_read_started", False):
+        return  # consumed by someone else: request.body will say so
+    length = _content_length(request)
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    if limit is None or length <= limit:
+        request.body  # noqa: B018  (Django reads it once and keeps it)
+        return
+    stream: Any = request._stream
+    # Deleted when closed, at the latest when the request is garbage-collected.
+    copy = tempfile.NamedTemporaryFile(  # noqa: SIM115
+        prefix="idempotency-body-", dir=settings.FILE_UPLOAD_TEMP_DIR
+    )
+    remaining = length
+    while remaining > 0:
+        chunk = stream.read(min(CHUNK_SIZE, remaining))
+        if not chunk:
+            break
+        copy.write(chunk)
+        remaining -= len(chunk)
+    copy.flush()
+    copy.seek(0)
+    replacement: Any = LimitedStream(copy, length - remaining)  # type: ignore[arg-type]
+    request._stream = replacement
+    setattr(request, BODY_COPY_ATTRIBUTE, copy)
+
+
+def body_chunks(request: HttpRequest) -> Iterator[bytes]:
+    """The raw body, without consuming it: ``request.body``, or the copy :func:`prepare_body` made.
+
+    Raises ``RawPostDataException`` when something read the stream first.
+    """
+    request = _django_request(request)
+    copy = getattr(request, BODY_COPY_ATTRIBUTE, None)
+    if copy is None:
+        yield request.body
+        return
+    with open(copy.name, "rb") as body:  # a handle of our own: the view's reads go on
+        yield from iter(lambda: body.read(CHUNK_SIZE), b"")
+
+
+def _content_length(request: HttpRequest) -> int:
+    try:
+        return max(0, int(request.META.get("CONTENT_LENGTH") or 0))
+    except ValueError:
+        return 0
+
+
+def _django_request(request: Any) -> HttpRequest:
+    # DRF's Request wraps the Django one, whose stream is the one to prepare.
+    return getattr(request, "_request", request)  # type: ignore[no-any-return]

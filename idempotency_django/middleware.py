@@ -21,13 +21,14 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
-from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.db import connections, transaction
 from django.http import HttpRequest
 from django.http.response import HttpResponseBase
 from django.urls import Resolver404, ResolverMatch, resolve
 
 from idempotency_django.conf import idempotency_settings
+from idempotency_django.fingerprint import prepare_body
 from idempotency_django.marks import EXEMPT_ATTRIBUTE, PROTECTED_ATTRIBUTE, is_drf_view
 from idempotency_django.phases import ViewOptions, arun, atomic_block, begin, run
 
@@ -48,6 +49,8 @@ class IdempotencyMiddleware:
     def __call__(self, request: HttpRequest) -> Any:
         if self.async_mode:
             return self.__acall__(request)
+        if is_keyed(request):
+            prepare_body(request)  # before any CSRF check or parser reads it
         protected = protected_view(request)
         if protected is None:
             return self.get_response(request)
@@ -58,12 +61,20 @@ class IdempotencyMiddleware:
     async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
         # No transaction spans an await: under ASGI the view's own
         # ATOMIC_REQUESTS block commits before the response is stored.
+        if is_keyed(request):
+            await sync_to_async(prepare_body)(request)
         protected = protected_view(request)
         if protected is None:
             response: HttpResponseBase = await self.get_response(request)
             return response
         _view, options = protected
         return await arun(lambda: begin(request, options), lambda: self.get_response(request))
+
+
+def is_keyed(request: HttpRequest) -> bool:
+    """An unsafe request with a key: DRF views included, whose body must be ready too."""
+    settings = idempotency_settings
+    return request.method in settings.METHODS and settings.HEADER in request.headers
 
 
 def protected_view(request: HttpRequest) -> tuple[Callable[..., Any], ViewOptions] | None:

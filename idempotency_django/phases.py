@@ -54,6 +54,7 @@ from idempotency_django.conf import (
     NEVER_RETAINED_CLIENT_ERRORS,
     idempotency_settings,
 )
+from idempotency_django.fingerprint import prepare_body
 from idempotency_django.keys import InvalidKey, key_digest, parse_key
 from idempotency_django.scope import MAX_LOCATION_LENGTH
 from idempotency_django.stores import (
@@ -210,6 +211,7 @@ def begin(
             f"{MAX_LOCATION_LENGTH} printable characters.",
         )
     try:
+        prepare_body(request)
         fingerprint = settings.FINGERPRINT_FUNCTION(request)
     except RawPostDataException:
         return problems.problem_response(

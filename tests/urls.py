@@ -23,6 +23,8 @@ urlpatterns = [
     path("plain/cbv/", views.BookingCBV.as_view()),
     path("plain/fragile/", views.fragile_booking),
     path("plain/paused/", views.paused_booking),
+    path("plain/form/", views.form_booking),
+    path("api/form/", views.api_form_booking),
     path("api/book/", views.api_book),
     path("async/bookings/", views.async_booking),
     path("async/decorated/", views.decorated_async_booking),

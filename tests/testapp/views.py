@@ -254,3 +254,38 @@ def paused_booking(request: HttpRequest) -> HttpResponse:
             server_id = None
     checkpoints.reach(request.GET.get("at", ""), server_id=server_id)
     return JsonResponse({"id": booking.pk}, status=int(request.GET.get("status", 201)))
+
+
+def form_booking(request: HttpRequest) -> HttpResponse:
+    """A plain form view (urlencoded or multipart), protected by the middleware.
+
+    Answers with what it received, so a test can see the body reached it whole.
+    """
+    import hashlib
+
+    upload = request.FILES.get("attachment")
+    received = {
+        "slot": request.POST.get("slot", ""),
+        "attachment_sha256": hashlib.sha256(upload.read()).hexdigest() if upload else None,
+        "attachment_size": upload.size if upload else None,
+    }
+    booking = Booking.objects.create(slot=received["slot"], owner=request.user)
+    return JsonResponse({"id": booking.pk, **received}, status=201)
+
+
+@api_view(["POST"])
+@idempotent
+def api_form_booking(request):  # type: ignore[no-untyped-def]
+    """``@idempotent`` below ``@api_view``: DRF's parsers read the same body."""
+    import hashlib
+
+    upload = request.data.get("attachment")
+    booking = Booking.objects.create(slot=str(request.data.get("slot", "")), owner=request.user)
+    return Response(
+        {
+            "id": booking.pk,
+            "slot": booking.slot,
+            "attachment_sha256": hashlib.sha256(upload.read()).hexdigest() if upload else None,
+        },
+        status=status.HTTP_201_CREATED,
+    )

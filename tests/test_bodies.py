@@ -1,0 +1,153 @@
+"""Every body Django accepts works with a key: forms with CSRF, JSON, uploads of any size.
+
+Users log in through the login view and CSRF is enforced, as in production;
+the key is the only difference between these requests and a browser's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client, override_settings
+from django.test.client import encode_multipart
+from django.utils.http import urlencode
+
+from idempotency_django.models import IdempotencyRecord
+from tests.testapp.models import Booking
+
+pytestmark = pytest.mark.django_db
+
+#: Small, so that a modest upload is over it: the request must still work with a key.
+MEMORY_LIMIT = 4 * 1024
+UPLOAD = bytes(range(256)) * 64  # 16 KiB of every byte value
+URLENCODED = "application/x-www-form-urlencoded"
+
+
+class Browser:
+    """A session client that logged in through the login form and sends CSRF tokens."""
+
+    def __init__(self, user: User, password: str) -> None:
+        self.client = Client(enforce_csrf_checks=True)
+        page = self.client.get("/admin/login/")
+        field = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.content.decode())
+        assert field is not None
+        login = self.client.post(
+            "/admin/login/",
+            {
+                "csrfmiddlewaretoken": field.group(1),
+                "username": user.username,
+                "password": password,
+            },
+        )
+        assert login.status_code == 302, "the login form refused the user"
+        self.csrf = self.client.cookies["csrftoken"].value
+
+    def post_form(self, url: str, data: dict, *, key: str, token_in: str, multipart: bool):  # type: ignore[no-untyped-def,type-arg]
+        headers = {"HTTP_IDEMPOTENCY_KEY": key}
+        if token_in == "field":
+            data = {**data, "csrfmiddlewaretoken": self.csrf}
+        else:
+            headers["HTTP_X_CSRFTOKEN"] = self.csrf
+        if multipart:
+            return self.client.post(url, data, **headers)  # multipart, as a browser sends it
+        form = urlencode(data)
+        return self.client.post(url, form, content_type=URLENCODED, **headers)
+
+    def post_json(self, url: str, payload: dict, *, key: str):  # type: ignore[no-untyped-def,type-arg]
+        return self.client.post(
+            url,
+            json.dumps(payload),
+            content_type="application/json",
+            HTTP_IDEMPOTENCY_KEY=key,
+            HTTP_X_CSRFTOKEN=self.csrf,
+        )
+
+
+@pytest.fixture
+def browser(alice: User) -> Browser:
+    alice.is_staff = True  # the admin's login form is the login view at hand
+    alice.save()
+    return Browser(alice, "alice-password")
+
+
+def upload() -> object:
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    return SimpleUploadedFile("slots.bin", UPLOAD, content_type="application/octet-stream")
+
+
+@pytest.mark.parametrize("url", ["/plain/form/", "/api/form/"])
+@pytest.mark.parametrize("multipart", [False, True], ids=["urlencoded", "multipart"])
+@pytest.mark.parametrize("token_in", ["field", "header"])
+def test_a_form_posted_with_a_key_runs_once(
+    browser: Browser, url: str, multipart: bool, token_in: str
+) -> None:
+    data = {"slot": "2026-07-30T09:00:00Z"}
+    first = browser.post_form(url, data, key="form-1", token_in=token_in, multipart=multipart)
+    assert first.status_code == 201, first.content[:300]
+    again = browser.post_form(url, data, key="form-1", token_in=token_in, multipart=multipart)
+    assert again.status_code == 201
+    assert again["Idempotency-Replayed"] == "true"
+    assert again.content == first.content
+    assert Booking.objects.count() == 1
+
+
+@pytest.mark.parametrize("url", ["/plain/bookings/", "/api/book/"])
+def test_json_with_the_csrf_header_runs_once(browser: Browser, url: str) -> None:
+    payload = {"slot": "2026-07-30T09:00:00Z", "customer": "Dana"}
+    assert browser.post_json(url, payload, key="json-1").status_code == 201
+    assert browser.post_json(url, payload, key="json-1")["Idempotency-Replayed"] == "true"
+    assert Booking.objects.count() == 1
+
+
+@override_settings(DATA_UPLOAD_MAX_MEMORY_SIZE=MEMORY_LIMIT, FILE_UPLOAD_MAX_MEMORY_SIZE=1024)
+@pytest.mark.parametrize("url", ["/plain/form/", "/api/form/"])
+def test_an_upload_over_the_memory_limit_works_with_a_key(browser: Browser, url: str) -> None:
+    """Larger than DATA_UPLOAD_MAX_MEMORY_SIZE: streamed to the view, hashed on the way."""
+    data = {"slot": "upload", "attachment": upload()}
+    first = browser.post_form(url, data, key="up-1", token_in="header", multipart=True)
+    assert first.status_code == 201, first.content[:300]
+    assert first.json()["attachment_sha256"] == hashlib.sha256(UPLOAD).hexdigest()
+    replay = browser.post_form(
+        url, {**data, "attachment": upload()}, key="up-1", token_in="header", multipart=True
+    )
+    assert replay["Idempotency-Replayed"] == "true"
+    assert Booking.objects.count() == 1
+
+    other = upload()
+    other.file.write(b"one more byte")  # type: ignore[attr-defined]
+    other.file.seek(0)  # type: ignore[attr-defined]
+    changed = browser.post_form(
+        url, {**data, "attachment": other}, key="up-1", token_in="header", multipart=True
+    )
+    assert changed.status_code == 409
+    assert changed.json()["code"] == "idempotency_key_reused"
+
+
+@override_settings(DATA_UPLOAD_MAX_MEMORY_SIZE=MEMORY_LIMIT)
+def test_the_fingerprint_of_a_large_body_is_the_one_of_its_bytes(browser: Browser) -> None:
+    """Streaming changes nothing: sha256(method, path, body), as for any body, as in 0.1."""
+    body = encode_multipart("a-boundary", {"slot": "fp", "attachment": upload()})
+    assert len(body) > MEMORY_LIMIT
+    response = browser.client.post(
+        "/plain/form/?x=1",
+        body,
+        content_type="multipart/form-data; boundary=a-boundary",
+        HTTP_IDEMPOTENCY_KEY="fp-1",
+        HTTP_X_CSRFTOKEN=browser.csrf,
+    )
+    assert response.status_code == 201
+    expected = hashlib.sha256(b"POST\n/plain/form/?x=1\n" + body).hexdigest()
+    assert IdempotencyRecord.objects.get().fingerprint == expected
+
+
+def test_a_body_without_a_key_is_left_alone(browser: Browser) -> None:
+    with override_settings(DATA_UPLOAD_MAX_MEMORY_SIZE=MEMORY_LIMIT):
+        data = {"slot": "no key", "attachment": upload(), "csrfmiddlewaretoken": browser.csrf}
+        response = browser.client.post("/plain/form/", data)
+    assert response.status_code == 201
+    assert not IdempotencyRecord.objects.exists()
