@@ -58,6 +58,11 @@ MY_PAGES = {
     "signals.md",
     "upgrading.md",
     "changelog.md",
+    "troubleshooting.md",
+    "testing.md",
+    "cors.md",
+    "api.md",
+    "contributing.md",
 }
 OTHERS_PAGES = {p.name for p in PAGES} - MY_PAGES | {"stores.md", "operating.md"}
 INCLUDE_LANGUAGES = {"python", "py", "pycon", "js", "javascript"}
