@@ -1,5 +1,6 @@
 """The example project, end to end, in a subprocess: manage.py check, migrate,
-createsuperuser, then a real ``runserver`` driven over HTTP with urllib.
+createsuperuser, then a real ``runserver`` (or the README's gunicorn recipe) driven
+over HTTP with urllib; and ``manage.py demo``, which does all of that in one command.
 
 The example has its own settings, so it cannot run inside this suite's Django
 (tests/settings.py); everything here talks to 127.0.0.1 only.
