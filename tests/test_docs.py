@@ -250,6 +250,12 @@ def test_errors_page_documents_every_problem_code() -> None:
     assert shown == set(PROBLEM_CODES), "every code needs an example response"
 
 
+def test_troubleshooting_covers_every_problem_code() -> None:
+    text = (DOCS / "troubleshooting.md").read_text()
+    rows = set(re.findall(r"^\| \[`([a-z_]+)`\]\(errors\.md#\1\)", text, flags=re.MULTILINE))
+    assert rows == set(PROBLEM_CODES)
+
+
 # -- the settings examples --------------------------------------------------------
 
 
