@@ -59,6 +59,11 @@ MY_PAGES = {
     "signals.md",
     "upgrading.md",
     "changelog.md",
+    "troubleshooting.md",
+    "testing.md",
+    "cors.md",
+    "api.md",
+    "contributing.md",
 }
 OTHERS_PAGES = {p.name for p in PAGES} - MY_PAGES | {"stores.md", "operating.md"}
 INCLUDE_LANGUAGES = {"python", "py", "pycon", "js", "javascript"}
@@ -166,7 +171,8 @@ def test_curl_examples_call_the_example_project(page: Path) -> None:
     for line_number, lang, body in code_blocks(page):
         if lang not in {"console", "shell", "bash", "sh"}:
             continue
-        for url in re.findall(r"https?://[^\s'\"\\]+", "\n".join(body)):
+        # Requests, not pip's git+https:// install URLs.
+        for url in re.findall(r"(?<!git\+)https?://[^\s'\"\\]+", "\n".join(body)):
             path = re.sub(r"^https?://[^/]+", "", url)
             if page.name in OTHERS_PAGES:
                 continue
@@ -243,6 +249,12 @@ def test_errors_page_documents_every_problem_code() -> None:
         }
         assert ("Retry-After" in headers) == wants_retry_after, problem["code"]
     assert shown == set(PROBLEM_CODES), "every code needs an example response"
+
+
+def test_troubleshooting_covers_every_problem_code() -> None:
+    text = (DOCS / "troubleshooting.md").read_text()
+    rows = set(re.findall(r"^\| \[`([a-z_]+)`\]\(errors\.md#\1\)", text, flags=re.MULTILINE))
+    assert rows == set(PROBLEM_CODES)
 
 
 # -- the settings examples --------------------------------------------------------

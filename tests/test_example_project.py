@@ -1,5 +1,6 @@
 """The example project, end to end, in a subprocess: manage.py check, migrate,
-createsuperuser, then a real ``runserver`` driven over HTTP with urllib.
+createsuperuser, then a real ``runserver`` (or the README's gunicorn recipe) driven
+over HTTP with urllib; and ``manage.py demo``, which does all of that in one command.
 
 The example has its own settings, so it cannot run inside this suite's Django
 (tests/settings.py); everything here talks to 127.0.0.1 only.
@@ -16,6 +17,8 @@ import http.cookiejar
 import importlib.util
 import json
 import os
+import re
+import shlex
 import socket
 import sqlite3
 import subprocess
@@ -77,13 +80,20 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def gunicorn_recipe() -> list[str]:
+    """The gunicorn command example_project/README.md gives, as the tests run it."""
+    readme = (REPO_ROOT / "example_project" / "README.md").read_text()
+    (line,) = re.findall(r"^gunicorn .+$", readme, flags=re.MULTILINE)
+    return [*GUNICORN, *shlex.split(line)[1:]]
+
+
 @contextlib.contextmanager
 def example_server(
     tmp_dir: Path, delay_ms: int, *, server: str = "runserver", **extra_env: str
 ) -> Iterator[str]:
     """Migrate a fresh SQLite database, create alice, serve; yields the base URL.
 
-    ``server`` is "runserver" (threaded) or "gunicorn" (``--chdir example_project``).
+    ``server`` is "runserver" (threaded) or "gunicorn" (the README's recipe).
     """
     env = example_env(tmp_dir, EXAMPLE_BOOKING_DELAY_MS=str(delay_ms), **extra_env)
     for args in (
@@ -94,22 +104,24 @@ def example_server(
         done = manage({**env, "DJANGO_SUPERUSER_PASSWORD": PASSWORD}, *args)
         assert done.returncode == 0, f"manage.py {' '.join(args)} failed:\n{done.stderr}"
     port = free_port()
-    log = (tmp_dir / "server.log").open("w")
     if server == "gunicorn":
         command = [
-            *GUNICORN,
-            "--chdir",
-            "example_project",
+            *gunicorn_recipe(),
             "--bind",
             f"127.0.0.1:{port}",
-            "--threads",
-            "4",
             "--control-socket",
             str(tmp_dir / "gunicorn.ctl"),
-            "example.wsgi",
         ]
     else:
         command = [sys.executable, str(MANAGE), "runserver", "--noreload", f"127.0.0.1:{port}"]
+    with serving(command, env, tmp_dir, port) as base:
+        yield base
+
+
+@contextlib.contextmanager
+def serving(command: list[str], env: dict[str, str], tmp_dir: Path, port: int) -> Iterator[str]:
+    """Run ``command`` (logging to tmp_dir/server.log) until it listens on ``port``."""
+    log = (tmp_dir / "server.log").open("w")
     process = subprocess.Popen(
         command,
         env=env,
@@ -236,6 +248,17 @@ def start_then_duplicate(tmp_dir: Path, first: Callable[[], object]) -> threadin
     thread.start()
     wait_until_reserved(tmp_dir, before)
     return thread
+
+
+def book_with_a_concurrent_duplicate(base: str, tmp_dir: Path, key: str) -> tuple[Reply, Reply]:
+    """A booking, and the same request sent while it runs: (the first's reply, the duplicate's)."""
+    replies: list[Reply] = []
+    first = start_then_duplicate(
+        tmp_dir, lambda: replies.append(call(base, "POST", "/api/bookings/", BOOKING, key=key))
+    )
+    duplicate = call(base, "POST", "/api/bookings/", BOOKING, key=key)
+    first.join()
+    return replies[0], duplicate
 
 
 @pytest.fixture(scope="module")
@@ -413,14 +436,49 @@ def test_docs_client_exchanges_credentials_once(server: str) -> None:
     assert answer.status == 201 and exchanges == [1]
 
 
-def test_served_by_gunicorn(tmp_path: Path) -> None:
+def test_served_by_the_gunicorn_recipe(tmp_path: Path) -> None:
+    """Under the README's recipe a concurrent duplicate is answered 409 in progress:
+    with one sync worker it would wait in the queue and be replayed instead."""
     if importlib.util.find_spec("gunicorn") is None:
         pytest.skip("gunicorn is not installed (pip install -e '.[example]')")
-    with example_server(tmp_path, 0, server="gunicorn") as base:
-        first = call(base, "POST", "/api/bookings/", BOOKING, key="gunicorn-1")
+    assert {"--workers", "--threads"} & set(gunicorn_recipe()), "the recipe serves one at a time"
+    with example_server(tmp_path, DELAY_MS, server="gunicorn") as base:
+        first, busy = book_with_a_concurrent_duplicate(base, tmp_path, "gunicorn-1")
         assert first.status == 201, first.body
+        assert busy.status == 409, busy.body
+        assert busy.json()["code"] == "idempotency_key_in_progress"
         again = call(base, "POST", "/api/bookings/", BOOKING, key="gunicorn-1")
         assert again.status == 201 and again.replayed and again.body == first.body
+
+
+def test_demo_command(tmp_path: Path) -> None:
+    """``manage.py demo`` alone: migrate, the demo user, a server with a visible
+    in-progress window. Run twice: the second run finds everything as the first left it."""
+    env = example_env(tmp_path)  # no EXAMPLE_BOOKING_DELAY_MS: the demo's own default
+    booked: list[int] = []
+    for run in ("first", "second"):
+        port = free_port()
+        started = time.monotonic()
+        command = [sys.executable, str(MANAGE), "demo", f"127.0.0.1:{port}"]
+        with serving(command, env, tmp_path, port) as base:
+            print(f"demo ({run} run) listening after {time.monotonic() - started:.1f} s")
+            printed = (tmp_path / "server.log").read_text()
+            assert f"Demo user: alice / {PASSWORD}" in printed
+            assert ("(created)" if run == "first" else "(already there)") in printed
+            assert f"Booking page: {base}/" in printed
+
+            opener, _ = session_login(base)  # the printed name and password log in
+            with opener.open(base + "/", timeout=30) as page:
+                assert page.status == 200 and b"booking-form" in page.read()
+
+            first, busy = book_with_a_concurrent_duplicate(base, tmp_path, f"demo-{run}")
+            assert first.status == 201, first.body
+            assert busy.status == 409 and busy.json()["code"] == "idempotency_key_in_progress"
+            replay = call(base, "POST", "/api/bookings/", BOOKING, key=f"demo-{run}")
+            assert replay.status == 201 and replay.replayed and replay.body == first.body
+            booked.append(first.json()["id"])
+            listed = [b["id"] for b in call(base, "GET", "/api/bookings/").json()]
+            assert listed == booked  # one booking per run, the first run's kept
 
 
 def redis_unreachable() -> str | None:

@@ -14,36 +14,59 @@
     return "";
   }
 
+  function formValues() {
+    return {
+      location: form.elements.location.value.trim(),
+      slot: form.elements.slot.value,
+      customer: form.elements.customer.value,
+    };
+  }
+
   // --8<-- [start:key]
-  // One key per form instance, made when the form is (like HyphaBase's
-  // useMemo(() => crypto.randomUUID(), [])), never per submit attempt.
-  // Kept in sessionStorage with the form's values, so a reload and a
-  // resubmit of the same booking reuse it.
-  function loadFormState() {
-    const saved = JSON.parse(sessionStorage.getItem(storageKey) || "null");
-    if (saved && saved.key) return saved;
-    return { key: crypto.randomUUID(), values: null };
+  // One operation = the form's contents and one key. The key is made before the
+  // first attempt and reused by every resubmit of the same contents (a double-click,
+  // a retry, a reload then Book), until the operation is answered. Other contents
+  // are another operation with another key, so editing the form after a reload can
+  // never send an old key with a new body. Kept in sessionStorage: survives a reload.
+  const saved = JSON.parse(sessionStorage.getItem(storageKey) || "null");
+  const state = saved && saved.keys ? saved : { keys: {}, values: null };
+
+  function contentsOf(values) {
+    return JSON.stringify([values.location, values.slot, values.customer]);
   }
 
-  let state = loadFormState();
+  function keyFor(values) {
+    const contents = contentsOf(values);
+    if (!state.keys[contents]) state.keys[contents] = crypto.randomUUID();
+    state.values = values;  // to fill the form in again after a reload
+    saveState();
+    return state.keys[contents];
+  }
 
-  function saveFormState() {
+  function finishOperation(values, key) {
+    // Answered for good: the same contents again would be a new booking.
+    const contents = contentsOf(values);
+    if (state.keys[contents] === key) delete state.keys[contents];
+    saveState();
+  }
+
+  function saveState() {
     sessionStorage.setItem(storageKey, JSON.stringify(state));
-  }
-
-  function resetForm() {
-    // Only after a booking succeeded: the next booking is a new operation.
-    state = { key: crypto.randomUUID(), values: null };
-    saveFormState();
-    keyLabel.textContent = state.key;
+    showKey();
   }
   // --8<-- [end:key]
+
+  function showKey() {
+    const key = state.keys[contentsOf(formValues())];
+    keyLabel.textContent = key || "a new one, made when you press Book";
+    keyLabel.dataset.key = key || "";
+  }
 
   if (state.values) {
     for (const [name, value] of Object.entries(state.values)) form.elements[name].value = value;
   }
-  saveFormState();
-  keyLabel.textContent = state.key;
+  showKey();
+  form.addEventListener("input", showKey);
 
   function sleep(ms) {
     return new Promise((resolve) => setTimeout(resolve, ms));
@@ -71,14 +94,19 @@
         await sleep(backoff(attempt));
         continue;
       }
-      const problem = response.headers.get("Content-Type") === "application/problem+json"
-        ? await response.clone().json() : null;
-      const inProgress = response.status === 409 && problem && problem.code === "idempotency_key_in_progress";
-      const retryable = inProgress || response.status === 429 || response.status === 503 || response.status >= 500;
+      const problem = await problemCode(response);
+      const retryable = problem === "idempotency_key_in_progress" ||
+        response.status === 429 || response.status >= 500;
       if (!retryable || attempt >= 5) return response;
       const retryAfter = Number(response.headers.get("Retry-After"));
       await sleep(retryAfter > 0 ? retryAfter * 1000 : backoff(attempt));
     }
+  }
+
+  async function problemCode(response) {
+    if (response.headers.get("Content-Type") !== "application/problem+json") return "";
+    const problem = await response.clone().json().catch(() => ({}));
+    return problem.code || "";
   }
 
   function backoff(attempt) {
@@ -87,39 +115,50 @@
   }
   // --8<-- [end:submit]
 
+  function describe(booking) {
+    return "booking #" + booking.id + " for " + (booking.customer || "(no name)") + " at " +
+      booking.slot + " in " + booking.location;
+  }
+
   async function submit(event) {
     event.preventDefault();
-    const values = {
-      location: form.elements.location.value.trim(),
-      slot: form.elements.slot.value,
-      customer: form.elements.customer.value,
-    };
-    state.values = values;
-    saveFormState();
-    const key = state.key;  // this submission's key, even if the form resets meanwhile
+    const values = formValues();
+    const key = keyFor(values);  // this submission's key, whatever happens to the form meanwhile
     const slot = values.slot ? values.slot + (values.slot.length === 16 ? ":00Z" : "Z") : "";
     const body = JSON.stringify({ slot: slot, customer: values.customer });
     result.dataset.outcome = "pending";
+    result.dataset.key = key;
     result.textContent = "Booking…";
     let response;
     try {
       response = await sendBooking(key, values.location, body);
     } catch (error) {
       result.dataset.outcome = "error";
-      result.textContent = "Network error; press Book again, it is safe (same key).";
+      result.textContent = "Network error; press Book again, it is safe (same contents, same key).";
       return;
     }
     const replayed = response.headers.get("Idempotency-Replayed") === "true";
+    const problem = await problemCode(response);
     result.dataset.status = String(response.status);
     result.dataset.replayed = String(replayed);
     const data = await response.json().catch(() => ({}));
     if (response.status === 201) {
+      finishOperation(values, key);
       result.dataset.outcome = replayed ? "replayed" : "created";
       result.dataset.bookingId = String(data.id);
-      result.textContent = "Booking #" + data.id + " for " + data.customer + " at " + data.slot +
-        (replayed ? " (Idempotency-Replayed: true, the stored answer; nothing was booked twice)"
-                  : " (created)");
-      if (key === state.key) resetForm();
+      result.textContent = "Booked: " + describe(data) +
+        (replayed ? " (Idempotency-Replayed: true, the stored answer; nothing was booked twice)."
+                  : " (created).");
+    } else if (problem === "idempotency_key_reused") {
+      // The key went with other contents before (an older page, another tab): that
+      // earlier submission went through. Show it, and make a new key for these contents.
+      finishOperation(values, key);
+      const earlier = await latestBooking(values.location);
+      result.dataset.outcome = "reused";
+      result.dataset.bookingId = earlier ? String(earlier.id) : "";
+      result.textContent = "An earlier submission with this key went through" +
+        (earlier ? ": " + describe(earlier) + "." : ".") +
+        " Nothing new was booked. Press Book again to make another booking; it gets a new key.";
     } else {
       result.dataset.outcome = "error";
       result.textContent = response.status + " " + (data.code || "") + ": " +
@@ -128,15 +167,24 @@
     await refreshList(values.location);
   }
 
-  async function refreshList(location) {
+  async function listBookings(location) {
     const response = await fetch("/api/bookings/", {
       credentials: "same-origin",
       headers: { "X-Location-Id": location, Accept: "application/json" },
     });
+    return response.ok ? await response.json() : [];
+  }
+
+  async function latestBooking(location) {
+    const bookings = await listBookings(location);
+    return bookings.reduce((latest, b) => (!latest || b.id > latest.id ? b : latest), null);
+  }
+
+  async function refreshList(location) {
     const rows = document.getElementById("bookings");
+    const bookings = await listBookings(location);
     rows.replaceChildren();
-    if (!response.ok) return;
-    for (const booking of await response.json()) {
+    for (const booking of bookings) {
       const row = document.createElement("tr");
       for (const value of [booking.id, booking.slot, booking.customer, booking.location]) {
         const cell = document.createElement("td");

@@ -1,0 +1,12 @@
+#!/usr/bin/env python
+"""A minimal project that uses the installed wheel (.ci/package-check copies it out of
+the repository first, so nothing here can import the checkout)."""
+
+import os
+import sys
+
+if __name__ == "__main__":
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "settings")
+    from django.core.management import execute_from_command_line
+
+    execute_from_command_line(sys.argv)

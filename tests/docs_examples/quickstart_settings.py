@@ -1,0 +1,21 @@
+"""The quickstart's settings lines (README.md, docs/quickstart.md).
+
+tests/test_quickstart.py appends the section below to the settings.py of a fresh
+``django-admin startproject`` and runs ``manage.py check`` and ``migrate`` there, so
+the lines work as pasted. The two lists stand in for startproject's.
+"""
+
+INSTALLED_APPS = ["django.contrib.auth", "django.contrib.contenttypes"]
+MIDDLEWARE = ["django.contrib.auth.middleware.AuthenticationMiddleware"]
+
+# --8<-- [start:settings]
+INSTALLED_APPS += ["idempotency_django"]
+# Last: after AuthenticationMiddleware (keys are scoped per user) and CsrfViewMiddleware.
+MIDDLEWARE += ["idempotency_django.middleware.IdempotencyMiddleware"]
+
+# Optional; these are the defaults.
+IDEMPOTENCY = {
+    "LOCK_TIMEOUT": 300,  # seconds a request may hold its key before a retry takes over
+    "RETENTION": 86400,  # seconds a completed response is replayed
+}
+# --8<-- [end:settings]
