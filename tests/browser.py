@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -17,3 +19,13 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
+
+
+def publish_screenshot(shot: Path, name: str) -> None:
+    """Copy a screenshot into docs/images, when ``UPDATE_SCREENSHOTS=1`` asks for it.
+
+    Only then: a plain test run must not rewrite files the repository tracks.
+    """
+    if os.environ.get("UPDATE_SCREENSHOTS") == "1":
+        DOCS_IMAGES.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(shot, DOCS_IMAGES / name)

@@ -2,12 +2,11 @@
 
 Skipped unless the ``playwright`` package and ``/usr/bin/chromium`` are installed
 (``pip install playwright`` and ``apt-get install chromium``; no ``playwright install``).
-Also refreshes the screenshots in ``docs/images``.
+With ``UPDATE_SCREENSHOTS=1`` it also refreshes the screenshots in ``docs/images``.
 """
 
 from __future__ import annotations
 
-import shutil
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from django.contrib.auth.models import Permission, User
 from django.test import override_settings
 from django.utils import timezone
 
-from tests.browser import CHROMIUM, CHROMIUM_ARGS, DOCS_IMAGES
+from tests.browser import CHROMIUM, CHROMIUM_ARGS, publish_screenshot
 from tests.factories import IdempotencyRecordFactory
 
 WIDTH = 1280
@@ -225,7 +224,6 @@ def test_admin_in_a_browser(admin_static: None, live_server: Any, tmp_path: Path
         finally:
             browser.close()
 
-    DOCS_IMAGES.mkdir(parents=True, exist_ok=True)
     for name, path in shots.items():
         assert path.stat().st_size > 10_000, name
-        shutil.copyfile(path, DOCS_IMAGES / name)
+        publish_screenshot(path, name)

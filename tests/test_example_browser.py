@@ -7,20 +7,20 @@ forever); going back to the first contents finds the first booking; a key that t
 server knows with other contents is answered by showing the earlier booking and
 starting over with a new key. At 390 px wide nothing is wider than the screen.
 Skipped unless the ``playwright`` package and ``/usr/bin/chromium`` are installed
-(never ``playwright install``). Refreshes docs/images/example-booking.png.
+(never ``playwright install``). With ``UPDATE_SCREENSHOTS=1`` it refreshes
+docs/images/example-booking.png.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.browser import CHROMIUM, CHROMIUM_ARGS, DOCS_IMAGES
+from tests.browser import CHROMIUM, CHROMIUM_ARGS, publish_screenshot
 from tests.test_example_project import (
     BOOKING,
     PASSWORD,
@@ -30,7 +30,6 @@ from tests.test_example_project import (
     wait_until_reserved,
 )
 
-DOCS_IMAGE = DOCS_IMAGES / "example-booking.png"
 DELAY_MS = 800
 PHONE = {"width": 390, "height": 844}
 
@@ -122,8 +121,7 @@ def test_double_click_and_reload_make_one_booking_each(
 
     shot = tmp_path / "example-booking.png"
     page.screenshot(path=str(shot), full_page=True)
-    DOCS_IMAGE.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(shot, DOCS_IMAGE)
+    publish_screenshot(shot, "example-booking.png")
     page.close()
 
 

@@ -36,8 +36,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.docs_examples.client import PermanentFailure, RetryPolicy, post_idempotently
-
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MANAGE = REPO_ROOT / "example_project" / "manage.py"
 PASSWORD = "password"
@@ -392,48 +390,6 @@ def test_webhook_accepted_then_duplicate(server: str) -> None:
                  **{"webhook-id": "msg_other"})  # fmt: skip
     assert other.json()["status"] == "accepted"
     assert other.json()["run_id"] != first.json()["run_id"]
-
-
-def test_docs_client_waits_out_in_progress_and_gets_the_replay(
-    server: str, server_dir: Path
-) -> None:
-    """tests/docs_examples/client.py, as docs/clients.md shows it, against the server."""
-    payload = {**BOOKING, "slot": "2026-07-30T13:00:00Z"}
-    headers = {"Authorization": BASIC, "X-Location-Id": "portland"}
-    waits: list[float] = []
-
-    def sleep(seconds: float) -> None:
-        waits.append(seconds)
-        time.sleep(seconds)
-
-    policy = RetryPolicy(sleep=sleep)
-    url = server + "/api/bookings/"
-    first = start_then_duplicate(
-        server_dir, lambda: post_idempotently(url, payload, headers=headers, key="cli-1")
-    )
-    answer = post_idempotently(url, payload, headers=headers, key="cli-1", policy=policy)
-    first.join()
-    assert answer.status == 201 and answer.replayed
-    assert waits and waits[0] == 1.0  # Retry-After of the in-progress 409
-    with pytest.raises(PermanentFailure) as reused:
-        post_idempotently(
-            url, {**payload, "customer": "Someone else"}, headers=headers, key="cli-1"
-        )
-    assert reused.value.answer.problem_code() == "idempotency_key_reused"
-
-
-def test_docs_client_exchanges_credentials_once(server: str) -> None:
-    url = server + "/api/bookings/"
-    exchanges: list[int] = []
-
-    def exchange() -> dict[str, str]:
-        exchanges.append(1)
-        return {"Authorization": BASIC}
-
-    bad = {"Authorization": "Basic " + b64encode(b"alice:stale").decode(), "X-Location-Id": "x"}
-    payload = {**BOOKING, "slot": "2026-07-30T14:00:00Z"}
-    answer = post_idempotently(url, payload, headers=bad, exchange_credentials=exchange)
-    assert answer.status == 201 and exchanges == [1]
 
 
 def test_served_by_the_gunicorn_recipe(tmp_path: Path) -> None:
