@@ -31,6 +31,8 @@ POSITIVE_INTEGERS = (
     "WEBHOOK_RETENTION",
     "WEBHOOK_FALLBACK_BUCKET",
 )
+#: Positive integers, or None for "no limit".
+OPTIONAL_LIMITS = ("MAX_STORED_BODY", "MAX_KEYS_PER_PRINCIPAL")
 
 
 @checks.register(checks.Tags.compatibility)
@@ -72,6 +74,14 @@ def check_settings(**kwargs: Any) -> list[checks.CheckMessage]:
         value = merged[name]
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
             errors.append(_error(f"{SETTING_NAME}[{name!r}] must be a positive integer.", "E004"))
+    for name in OPTIONAL_LIMITS:
+        value = merged[name]
+        if value is not None and (
+            not isinstance(value, int) or isinstance(value, bool) or value <= 0
+        ):
+            errors.append(
+                _error(f"{SETTING_NAME}[{name!r}] must be a positive integer or None.", "E004")
+            )
     if merged["REUSE_STATUS"] not in (409, 422):
         errors.append(_error(f"{SETTING_NAME}['REUSE_STATUS'] must be 409 or 422.", "E005"))
     if merged["ANONYMOUS"] not in ("ignore", "reject"):

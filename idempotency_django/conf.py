@@ -32,6 +32,12 @@ DEFAULTS: dict[str, Any] = {
     "LOCK_TIMEOUT": 300,
     # Seconds a completed response is kept and replayed.
     "RETENTION": 86400,
+    # Bytes: a larger response body is not kept (the record says so, and a
+    # retry gets 409 idempotency_response_not_stored). None: no limit.
+    "MAX_STORED_BODY": 1024 * 1024,
+    # Live keys one principal may hold; a new key beyond it gets 429
+    # idempotency_too_many_keys. None: no limit.
+    "MAX_KEYS_PER_PRINCIPAL": None,
     # False: keep 2xx/3xx only (HyphaBase). True: keep 4xx too, except the
     # statuses in NEVER_RETAINED_CLIENT_ERRORS (Hodoflow).
     "RETAIN_CLIENT_ERRORS": False,

@@ -34,6 +34,7 @@ def idempotent(
     retention: int | None = None,
     retain_client_errors: bool | None = None,
     atomic: bool | None = None,
+    max_stored_body: int | None = None,
 ) -> Callable[[ViewT], ViewT]: ...
 
 
@@ -44,19 +45,22 @@ def idempotent(
     retention: int | None = None,
     retain_client_errors: bool | None = None,
     atomic: bool | None = None,
+    max_stored_body: int | None = None,
 ) -> Any:
     """Protect a view (function, class-based view, DRF view or viewset, or one action).
 
     ``required``: answer 400 ``idempotency_key_missing`` when the key is absent.
     ``retention``: seconds to keep the stored response. ``retain_client_errors``:
     keep 4xx responses too. ``atomic``: run the view in a transaction that also
-    stores its response. Each defaults to the ``IDEMPOTENCY`` setting.
+    stores its response. ``max_stored_body``: bytes above which a response is
+    not kept. Each defaults to the ``IDEMPOTENCY`` setting.
     """
     options = ViewOptions(
         required=required,
         retention=retention,
         retain_client_errors=retain_client_errors,
         atomic=atomic,
+        max_stored_body=max_stored_body,
     )
 
     def decorate(target: Any) -> Any:

@@ -44,6 +44,9 @@ class IdempotencyRecord(models.Model):
     status_code = models.PositiveSmallIntegerField(_("response status"), null=True, blank=True)
     response_headers = models.JSONField(_("response headers"), default=list, blank=True)
     response_body = models.BinaryField(_("response body"), default=b"", blank=True)
+    #: The response was larger than MAX_STORED_BODY: the request ran, but
+    #: its body was not kept, and a retry is told so instead of a replay.
+    body_omitted = models.BooleanField(_("body not kept"), default=False)
     created_at = models.DateTimeField(_("created"), default=timezone.now)
     completed_at = models.DateTimeField(_("completed"), null=True, blank=True)
     expires_at = models.DateTimeField(_("expires"))
@@ -61,6 +64,9 @@ class IdempotencyRecord(models.Model):
             # The purge walks expiries; the admin lists newest first.
             models.Index(fields=["expires_at"], name="idempotency_record_expires"),
             models.Index(fields=["created_at", "id"], name="idempotency_record_created"),
+            # MAX_KEYS_PER_PRINCIPAL counts a principal's live keys; the
+            # principal purge finds them.
+            models.Index(fields=["principal", "expires_at"], name="idempotency_record_principal"),
         ]
 
     def __str__(self) -> str:

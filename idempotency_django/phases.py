@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -84,6 +85,7 @@ class ViewOptions:
     retention: int | None = None
     retain_client_errors: bool | None = None
     atomic: bool | None = None
+    max_stored_body: int | None = None
 
 
 # -- running a view through the phases -----------------------------------------
@@ -272,15 +274,49 @@ class Attempt:
             return self.held(claim)
         self.token = claim.token
         self.attempt = "takeover" if claim.took_over else "first"
+        too_many = self.over_key_limit()
+        if too_many is not None:
+            return too_many
         self.log(logging.INFO, "reserved")
         self.send(signals.reserved)
         setattr(_django_request(self.request), ACTIVE_ATTRIBUTE, True)
         return self
 
+    def over_key_limit(self) -> HttpResponseBase | None:
+        """With ``MAX_KEYS_PER_PRINCIPAL``: 429, and the key given back, for one key too many.
+
+        Counted once the key is claimed, so a replay or a conflict is never
+        refused. Concurrent first requests may each see the other: the limit
+        errs on the side of refusing.
+        """
+        limit = idempotency_settings.MAX_KEYS_PER_PRINCIPAL
+        if not limit or self.info.kind != "request":
+            return None
+        lifetime = self.lock_timeout() + self.retention()
+        try:
+            count, first_expiry = self.store.count_keys(self.key, lifetime)
+        except StoreUnavailable as exc:
+            self.log(logging.ERROR, "unavailable", error=_error_name(exc))
+            self.release(None, "unavailable")
+            return self.unavailable()
+        if count <= limit:
+            return None
+        self.release(None, "too_many_keys")
+        self.log(logging.INFO, "rejected", code=problems.TOO_MANY_KEYS)
+        return problems.problem_response(
+            429,
+            problems.TOO_MANY_KEYS,
+            f"This principal holds {limit} live idempotency keys, the most it may. "
+            "Retry when one has expired.",
+            retry_after=max(1, math.ceil(first_expiry or idempotency_settings.RETRY_AFTER)),
+        )
+
     def held(self, claim: Claim) -> HttpResponseBase:
         """The answer when the key is already taken: a replay or a conflict."""
         if claim.outcome is Outcome.REPLAY:
             assert claim.response is not None
+            if claim.response.body_omitted:
+                return self.not_stored(claim.response.status)
             self.log(logging.INFO, "replayed", status=claim.response.status)
             self.send(signals.replayed, status=claim.response.status)
             return replay_response(claim.response)
@@ -296,6 +332,19 @@ class Attempt:
         self.log(logging.INFO, "conflict", code=problems.KEY_IN_PROGRESS)
         self.send(signals.conflict, code=problems.KEY_IN_PROGRESS)
         return self.in_progress()
+
+    def not_stored(self, status: int) -> HttpResponseBase:
+        """The first request ran, but its response was too large to keep: say so, run nothing."""
+        self.log(logging.INFO, "conflict", code=problems.RESPONSE_NOT_STORED, status=status)
+        self.send(signals.conflict, code=problems.RESPONSE_NOT_STORED)
+        return problems.problem_response(
+            409,
+            problems.RESPONSE_NOT_STORED,
+            f"The request with this idempotency key already ran and answered {status}, "
+            "but its response was too large to keep for a replay. "
+            "Look the result up instead of retrying.",
+            original_status=status,
+        )
 
     def in_progress(self) -> HttpResponseBase:
         return problems.problem_response(
@@ -385,12 +434,25 @@ class Attempt:
         return "not_retained"
 
     def stored_response(self, response: HttpResponseBase) -> StoredResponse:
-        """What is kept for replay: the bytes the client gets, rendered first if lazy."""
+        """What is kept for replay: the bytes the client gets, rendered first if lazy.
+
+        A body over ``MAX_STORED_BODY`` is not kept: only that the request ran,
+        and its status, so that a retry neither runs again nor gets a replay.
+        """
         if not getattr(response, "is_rendered", True):
             response.render()  # type: ignore[attr-defined]
         assert isinstance(response, HttpResponse)
+        body = response.content
+        limit = _option(self.options.max_stored_body, idempotency_settings.MAX_STORED_BODY)
+        if limit is not None and len(body) > limit:
+            self.log(
+                logging.WARNING, "body_not_stored", status=response.status_code, size=len(body)
+            )
+            return StoredResponse(
+                status=response.status_code, headers=(), body=b"", body_omitted=True
+            )
         return StoredResponse(
-            status=response.status_code, headers=replay_headers(response), body=response.content
+            status=response.status_code, headers=replay_headers(response), body=body
         )
 
     def retention(self) -> int:

@@ -71,6 +71,9 @@ SNIPPET = re.compile(r'^\s*-{1,}8<-{1,}\s+"(?P<path>[^":]+)(?::(?P<section>[\w-]
 FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>`{3,}|~{3,})\s*(?P<lang>[\w+-]*)")
 #: Routes of the example project that curl examples may call.
 EXAMPLE_ROUTES = re.compile(r"^/(api/bookings/(\d+/)?|plain/bookings/|hooks/[\w-]+/)$")
+STANDARD_MEMBERS = {"type", "title", "status", "code", "detail"}
+#: Members a problem adds to the standard ones.
+EXTENSIONS = {problems.RESPONSE_NOT_STORED: {"original_status"}}
 PROBLEM_CODES = sorted(
     {
         value
@@ -239,12 +242,15 @@ def test_errors_page_documents_every_problem_code() -> None:
         shown.add(problem["code"])
         assert problem["code"] in PROBLEM_CODES
         assert headers["Content-Type"] == problems.PROBLEM_CONTENT_TYPE
+        standard = {name: problem[name] for name in problem if name in STANDARD_MEMBERS}
         expected = json.loads(problems.problem_response(status, problem["code"], "").content)
-        assert {**problem, "detail": ""} == expected
+        assert {**standard, "detail": ""} == expected
+        assert set(problem) - STANDARD_MEMBERS == EXTENSIONS.get(problem["code"], set())
         assert problem["detail"]
         wants_retry_after = problem["code"] in {
             problems.KEY_IN_PROGRESS,
             problems.UNAVAILABLE,
+            problems.TOO_MANY_KEYS,
             webhooks.IN_PROGRESS,
         }
         assert ("Retry-After" in headers) == wants_retry_after, problem["code"]
@@ -471,6 +477,19 @@ def test_errors_page_shows_what_the_library_answers(
         consumed, lambda: pytest.fail("the view ran"), ViewOptions()
     )
 
+    with override_settings(IDEMPOTENCY={"MAX_STORED_BODY": 10}):
+        post(alice_client, "/plain/bookings/", {"slot": "big"}, key="big")
+        actual[problems.RESPONSE_NOT_STORED] = post(
+            alice_client, "/plain/bookings/", {"slot": "big"}, key="big"
+        )
+    with override_settings(IDEMPOTENCY={"MAX_KEYS_PER_PRINCIPAL": 2}):
+        get_store().claim(
+            RecordKey(f"auth.user:{alice.pk}", "", "more"), RequestInfo("POST", "/x", "f"), 300
+        )
+        actual[problems.TOO_MANY_KEYS] = post(
+            alice_client, "/plain/bookings/", {"slot": "e"}, "new"
+        )
+
     # A Redis store pointed at a port nobody listens on: a real outage.
     down = {"STORE": "redis", "STORE_OPTIONS": {"cache": DOWN_ALIAS}}
     with override_settings(IDEMPOTENCY=down, CACHES=caches_with()):
@@ -483,4 +502,8 @@ def test_errors_page_shows_what_the_library_answers(
         assert json.loads(response.content) == problem, code
         assert response.status_code == problem["status"]
         assert response["Content-Type"] == headers["Content-Type"]
-        assert response.get("Retry-After") == headers.get("Retry-After"), code
+        if code == problems.TOO_MANY_KEYS:
+            # Seconds until the principal's first key expires: the docs show one value.
+            assert int(response["Retry-After"]) > 0
+        else:
+            assert response.get("Retry-After") == headers.get("Retry-After"), code

@@ -24,6 +24,8 @@ urlpatterns = [
     path("plain/fragile/", views.fragile_booking),
     path("plain/paused/", views.paused_booking),
     path("plain/form/", views.form_booking),
+    path("plain/large/", views.large_booking),
+    path("plain/small-limit/", views.small_limit_booking),
     path("api/form/", views.api_form_booking),
     path("api/book/", views.api_book),
     path("async/bookings/", views.async_booking),

@@ -43,6 +43,9 @@ class StoredResponse:
     status: int
     headers: tuple[tuple[str, str], ...]
     body: bytes
+    #: The request ran, but its response was larger than ``MAX_STORED_BODY``:
+    #: only the status is kept, and a retry is told so instead of a replay.
+    body_omitted: bool = False
 
 
 class Outcome(enum.Enum):
@@ -141,6 +144,15 @@ class BaseStore(ABC):
         work must then roll back. A reservation that expired without anyone
         claiming the key since is made again, as :meth:`complete` would.
         """
+
+    def count_keys(self, key: RecordKey, lifetime: int) -> tuple[int, float | None]:
+        """For ``MAX_KEYS_PER_PRINCIPAL``: how many live keys ``key``'s principal holds.
+
+        Called right after ``key`` was claimed (it counts), with the longest
+        it may live (``lifetime`` seconds). Returns the count and the seconds
+        until the first of those keys expires.
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot count keys per principal.")
 
     def joins_transaction(self) -> bool:
         """True when a claim now would join a database transaction open around the view.

@@ -139,6 +139,7 @@ class DatabaseStore(BaseStore):
             response.status,
             _json(response.headers),
             bytes(response.body),
+            response.body_omitted,
             *_seconds(connection, retention),
         ]
         with _unavailable_on_error(), connection.cursor() as cursor:
@@ -167,6 +168,17 @@ class DatabaseStore(BaseStore):
             # again, unless another request has claimed the key since.
             return _insert(connection, key, request, token, lock_timeout)
 
+    def count_keys(self, key: RecordKey, lifetime: int) -> tuple[int, float | None]:
+        connection = connections[self.alias]
+        params = [readable_value(key.principal), key.digest]
+        with _unavailable_on_error(), connection.cursor() as cursor:
+            cursor.execute(_statements(connection).count_keys, params)
+            others, first_expiry, now = cursor.fetchone()
+        if not others:
+            return 1, None
+        first_expiry, now = _datetime(connection, first_expiry), _datetime(connection, now)
+        return int(others) + 1, (first_expiry - now).total_seconds()
+
     def joins_transaction(self) -> bool:
         return _in_request_transaction(connections[self.alias])
 
@@ -176,14 +188,7 @@ class DatabaseStore(BaseStore):
         with connection.cursor() as cursor:
             # Parameters (none) so that every backend unescapes the SQL's %%.
             cursor.execute(f"SELECT {_statements(connection).now}", [])
-            value = cursor.fetchone()[0]
-        field = IdempotencyRecord._meta.get_field("expires_at")
-        assert isinstance(field, models.DateTimeField)
-        column = field.get_col("now")
-        converted: datetime = value
-        for converter in connection.ops.get_db_converters(column):
-            converted = converter(converted, column, connection)
-        return converted
+            return _datetime(connection, cursor.fetchone()[0])
 
     def check(self) -> list[checks.CheckMessage]:
         if self.alias not in connections.settings:
@@ -235,6 +240,7 @@ class _Row(NamedTuple):
     #: JSON text, or a list where the driver decodes JSON itself.
     response_headers: list[list[str]] | str
     response_body: bytes | memoryview
+    body_omitted: bool
 
     def stored_response(self) -> StoredResponse:
         headers = self.response_headers
@@ -244,7 +250,19 @@ class _Row(NamedTuple):
             status=self.status_code or 200,
             headers=tuple((str(name), str(value)) for name, value in headers),
             body=bytes(self.response_body),
+            body_omitted=bool(self.body_omitted),
         )
+
+
+def _datetime(connection: BaseDatabaseWrapper, value: Any) -> datetime:
+    """A datetime the database sent, converted as Django reads ``expires_at``."""
+    field = IdempotencyRecord._meta.get_field("expires_at")
+    assert isinstance(field, models.DateTimeField)
+    column = field.get_col(IdempotencyRecord._meta.db_table)
+    converted: datetime = value
+    for converter in connection.ops.get_db_converters(column):
+        converted = converter(converted, column, connection)
+    return converted
 
 
 def _scope(key: RecordKey) -> list[str]:
@@ -289,6 +307,8 @@ class _Statements:
     complete: str
     renew: str
     release: str
+    #: A principal's other live keys, the first expiry among them, and the time now.
+    count_keys: str
 
 
 _statements_by_vendor: dict[str, _Statements] = {}
@@ -308,6 +328,7 @@ _REQUEST_COLUMNS = (
     "status_code",
     "response_headers",
     "response_body",
+    "body_omitted",
 )
 
 
@@ -363,6 +384,7 @@ def _statements(connection: BaseDatabaseWrapper) -> _Statements:
             column("status_code"),
             column("response_headers"),
             column("response_body"),
+            column("body_omitted"),
         ]
     )
     read = f"SELECT {read_columns} FROM {table} WHERE {key_is}"
@@ -386,11 +408,17 @@ def _statements(connection: BaseDatabaseWrapper) -> _Statements:
         complete=(
             f"UPDATE {table} SET {column('state')} = '{COMPLETED}', "
             f"{column('status_code')} = %s, {column('response_headers')} = %s, "
-            f"{column('response_body')} = %s, {column('completed_at')} = {now}, "
+            f"{column('response_body')} = %s, {column('body_omitted')} = %s, "
+            f"{column('completed_at')} = {now}, "
             f"{column('expires_at')} = {later} WHERE {owned}"
         ),
         renew=f"UPDATE {table} SET {column('expires_at')} = {later} WHERE {owned}",
         release=f"DELETE FROM {table} WHERE {owned}",
+        count_keys=(
+            f"SELECT COUNT(*), MIN({column('expires_at')}), {now} FROM {table} "
+            f"WHERE {column('principal')} = %s AND {column('digest')} <> %s "
+            f"AND {column('kind')} = 'request' AND {column('expires_at')} > {now}"
+        ),
     )
     _statements_by_vendor[connection.display_name] = statements
     return statements
@@ -427,6 +455,7 @@ def _request_values(
         completed.status if completed else None,
         _json(completed.headers) if completed else "[]",
         bytes(completed.body) if completed else b"",
+        completed.body_omitted if completed else False,
     ]
 
 

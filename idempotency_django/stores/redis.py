@@ -33,16 +33,17 @@ Value (format 1)
     ``in_progress`` for a reservation (then ``status`` and ``headers`` are
     absent and the body is empty) or ``completed``; ``token`` is the owner's
     proof of ownership, ``fp`` the request fingerprint, ``headers`` the
-    replayed headers in order. A string is about half the memory of a hash
-    with the same fields once the body passes 64 bytes (Redis then stops
-    packing the hash).
+    replayed headers in order; ``"omitted":true`` (present only then) marks
+    a response larger than ``MAX_STORED_BODY``, whose body was not kept.
+    A string is about half the memory of a hash with the same fields once
+    the body passes 64 bytes (Redis then stops packing the hash).
 
     The key's TTL is the lock timeout while it is a reservation (an
     abandoned reservation is released by its expiry) and the retention once
     completed. Past it, Redis forgets the entry by itself.
 
 Atomicity
-    claim, complete, release and peek are each one Lua script (``EVALSHA``, so one
+    claim, complete, release, renew and peek are each one Lua script (``EVALSHA``, so one
     round trip) touching one key. A claim that finds a completed entry
     returns the stored response at once, so a replay costs one round trip.
     complete only writes while our token still owns an in-progress entry, or
@@ -65,6 +66,7 @@ Failures
 
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
 from typing import Any
@@ -75,6 +77,7 @@ from django.utils.module_loading import import_string
 from redis.commands.core import Script
 from redis.exceptions import RedisClusterException, RedisError
 
+from idempotency_django.conf import idempotency_settings
 from idempotency_django.stores.base import (
     BaseStore,
     Claim,
@@ -142,7 +145,8 @@ return {'claimed'}
 
 # KEYS[1] the entry; ARGV: token, retention (ms), status, headers (JSON), body,
 # "1" to store even when the entry is gone (our reservation expired and nobody
-# claimed the key since), and the fingerprint to keep then.
+# claimed the key since), the fingerprint to keep then, and "1" when the body
+# was too large to keep (MAX_STORED_BODY).
 # Returns 1 when stored, 0 when another request owns the key or it was stored already.
 COMPLETE_SCRIPT = (
     _LUA_HEAD
@@ -161,9 +165,13 @@ else
   end
   fp = head['fp']
 end
+local omitted = ''
+if ARGV[8] == '1' then
+  omitted = ',"omitted":true'
+end
 local completed = '{"v":1,"state":"completed","token":' .. cjson.encode(ARGV[1])
   .. ',"fp":' .. cjson.encode(fp) .. ',"status":' .. ARGV[3]
-  .. ',"headers":' .. ARGV[4] .. '}\\n' .. ARGV[5]
+  .. ',"headers":' .. ARGV[4] .. omitted .. '}\\n' .. ARGV[5]
 redis.call('SET', KEYS[1], completed, 'PX', ARGV[2])
 return 1
 """
@@ -203,6 +211,25 @@ end
 return 0
 """
 )
+
+# KEYS[1] a principal's index of keys (a sorted set: record digest -> expiry in
+# ms); ARGV: this key's digest, its longest lifetime (ms). Adds it, forgets the
+# expired ones, and returns {count, ms until the first of the others expires}.
+COUNT_KEYS_SCRIPT = """
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+local first = redis.call('ZRANGE', KEYS[1], 0, 1, 'WITHSCORES')
+local wait = -1
+if first[1] and first[1] ~= ARGV[1] then
+  wait = tonumber(first[2]) - now
+elseif first[3] then
+  wait = tonumber(first[4]) - now
+end
+return {redis.call('ZCARD', KEYS[1]), wait}
+"""
 
 # KEYS[1] the entry. Returns the state of a format-1 entry, or nil (no body is sent back).
 PEEK_SCRIPT = (
@@ -286,11 +313,29 @@ class RedisStore(BaseStore):
             bytes(response.body),
             "1" if request is not None else "0",
             request.fingerprint if request is not None else "",
+            "1" if response.body_omitted else "0",
         )
         return bool(reply == 1)
 
     def release(self, key: RecordKey, token: str) -> None:
         self._run("release", RELEASE_SCRIPT, self.redis_key(key), token)
+        if idempotency_settings.MAX_KEYS_PER_PRINCIPAL:
+            # A released key no longer counts against its principal. A separate
+            # call: the index is another key, maybe on another cluster node.
+            try:
+                self.client().zrem(self.principal_index(key), key.digest)
+            except _ERRORS as exc:
+                raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from exc
+
+    def count_keys(self, key: RecordKey, lifetime: int) -> tuple[int, float | None]:
+        count, first_expiry = self._run(
+            "count_keys",
+            COUNT_KEYS_SCRIPT,
+            self.principal_index(key),
+            key.digest,
+            _milliseconds(lifetime),
+        )
+        return int(count), (int(first_expiry) / 1000 if int(first_expiry) >= 0 else None)
 
     def renew(self, key: RecordKey, token: str, lock_timeout: int, request: RequestInfo) -> bool:
         reply = self._run(
@@ -354,6 +399,17 @@ class RedisStore(BaseStore):
                 )
             )
         user_settings = getattr(settings, "IDEMPOTENCY", None)
+        if isinstance(user_settings, dict) and user_settings.get("MAX_STORED_BODY", 0) is None:
+            messages.append(
+                checks.Warning(
+                    "IDEMPOTENCY['MAX_STORED_BODY'] is None with the Redis store: a response of "
+                    "any size is kept as one Redis string, and replaying a large one blocks "
+                    "Redis for every other client while it is sent.",
+                    hint="Keep a limit (the default is 1 MiB).",
+                    id="idempotency_django.W021",
+                )
+            )
+        user_settings = getattr(settings, "IDEMPOTENCY", None)
         if isinstance(user_settings, dict) and user_settings.get("ATOMIC"):
             messages.append(
                 checks.Warning(
@@ -371,6 +427,11 @@ class RedisStore(BaseStore):
     def redis_key(self, key: RecordKey) -> str:
         """The Redis key of ``key``: its scope and value, hashed."""
         return f"{self.key_prefix}:v{FORMAT_VERSION}:{key.digest}"
+
+    def principal_index(self, key: RecordKey) -> str:
+        """The sorted set of a principal's keys, kept only under ``MAX_KEYS_PER_PRINCIPAL``."""
+        principal = hashlib.sha256(key.principal.encode("utf-8", "surrogateescape")).hexdigest()
+        return f"{self.key_prefix}:v{FORMAT_VERSION}:principal:{principal}"
 
     def client(self) -> Any:
         """The raw redis-py client of the cache (looked up each time: it is per thread)."""
@@ -421,6 +482,7 @@ def decode_response(value: Any) -> StoredResponse:
             status=int(head["status"]),
             headers=tuple((str(name), str(value)) for name, value in head.get("headers") or []),
             body=body,
+            body_omitted=bool(head.get("omitted", False)),
         )
     except (ValueError, TypeError, KeyError) as exc:
         raise StoreUnavailable(f"A stored response could not be decoded: {exc}") from exc

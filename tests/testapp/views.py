@@ -289,3 +289,25 @@ def api_form_booking(request):  # type: ignore[no-untyped-def]
         },
         status=status.HTTP_201_CREATED,
     )
+
+
+def large_booking(request: HttpRequest) -> HttpResponse:
+    """Answers ``?size=`` bytes of JSON: over MAX_STORED_BODY when large enough."""
+    booking = Booking.objects.create(slot="large", owner=request.user)
+    size = int(request.GET.get("size", 0))
+    return JsonResponse({"id": booking.pk, "padding": "x" * size}, status=201)
+
+
+@idempotent(max_stored_body=64)
+def small_limit_booking(request: HttpRequest) -> HttpResponse:
+    booking = Booking.objects.create(slot="small-limit", owner=request.user)
+    return JsonResponse({"id": booking.pk, "padding": "x" * 100}, status=201)
+
+
+def long_principal_scope(request: HttpRequest):  # type: ignore[no-untyped-def]
+    """A custom SCOPE_FUNCTION whose principals are longer than the column."""
+    from idempotency_django.scope import Scope, location_of
+
+    if not request.user.is_authenticated:
+        return None
+    return Scope(principal=f"tenant-{'t' * 260}:{request.user.pk}", location=location_of(request))
