@@ -128,7 +128,9 @@ def test_every_request_runs_once_with_persistent_connections(
         assert Booking.objects.count() == THREADS * REQUESTS_PER_THREAD
 
 
-def storm_holding_connections(alice: User, count_connections: Callable[[], int]) -> tuple[Any, int]:
+def storm_holding_connections(
+    alice: User, url: str, count_connections: Callable[[], int]
+) -> tuple[Any, int]:
     """Run the storm; count the open connections once every thread has served, before any
     closes its own (as a server's threads keep theirs under ``CONN_MAX_AGE``)."""
     served_all = threading.Barrier(THREADS + 1)
@@ -140,23 +142,27 @@ def storm_holding_connections(alice: User, count_connections: Callable[[], int])
 
     clients = logged_in(alice)
     connections["default"].close()  # the test's own, used for the logins
-    running = Background(lambda: storm(clients, "/plain/bookings/", hold)).start()
+    running = Background(lambda: storm(clients, url, hold)).start()
     served_all.wait(HANG_GUARD)
     count = count_connections()
     counted.set()
     return running.join(), count
 
 
+@pytest.mark.parametrize("url", URLS)
 def test_one_client_connection_per_server_thread_through_pgbouncer(
-    alice: User, bouncer: Pgbouncer
+    alice: User, bouncer: Pgbouncer, url: str
 ) -> None:
     with through(bouncer, conn_max_age=60):
-        results, client_connections = storm_holding_connections(alice, bouncer.client_connections)
+        results, client_connections = storm_holding_connections(
+            alice, url, bouncer.client_connections
+        )
     assert results == ALL_CREATED
     assert client_connections == THREADS
 
 
-def test_one_server_connection_per_server_thread_on_postgresql(alice: User) -> None:
+@pytest.mark.parametrize("url", URLS)
+def test_one_server_connection_per_server_thread_on_postgresql(alice: User, url: str) -> None:
     name = f"idempotency-{uuid.uuid4().hex[:12]}"
 
     def server_connections() -> int:
@@ -170,6 +176,6 @@ def test_one_server_connection_per_server_thread_on_postgresql(alice: User) -> N
             return int(cursor.fetchone()[0])
 
     with project_database(CONN_MAX_AGE=60, OPTIONS={"application_name": name}):
-        results, count = storm_holding_connections(alice, server_connections)
+        results, count = storm_holding_connections(alice, url, server_connections)
     assert results == ALL_CREATED
     assert count == THREADS
