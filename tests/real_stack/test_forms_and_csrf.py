@@ -83,7 +83,9 @@ def test_a_key_is_scoped_to_the_user_who_logged_in(alice_browser: Client, bob: U
     assert sorted(b.owner.username for b in Booking.objects.all()) == ["alice", "bob"]
 
 
-def test_a_post_csrf_rejects_runs_nothing_and_leaves_the_key_free(alice_browser: Client) -> None:
+def test_a_post_that_csrf_rejects_runs_nothing_and_leaves_the_key_free(
+    alice_browser: Client,
+) -> None:
     rejected = post_urlencoded(alice_browser, "not-the-token", "form-3")
     assert rejected.status_code == 403
     assert Booking.objects.count() == 0
@@ -92,3 +94,39 @@ def test_a_post_csrf_rejects_runs_nothing_and_leaves_the_key_free(alice_browser:
     assert accepted.status_code == 201
     assert "Idempotency-Replayed" not in accepted
     assert Booking.objects.count() == 1
+
+
+# -- the same browser posting JSON to a DRF view (session authentication enforces CSRF) --
+
+
+def post_json(client: Client, token: str | None, key: str):  # type: ignore[no-untyped-def]
+    headers = {"Idempotency-Key": key}
+    if token is not None:
+        headers["X-CSRFToken"] = token
+    return client.post(
+        "/api/bookings/",
+        {"slot": "2026-07-30T09:00"},
+        content_type="application/json",
+        headers=headers,
+    )
+
+
+def test_json_post_to_a_drf_view_books_once_and_its_retry_replays(alice_browser: Client) -> None:
+    token = csrf_token_of(alice_browser, FORM)
+    first = post_json(alice_browser, token, "drf-1")
+    retry = post_json(alice_browser, token, "drf-1")
+    assert first.status_code == retry.status_code == 201
+    assert retry["Idempotency-Replayed"] == "true"
+    assert retry.content == first.content
+    assert Booking.objects.count() == 1
+
+
+def test_json_post_to_a_drf_view_without_its_csrf_token_leaves_the_key_free(
+    alice_browser: Client,
+) -> None:
+    rejected = post_json(alice_browser, None, "drf-2")
+    assert rejected.status_code == 403
+    assert Booking.objects.count() == 0
+    accepted = post_json(alice_browser, csrf_token_of(alice_browser, FORM), "drf-2")
+    assert accepted.status_code == 201
+    assert "Idempotency-Replayed" not in accepted
