@@ -12,9 +12,10 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import django
 import pytest
 from django.contrib.auth.models import User
-from django.db import connection
+from django.db import connection, connections
 from django.test import Client
 
 from idempotency_django.models import IdempotencyRecord
@@ -81,6 +82,32 @@ def test_storm_of_identical_requests_runs_the_view_once(alice: User, url: str) -
 def test_storm_under_atomic_requests_runs_the_view_once(alice: User, url: str) -> None:
     clients = [logged_in_client(alice) for _ in range(12)]
     assert_one_run(in_threads(len(clients), lambda i: keyed_post(clients[i], url)))
+
+
+@pytest.fixture
+def immediate_transactions() -> Iterator[None]:
+    """SQLite's ``BEGIN IMMEDIATE`` for the connections opened from now on (Django 5.1+)."""
+    options = connections.settings["default"]["OPTIONS"]
+    options["transaction_mode"] = "IMMEDIATE"
+    try:
+        yield
+    finally:
+        del options["transaction_mode"]
+
+
+@pytest.mark.skipif(
+    connection.vendor != "sqlite" or django.VERSION < (5, 1),
+    reason="SQLite's transaction_mode option (Django 5.1+)",
+)
+@pytest.mark.usefixtures("atomic_requests", "immediate_transactions")
+@pytest.mark.parametrize("url", ["/plain/bookings/?delay=0.2", "/api/bookings/?delay=0.2"])
+def test_storm_under_atomic_requests_on_sqlite_waits_for_the_writer_then_replays(
+    alice: User, url: str
+) -> None:
+    clients = [logged_in_client(alice) for _ in range(12)]
+    responses = in_threads(len(clients), lambda i: keyed_post(clients[i], url))
+    assert_one_run(responses)
+    assert [r.status_code for r in responses] == [201] * 12
 
 
 # -- a duplicate while the first is inside its view ---------------------------------------
