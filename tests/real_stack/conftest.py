@@ -1,0 +1,44 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import connections
+
+from tests.real_stack.middleware import STARTPROJECT
+
+TEMPLATES_DIR = Path(__file__).parent / "templates"
+
+
+@pytest.fixture(autouse=True)
+def real_project(settings: Any) -> None:
+    """This package's URLs, templates and ``startproject``'s middleware list."""
+    settings.ROOT_URLCONF = "tests.real_stack.urls"
+    settings.MIDDLEWARE = STARTPROJECT
+    settings.TEMPLATES = [
+        {
+            "BACKEND": "django.template.backends.django.DjangoTemplates",
+            "DIRS": [TEMPLATES_DIR],
+            "APP_DIRS": True,
+            "OPTIONS": {
+                "context_processors": [
+                    "django.template.context_processors.request",
+                    "django.contrib.auth.context_processors.auth",
+                    "django.contrib.messages.context_processors.messages",
+                ]
+            },
+        }
+    ]
+
+
+@pytest.fixture
+def atomic_requests() -> Iterator[None]:
+    """``ATOMIC_REQUESTS = True`` on the default database."""
+    database = connections.settings["default"]
+    database["ATOMIC_REQUESTS"] = True
+    try:
+        yield
+    finally:
+        database["ATOMIC_REQUESTS"] = False
