@@ -22,6 +22,7 @@ from idempotency_django.conf import (
 MIDDLEWARE_PATH = "idempotency_django.middleware.IdempotencyMiddleware"
 #: Middleware that must run before ours: it sets request.user, which scopes keys.
 MUST_PRECEDE = ("django.contrib.auth.middleware.AuthenticationMiddleware",)
+GZIP_PATH = "django.middleware.gzip.GZipMiddleware"
 UNSAFE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
 POSITIVE_INTEGERS = (
     "LOCK_TIMEOUT",
@@ -48,7 +49,7 @@ def check_middleware(**kwargs: Any) -> list[checks.CheckMessage]:
             )
         ]
     position = middleware.index(MIDDLEWARE_PATH)
-    return [
+    messages: list[checks.CheckMessage] = [
         checks.Error(
             f"IdempotencyMiddleware must come after {name}.",
             hint="Move it below, ideally to the end of MIDDLEWARE.",
@@ -57,6 +58,18 @@ def check_middleware(**kwargs: Any) -> list[checks.CheckMessage]:
         for name in MUST_PRECEDE
         if name in middleware and middleware.index(name) > position
     ]
+    if GZIP_PATH in middleware and middleware.index(GZIP_PATH) > position:
+        messages.append(
+            checks.Warning(
+                "GZipMiddleware comes after IdempotencyMiddleware: responses are stored "
+                "compressed, and a retry is answered gzip-encoded whatever its "
+                "Accept-Encoding says.",
+                hint="Put GZipMiddleware before IdempotencyMiddleware (near the top, "
+                "where Django recommends it), so each replay is compressed for its own request.",
+                id="idempotency_django.W003",
+            )
+        )
+    return messages
 
 
 @checks.register()

@@ -60,6 +60,9 @@ DEFAULTS: dict[str, Any] = {
     # Response headers copied into the stored response and replayed.
     "REPLAY_HEADERS": (
         "Content-Type",
+        # A compressed body is stored compressed (GZipMiddleware listed after
+        # IdempotencyMiddleware): it must be replayed with its encoding.
+        "Content-Encoding",
         "Content-Language",
         "Content-Location",
         "Location",

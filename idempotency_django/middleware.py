@@ -22,10 +22,12 @@ from collections.abc import Callable
 from typing import Any
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
+from django.conf import settings as django_settings
 from django.db import connections, transaction
 from django.http import HttpRequest
 from django.http.response import HttpResponseBase
 from django.urls import Resolver404, ResolverMatch, resolve
+from django.utils import translation
 
 from idempotency_django.conf import idempotency_settings
 from idempotency_django.fingerprint import prepare_body
@@ -91,10 +93,8 @@ def protected_view(request: HttpRequest) -> tuple[Callable[..., Any], ViewOption
     keyed = settings.HEADER in request.headers
     if not keyed and not settings.REQUIRED_PATHS:
         return None
-    try:
-        # Resolved as Django's handler will resolve it, before it does.
-        match = resolve(request.path_info, getattr(request, "urlconf", None))
-    except Resolver404:
+    match = resolve_as_the_handler_will(request)
+    if match is None:
         return None
     view = match.func
     if (
@@ -107,6 +107,28 @@ def protected_view(request: HttpRequest) -> tuple[Callable[..., Any], ViewOption
     if not keyed and not required:
         return None
     return view, ViewOptions(required=required)
+
+
+def resolve_as_the_handler_will(request: HttpRequest) -> ResolverMatch | None:
+    """The URL's match, as Django's handler will find it once the request reaches it.
+
+    ``i18n_patterns`` match the active language, which a ``LocaleMiddleware``
+    listed after this one has not activated yet: resolve again with the
+    language it will activate (the path's, or ``LANGUAGE_CODE`` for an
+    unprefixed default language).
+    """
+    urlconf = getattr(request, "urlconf", None)
+    try:
+        return resolve(request.path_info, urlconf)
+    except Resolver404:
+        if not django_settings.USE_I18N:
+            return None
+    language = translation.get_language_from_path(request.path_info)
+    with translation.override(language or django_settings.LANGUAGE_CODE):
+        try:
+            return resolve(request.path_info, urlconf)
+        except Resolver404:
+            return None
 
 
 def key_required(path: str, match: ResolverMatch) -> bool:

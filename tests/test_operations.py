@@ -145,6 +145,17 @@ def test_check_misordered_middleware() -> None:
     assert [m.id for m in check_middleware()] == ["idempotency_django.E001"]
 
 
+@override_settings(
+    MIDDLEWARE=[
+        "django.contrib.auth.middleware.AuthenticationMiddleware",
+        "idempotency_django.middleware.IdempotencyMiddleware",
+        "django.middleware.gzip.GZipMiddleware",
+    ]
+)
+def test_check_gzip_after_the_middleware() -> None:
+    assert [m.id for m in check_middleware()] == ["idempotency_django.W003"]
+
+
 @override_settings(MIDDLEWARE=[])
 def test_check_missing_middleware() -> None:
     assert [m.id for m in check_middleware()] == ["idempotency_django.W001"]
@@ -208,3 +219,40 @@ def test_takeover_is_logged_as_such(alice: User, caplog: pytest.LogCaptureFixtur
         r for r in caplog.records if getattr(r, "idempotency", {}).get("event") == "reserved"
     ]
     assert [r.idempotency["attempt"] for r in reserved] == ["takeover"]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("database", "idempotency", "code"),
+    [
+        ({"ENGINE": "django.db.backends.sqlite3", "ATOMIC_REQUESTS": True}, {}, "W011"),
+        ({"ENGINE": "django.db.backends.sqlite3"}, {"ATOMIC": True}, "W011"),
+        (
+            {"ENGINE": "django.db.backends.mysql", "ATOMIC_REQUESTS": True,
+             "OPTIONS": {"isolation_level": "repeatable read"}},
+            {},
+            "W012",
+        ),
+    ],
+)  # fmt: skip
+def test_check_transaction_settings_that_turn_409_into_503(
+    database: dict,
+    idempotency: dict,
+    code: str,  # type: ignore[type-arg]
+) -> None:
+    from django.db import connections
+
+    from idempotency_django.stores.database import DatabaseStore
+
+    settings_dict = connections.settings["default"]
+    saved = dict(settings_dict)
+    settings_dict.update({"OPTIONS": {}, **database})
+    try:
+        with override_settings(IDEMPOTENCY=idempotency):
+            assert f"idempotency_django.{code}" in {m.id for m in DatabaseStore().check()}
+        settings_dict.update(
+            {"ATOMIC_REQUESTS": False, "OPTIONS": {"transaction_mode": "IMMEDIATE"}}
+        )
+        assert f"idempotency_django.{code}" not in {m.id for m in DatabaseStore().check()}
+    finally:
+        settings_dict.clear()
+        settings_dict.update(saved)

@@ -212,6 +212,7 @@ class DatabaseStore(BaseStore):
                     id="idempotency_django.W010",
                 )
             )
+        messages.extend(_transaction_checks(self.alias, engine, database))
         if not settings.USE_TZ and not engine.endswith("postgresql"):
             messages.append(
                 checks.Error(
@@ -222,6 +223,42 @@ class DatabaseStore(BaseStore):
                 )
             )
         return messages
+
+
+def _transaction_checks(
+    alias: str, engine: str, database: dict[str, Any]
+) -> list[checks.CheckMessage]:
+    """Settings under which claims inside transactions answer 503 instead of 409."""
+    from idempotency_django.conf import idempotency_settings
+
+    options = database.get("OPTIONS") or {}
+    in_transactions = bool(database.get("ATOMIC_REQUESTS")) or bool(idempotency_settings.ATOMIC)
+    messages: list[checks.CheckMessage] = []
+    mode = str(options.get("transaction_mode") or "DEFERRED").upper()
+    if engine.endswith("sqlite3") and in_transactions and mode != "IMMEDIATE":
+        messages.append(
+            checks.Warning(
+                f"DATABASES[{alias!r}] is SQLite with transactions around protected views, "
+                "in SQLite's default DEFERRED mode: a duplicate that arrives while the first "
+                "request runs gets 503 idempotency_unavailable at once instead of waiting "
+                "for it (nothing runs twice either way).",
+                hint='Set DATABASES[...]["OPTIONS"]["transaction_mode"] = "IMMEDIATE" '
+                "(Django 5.1 or later).",
+                id="idempotency_django.W011",
+            )
+        )
+    level = str(options.get("isolation_level") or "").lower().replace("_", " ")
+    if in_transactions and ("repeatable" in level or "serializable" in level):
+        messages.append(
+            checks.Warning(
+                f"DATABASES[{alias!r}] runs transactions at {level.split('.')[-1].upper()}: "
+                "claims inside them may fail with serialization errors or deadlocks, "
+                "and duplicates then get 503 idempotency_unavailable instead of 409.",
+                hint="Use READ COMMITTED, Django's default on PostgreSQL and MySQL/MariaDB.",
+                id="idempotency_django.W012",
+            )
+        )
+    return messages
 
 
 # -- rows -------------------------------------------------------------------

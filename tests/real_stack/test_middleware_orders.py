@@ -87,11 +87,6 @@ def test_login_required_lets_a_logged_in_user_book_once(settings: Any, alice: Us
         pytest.param(
             with_middleware(GZIP, after=IDEMPOTENCY),
             id="gzip-after-idempotency",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="library bug: the body is stored gzipped, but Content-Encoding is not "
-                "replayed, so the replay is gzip bytes sent as text/plain",
-            ),
         ),
     ],
 )
@@ -128,12 +123,6 @@ def fresh_worker_thread() -> Iterator[None]:
         pytest.param(
             with_middleware(LOCALE, after=IDEMPOTENCY),
             id="locale-last",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="library bug: the middleware resolves the URL before LocaleMiddleware "
-                "activates the request's language, so /de/... resolves to nothing and the "
-                "keyed request runs unprotected",
-            ),
         ),
     ],
 )
