@@ -25,6 +25,7 @@ IDEMPOTENCY = {
     "ANONYMOUS": "ignore",
     "REPLAY_HEADERS": (
         "Content-Type",
+        "Content-Encoding",
         "Content-Language",
         "Content-Location",
         "Location",
