@@ -17,6 +17,9 @@ from django.utils.module_loading import import_string
 SETTING_NAME = "IDEMPOTENCY"
 
 DEFAULTS: dict[str, Any] = {
+    # False turns the protection off everywhere (e.g. in a test): keyed
+    # requests then run as if they had no key.
+    "ENABLED": True,
     # Where reservations and stored responses live: a short name or a dotted path.
     "STORE": "database",
     "STORE_OPTIONS": {},

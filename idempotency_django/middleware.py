@@ -88,7 +88,7 @@ def protected_view(request: HttpRequest) -> tuple[Callable[..., Any], ViewOption
     ``@idempotency_exempt``.
     """
     settings = idempotency_settings
-    if request.method not in settings.METHODS:
+    if not settings.ENABLED or request.method not in settings.METHODS:
         return None
     keyed = settings.HEADER in request.headers
     if not keyed and not settings.REQUIRED_PATHS:

@@ -178,8 +178,10 @@ def begin(
     request; run the view, then ``finish`` or ``abort`` the attempt.
     """
     settings = idempotency_settings
-    if request.method not in settings.METHODS or getattr(
-        _django_request(request), ACTIVE_ATTRIBUTE, False
+    if (
+        not settings.ENABLED
+        or request.method not in settings.METHODS
+        or getattr(_django_request(request), ACTIVE_ATTRIBUTE, False)
     ):
         return None
     raw_key = request.headers.get(settings.HEADER)

@@ -350,3 +350,13 @@ def test_replay_claims_in_one_statement_that_cannot_fail(alice_client: Client) -
         assert store_sql[0].startswith("INSERT INTO")
         assert "ON CONFLICT" in store_sql[0] and "DO NOTHING" in store_sql[0]
     assert store_sql[1].startswith("SELECT")
+
+
+@pytest.mark.parametrize("url", ["/plain/bookings/", "/plain/cbv/", "/api/bookings/"])
+def test_the_protection_can_be_switched_off(alice_client: Client, url: str) -> None:
+    with override_settings(IDEMPOTENCY={"ENABLED": False, "REQUIRED": True}):
+        assert post(alice_client, url=url).status_code == 201
+        again = post(alice_client, url=url)
+    assert again.status_code == 201 and "Idempotency-Replayed" not in again
+    assert Booking.objects.count() == 2
+    assert not IdempotencyRecord.objects.exists()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 # --8<-- [start:everything]
 IDEMPOTENCY = {
+    "ENABLED": True,
     "STORE": "database",
     "STORE_OPTIONS": {},
     "HEADER": "Idempotency-Key",
