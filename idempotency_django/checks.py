@@ -95,6 +95,13 @@ def check_settings(**kwargs: Any) -> list[checks.CheckMessage]:
             errors.append(
                 _error(f"{SETTING_NAME}[{name!r}] must be a positive integer or None.", "E004")
             )
+    wait, lock_timeout = merged["WAIT_FOR_IN_PROGRESS"], merged["LOCK_TIMEOUT"]
+    if not isinstance(wait, (int, float)) or isinstance(wait, bool) or wait < 0:
+        message = f"{SETTING_NAME}['WAIT_FOR_IN_PROGRESS'] must be a number of seconds >= 0."
+        errors.append(_error(message, "E004"))
+    elif isinstance(lock_timeout, int) and wait >= lock_timeout:
+        message = f"{SETTING_NAME}['WAIT_FOR_IN_PROGRESS'] must be shorter than LOCK_TIMEOUT."
+        errors.append(_error(message, "E004"))
     if merged["REUSE_STATUS"] not in (409, 422):
         errors.append(_error(f"{SETTING_NAME}['REUSE_STATUS'] must be 409 or 422.", "E005"))
     if merged["ANONYMOUS"] not in ("ignore", "reject"):

@@ -35,6 +35,9 @@ DEFAULTS: dict[str, Any] = {
     "LOCK_TIMEOUT": 300,
     # Seconds a completed response is kept and replayed.
     "RETENTION": 86400,
+    # Seconds a duplicate of a request still running waits for its answer
+    # before 409 idempotency_key_in_progress. 0: answer 409 at once.
+    "WAIT_FOR_IN_PROGRESS": 0,
     # Bytes: a larger response body is not kept (the record says so, and a
     # retry gets 409 idempotency_response_not_stored). None: no limit.
     "MAX_STORED_BODY": 1024 * 1024,

@@ -35,6 +35,7 @@ def idempotent(
     retain_client_errors: bool | None = None,
     atomic: bool | None = None,
     max_stored_body: int | None = None,
+    wait_for_in_progress: float | None = None,
 ) -> Callable[[ViewT], ViewT]: ...
 
 
@@ -46,6 +47,7 @@ def idempotent(
     retain_client_errors: bool | None = None,
     atomic: bool | None = None,
     max_stored_body: int | None = None,
+    wait_for_in_progress: float | None = None,
 ) -> Any:
     """Protect a view (function, class-based view, DRF view or viewset, or one action).
 
@@ -53,7 +55,8 @@ def idempotent(
     ``retention``: seconds to keep the stored response. ``retain_client_errors``:
     keep 4xx responses too. ``atomic``: run the view in a transaction that also
     stores its response. ``max_stored_body``: bytes above which a response is
-    not kept. Each defaults to the ``IDEMPOTENCY`` setting.
+    not kept. ``wait_for_in_progress``: seconds a duplicate waits for the
+    request it duplicates. Each defaults to the ``IDEMPOTENCY`` setting.
     """
     options = ViewOptions(
         required=required,
@@ -61,6 +64,7 @@ def idempotent(
         retain_client_errors=retain_client_errors,
         atomic=atomic,
         max_stored_body=max_stored_body,
+        wait_for_in_progress=wait_for_in_progress,
     )
 
     def decorate(target: Any) -> Any:

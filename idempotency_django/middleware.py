@@ -57,8 +57,11 @@ class IdempotencyMiddleware:
         if protected is None:
             return self.get_response(request)
         view, options = protected
-        with view_transaction(view):
-            return run(lambda: begin(request, options), lambda: self.get_response(request))
+        return run(
+            lambda: begin(request, options),
+            lambda: self.get_response(request),
+            lambda: view_transaction(view),
+        )
 
     async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
         # No transaction spans an await: under ASGI the view's own

@@ -34,10 +34,12 @@ Transactions decide what "exactly once" means:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import math
-from collections.abc import Awaitable, Callable, Iterator
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,6 +69,7 @@ from idempotency_django.stores import (
     StoreUnavailable,
     get_store,
 )
+from idempotency_django.stores.base import backoff
 
 logger = logging.getLogger("idempotency_django")
 
@@ -86,17 +89,43 @@ class ViewOptions:
     retain_client_errors: bool | None = None
     atomic: bool | None = None
     max_stored_body: int | None = None
+    wait_for_in_progress: float | None = None
 
 
 # -- running a view through the phases -----------------------------------------
 
 #: Phase 1 of one request, ready to call: see :func:`begin`.
-BeginPhase = Callable[[], "Attempt | HttpResponseBase | None"]
+BeginPhase = Callable[[], "Attempt | Busy | HttpResponseBase | None"]
+#: The transaction to run phase 1, the view and phase 2 in (or none).
+Block = Callable[[], contextlib.AbstractContextManager[Any]]
 
 
-def run(begin_phase: BeginPhase, call_view: Callable[[], HttpResponseBase]) -> HttpResponseBase:
-    """Begin, then run the view only for an attempt, and finish or abort it."""
-    outcome = begin_phase()
+def run(
+    begin_phase: BeginPhase,
+    call_view: Callable[[], HttpResponseBase],
+    block: Block = contextlib.nullcontext,
+) -> HttpResponseBase:
+    """Begin, then run the view only for an attempt, and finish or abort it; all in ``block``.
+
+    A :class:`Busy` key is waited for outside ``block``, then phase 1 begins again.
+    """
+    deadline = None
+    while True:
+        with block():
+            outcome = begin_phase()
+            if not isinstance(outcome, Busy):
+                return _run_view(outcome, call_view)
+        deadline = deadline or time.monotonic() + outcome.seconds
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or _open_transactions():
+            # Waiting would hold a transaction someone else opened: answer now.
+            return outcome.conflict()
+        outcome.wait(remaining)
+
+
+def _run_view(
+    outcome: Attempt | HttpResponseBase | None, call_view: Callable[[], HttpResponseBase]
+) -> HttpResponseBase:
     if outcome is None:
         return call_view()
     if isinstance(outcome, HttpResponseBase):
@@ -112,8 +141,21 @@ def run(begin_phase: BeginPhase, call_view: Callable[[], HttpResponseBase]) -> H
 async def arun(
     begin_phase: BeginPhase, call_view: Callable[[], Awaitable[HttpResponseBase]]
 ) -> HttpResponseBase:
-    """:func:`run` for async views: the phases' blocking I/O runs in a worker thread."""
-    outcome = await sync_to_async(begin_phase)()
+    """:func:`run` for async views: the phases' blocking I/O runs in a worker thread.
+
+    A :class:`Busy` key is waited for with ``asyncio.sleep`` between looks at
+    the store: the event loop goes on serving other requests.
+    """
+    deadline = None
+    while True:
+        outcome = await sync_to_async(begin_phase)()
+        if not isinstance(outcome, Busy):
+            break
+        deadline = deadline or time.monotonic() + outcome.seconds
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return await sync_to_async(outcome.conflict)()
+        await outcome.await_settled(remaining)
     if outcome is None:
         return await call_view()
     if isinstance(outcome, HttpResponseBase):
@@ -137,8 +179,8 @@ def protect(
     With ``atomic`` (the option or the ``ATOMIC`` setting) the claim, the view
     and the completion run in one transaction.
     """
-    with atomic_block() if _option(options.atomic, idempotency_settings.ATOMIC) else _no_block():
-        return run(lambda: begin(request, options), call_view)
+    atomic = _option(options.atomic, idempotency_settings.ATOMIC)
+    return run(lambda: begin(request, options), call_view, atomic_block if atomic else _no_block)
 
 
 async def aprotect(
@@ -158,9 +200,8 @@ def atomic_block() -> Any:
     return transaction.atomic(using=get_store().database_alias or DEFAULT_DB_ALIAS)
 
 
-@contextlib.contextmanager
-def _no_block() -> Iterator[None]:
-    yield
+def _no_block() -> contextlib.AbstractContextManager[Any]:
+    return contextlib.nullcontext()
 
 
 # -- phase 1 --------------------------------------------------------------------
@@ -168,14 +209,16 @@ def _no_block() -> Iterator[None]:
 
 def begin(
     request: HttpRequest, options: ViewOptions = ViewOptions()
-) -> Attempt | HttpResponseBase | None:
+) -> Attempt | Busy | HttpResponseBase | None:
     """Decide what a request gets before its view runs.
 
     None: not a protected request (a safe method, no key, an anonymous
     principal under ``ANONYMOUS="ignore"``): run the view as usual. A
     response: send it and do not run the view (a replay, a conflict, a bad
     key, the store down). An :class:`Attempt`: the key is claimed for this
-    request; run the view, then ``finish`` or ``abort`` the attempt.
+    request; run the view, then ``finish`` or ``abort`` the attempt. A
+    :class:`Busy`: another request holds the key and the view waits for it
+    (``WAIT_FOR_IN_PROGRESS``); :func:`run` handles it.
     """
     settings = idempotency_settings
     if (
@@ -262,7 +305,7 @@ class Attempt:
 
     # -- phase 1: claim --
 
-    def claim(self) -> Attempt | HttpResponseBase:
+    def claim(self) -> Attempt | Busy | HttpResponseBase:
         """Claim the key: this attempt when it is ours, else the answer to send."""
         self.in_transaction = self.store.joins_transaction()
         try:
@@ -313,7 +356,7 @@ class Attempt:
             retry_after=max(1, math.ceil(first_expiry or idempotency_settings.RETRY_AFTER)),
         )
 
-    def held(self, claim: Claim) -> HttpResponseBase:
+    def held(self, claim: Claim) -> HttpResponseBase | Busy:
         """The answer when the key is already taken: a replay or a conflict."""
         if claim.outcome is Outcome.REPLAY:
             assert claim.response is not None
@@ -331,6 +374,14 @@ class Attempt:
                 "This idempotency key was already used with a different request. "
                 "Use a new key for a new operation.",
             )
+        seconds = float(
+            _option(self.options.wait_for_in_progress, idempotency_settings.WAIT_FOR_IN_PROGRESS)
+        )
+        if seconds > 0:
+            return Busy(self, seconds)
+        return self.conflict_in_progress()
+
+    def conflict_in_progress(self) -> HttpResponseBase:
         self.log(logging.INFO, "conflict", code=problems.KEY_IN_PROGRESS)
         self.send(signals.conflict, code=problems.KEY_IN_PROGRESS)
         return self.in_progress()
@@ -524,6 +575,44 @@ class Attempt:
 
     def log(self, level: int, event: str, **fields: Any) -> None:
         log(level, event, self.request, key_digest=self.digest, attempt=self.attempt, **fields)
+
+
+@dataclass
+class Busy:
+    """Phase 1's answer for a key a running request holds, when the view waits for it.
+
+    The driver waits (outside any transaction) until the first request has
+    finished or ``seconds`` have passed, then begins again: the retry then
+    replays the first request's answer, runs if the first one failed, or gets
+    ``409 idempotency_key_in_progress`` after all.
+    """
+
+    attempt: Attempt
+    seconds: float
+
+    def wait(self, seconds: float) -> None:
+        self.attempt.log(logging.INFO, "waiting", seconds=round(seconds, 3))
+        # On a store failure, begin again: the claim then answers 503 if it stays down.
+        with contextlib.suppress(StoreUnavailable):
+            self.attempt.store.wait(self.attempt.key, seconds)
+
+    async def await_settled(self, seconds: float) -> None:
+        self.attempt.log(logging.INFO, "waiting", seconds=round(seconds, 3))
+        store, key = self.attempt.store, self.attempt.key
+        deadline = time.monotonic() + seconds
+        for pause in backoff():
+            try:
+                if not await sync_to_async(store.is_held)(key):
+                    return
+            except StoreUnavailable:
+                return
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            await asyncio.sleep(min(pause, remaining))
+
+    def conflict(self) -> HttpResponseBase:
+        return self.attempt.conflict_in_progress()
 
 
 # -- helpers --------------------------------------------------------------------

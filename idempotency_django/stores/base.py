@@ -11,13 +11,23 @@ from __future__ import annotations
 
 import enum
 import functools
+import time
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from django.core.checks import CheckMessage
 
 from idempotency_django.keys import record_digest
+
+
+def backoff() -> Iterator[float]:
+    """Pauses between looks at a held key: 20 ms, doubling, at most 250 ms."""
+    pause = 0.02
+    while True:
+        yield pause
+        pause = min(pause * 2, 0.25)
 
 
 class StoreUnavailable(Exception):
@@ -144,6 +154,26 @@ class BaseStore(ABC):
         work must then roll back. A reservation that expired without anyone
         claiming the key since is made again, as :meth:`complete` would.
         """
+
+    def is_held(self, key: RecordKey) -> bool:
+        """True while a request that is still running holds ``key``."""
+        return self.peek(key) is Outcome.IN_PROGRESS
+
+    def wait(self, key: RecordKey, timeout: float) -> None:
+        """Return once ``key`` is no longer held by a running request, or after ``timeout``.
+
+        For ``WAIT_FOR_IN_PROGRESS``. This one looks at the store again and
+        again, with growing pauses; a store that can be told when a key
+        settles overrides it. Never called inside a transaction.
+        """
+        deadline = time.monotonic() + timeout
+        for pause in backoff():
+            if not self.is_held(key):
+                return
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            time.sleep(min(pause, remaining))
 
     def count_keys(self, key: RecordKey, lifetime: int) -> tuple[int, float | None]:
         """For ``MAX_KEYS_PER_PRINCIPAL``: how many live keys ``key``'s principal holds.

@@ -122,6 +122,27 @@ class DatabaseStore(BaseStore):
             return None
         return Outcome.REPLAY if row.state == COMPLETED else Outcome.IN_PROGRESS
 
+    def is_held(self, key: RecordKey) -> bool:
+        # A reservation made inside another request's transaction is not
+        # visible yet: ask for the lock that transaction holds on the key.
+        connection = connections[self.alias]
+        sql = _statements(connection)
+        with _unavailable_on_error():
+            if not _in_request_transaction(connection):
+                if sql.lock is not None:
+                    with connection.cursor() as cursor:
+                        cursor.execute(sql.lock, [_lock_id(key)])
+                        if not cursor.fetchone()[0]:
+                            return True
+                elif sql.read_locked is not None:
+                    try:
+                        _read(connection, sql.read_locked, key)
+                    except OperationalError as exc:
+                        if exc.args and exc.args[0] in _MYSQL_LOCK_ERRORS:
+                            return True
+                        raise
+        return super().is_held(key)
+
     def complete(
         self,
         key: RecordKey,

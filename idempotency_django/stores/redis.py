@@ -42,6 +42,11 @@ Value (format 1)
     abandoned reservation is released by its expiry) and the retention once
     completed. Past it, Redis forgets the entry by itself.
 
+Waiting
+    complete and release publish on ``<key>:settled``, so a duplicate that
+    waits for the first request (``WAIT_FOR_IN_PROGRESS``) subscribes
+    instead of polling.
+
 Atomicity
     claim, complete, release, renew and peek are each one Lua script (``EVALSHA``, so one
     round trip) touching one key. A claim that finds a completed entry
@@ -68,6 +73,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 import uuid
 from typing import Any
 
@@ -173,6 +179,7 @@ local completed = '{"v":1,"state":"completed","token":' .. cjson.encode(ARGV[1])
   .. ',"fp":' .. cjson.encode(fp) .. ',"status":' .. ARGV[3]
   .. ',"headers":' .. ARGV[4] .. omitted .. '}\\n' .. ARGV[5]
 redis.call('SET', KEYS[1], completed, 'PX', ARGV[2])
+redis.call('PUBLISH', KEYS[1] .. ':settled', 'completed')
 return 1
 """
 )
@@ -187,7 +194,9 @@ if not value then
 end
 local head = head_of(value)
 if head and head['state'] == 'in_progress' and head['token'] == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', KEYS[1] .. ':settled', 'released')
+  return 1
 end
 return 0
 """
@@ -326,6 +335,23 @@ class RedisStore(BaseStore):
                 self.client().zrem(self.principal_index(key), key.digest)
             except _ERRORS as exc:
                 raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from exc
+
+    def wait(self, key: RecordKey, timeout: float) -> None:
+        # complete and release publish on the entry's channel: no polling.
+        deadline = time.monotonic() + timeout
+        try:
+            subscription = self.client().pubsub(ignore_subscribe_messages=True)
+            try:
+                subscription.subscribe(self.redis_key(key) + ":settled")
+                while self.is_held(key):  # looked at once subscribed: nothing is missed
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return
+                    subscription.get_message(timeout=remaining)
+            finally:
+                subscription.close()
+        except _ERRORS as exc:
+            raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from exc
 
     def count_keys(self, key: RecordKey, lifetime: int) -> tuple[int, float | None]:
         count, first_expiry = self._run(

@@ -14,6 +14,7 @@ IDEMPOTENCY = {
     "FINGERPRINT_FUNCTION": "idempotency_django.fingerprint.default_fingerprint",
     "LOCK_TIMEOUT": 300,
     "RETENTION": 86400,
+    "WAIT_FOR_IN_PROGRESS": 0,
     "MAX_STORED_BODY": 1024 * 1024,
     "MAX_KEYS_PER_PRINCIPAL": None,
     "RETAIN_CLIENT_ERRORS": False,

@@ -1,0 +1,202 @@
+"""WAIT_FOR_IN_PROGRESS: a duplicate waits for the request it duplicates, then replays it.
+
+The first request is held inside its view at a checkpoint; the duplicate runs
+in another thread and says when it starts waiting (its ``waiting`` log line),
+so nothing here depends on sleeping and hoping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from asgiref.sync import async_to_sync
+from django.contrib.auth.models import User
+from django.db import connection, connections
+from django.test import AsyncClient, override_settings
+
+from tests.checkpoints import Checkpoint
+from tests.concurrency import Background, logged_in_client
+from tests.redis_helpers import ALIAS, redis_store_settings
+from tests.testapp.models import Booking
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+BODY = json.dumps({"slot": "2026-07-30T09:00:00Z"})
+URL = "/plain/paused/?at=first"
+
+
+def keyed_post(client, url: str = URL, key: str = "booking-8891"):  # type: ignore[no-untyped-def]
+    return client.post(url, BODY, content_type="application/json", HTTP_IDEMPOTENCY_KEY=key)
+
+
+class Waiting(logging.Handler):
+    """Set once a request logs that it waits for the key."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.started = threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if getattr(record, "idempotency", {}).get("event") == "waiting":
+            self.started.set()
+
+
+@pytest.fixture
+def waiting() -> Iterator[Waiting]:
+    handler = Waiting()
+    logger = logging.getLogger("idempotency_django")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    yield handler
+    logger.removeHandler(handler)
+    logger.setLevel(level)
+
+
+@pytest.fixture(params=["database", "redis"])
+def store(request: pytest.FixtureRequest) -> Iterator[dict[str, object]]:
+    if request.param == "redis":
+        with redis_store_settings():
+            yield {"STORE": "redis", "STORE_OPTIONS": {"cache": ALIAS}}
+    else:
+        yield {}
+
+
+def test_a_duplicate_waits_and_replays_the_answer(
+    alice: User, store: dict[str, object], waiting: Waiting
+) -> None:
+    with override_settings(IDEMPOTENCY={**store, "WAIT_FOR_IN_PROGRESS": 10}):
+        with Checkpoint("first") as first_request:
+            first = Background(lambda: keyed_post(logged_in_client(alice))).start()
+            first_request.wait_until_reached()
+            duplicate = Background(lambda: keyed_post(logged_in_client(alice))).start()
+            assert waiting.started.wait(10), "the duplicate never waited"
+            assert duplicate.is_running()
+            first_request.release()
+            assert first.join().status_code == 201
+        answer = duplicate.join()
+    assert answer.status_code == 201
+    assert answer["Idempotency-Replayed"] == "true"
+    assert answer.content == first.result.content
+    assert Booking.objects.count() == 1
+
+
+def test_past_the_wait_the_duplicate_gets_409(
+    alice: User, store: dict[str, object], waiting: Waiting
+) -> None:
+    wait = override_settings(IDEMPOTENCY={**store, "WAIT_FOR_IN_PROGRESS": 0.3})
+    with wait, Checkpoint("first") as first_request:
+        first = Background(lambda: keyed_post(logged_in_client(alice))).start()
+        first_request.wait_until_reached()
+        started = time.monotonic()
+        answer = keyed_post(logged_in_client(alice))
+        waited = time.monotonic() - started
+        first_request.release()
+        first.join()
+    assert answer.status_code == 409
+    assert answer.json()["code"] == "idempotency_key_in_progress"
+    assert answer["Retry-After"] == "1"
+    assert waiting.started.is_set()
+    assert waited >= 0.3  # it did wait its time before answering
+    assert Booking.objects.count() == 1
+
+
+def test_when_the_first_fails_the_waiting_duplicate_runs(
+    alice: User, store: dict[str, object], waiting: Waiting
+) -> None:
+    """A 5xx releases the key: the duplicate that waited is the retry that runs."""
+    failing = "/plain/paused/?at=first&status=503"
+    with override_settings(IDEMPOTENCY={**store, "WAIT_FOR_IN_PROGRESS": 10}):
+        with Checkpoint("first") as first_request:
+            first = Background(lambda: keyed_post(logged_in_client(alice), failing)).start()
+            first_request.wait_until_reached()
+            duplicate = Background(lambda: keyed_post(logged_in_client(alice), failing)).start()
+            assert waiting.started.wait(10)
+            first_request.release()
+            assert first.join().status_code == 503
+        answer = duplicate.join()
+    assert answer.status_code == 503  # it ran the view itself: not a replay, not a 409
+    assert "Idempotency-Replayed" not in answer
+    assert Booking.objects.count() == 2
+
+
+@pytest.fixture
+def atomic_requests() -> Iterator[None]:
+    settings_dict = connections.settings["default"]
+    settings_dict["ATOMIC_REQUESTS"] = True
+    yield
+    settings_dict["ATOMIC_REQUESTS"] = False
+
+
+@pytest.mark.usefixtures("atomic_requests")
+def test_a_waiting_duplicate_holds_no_transaction(alice: User, waiting: Waiting) -> None:
+    """Under ATOMIC_REQUESTS the first holds its transaction; the waiter holds none."""
+    if connection.vendor == "sqlite":
+        pytest.skip("SQLite's writer lock makes a duplicate wait in the claim itself")
+    # Logged in before: on MariaDB a login's UPDATE of last_login would wait for the
+    # first request's transaction, whose booking locks the user row (a foreign key).
+    clients = [logged_in_client(alice), logged_in_client(alice)]
+    with override_settings(IDEMPOTENCY={"WAIT_FOR_IN_PROGRESS": 10}):
+        with Checkpoint("first") as first_request:
+            first = Background(lambda: keyed_post(clients[0])).start()
+            first_request.wait_until_reached()
+            duplicate = Background(lambda: keyed_post(clients[1])).start()
+            assert waiting.started.wait(10)
+            in_transaction = sessions_in_a_transaction()
+            first_request.release()
+            assert first.join().status_code == 201
+        assert duplicate.join()["Idempotency-Replayed"] == "true"
+    assert in_transaction == {first_request.info["server_id"]}
+    assert Booking.objects.count() == 1
+
+
+def sessions_in_a_transaction() -> set[int]:
+    """The server-side ids of the connections that hold an open transaction right now."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                "SELECT pid FROM pg_stat_activity "
+                "WHERE datname = current_database() AND state LIKE 'idle in transaction%%'"
+            )
+        else:
+            cursor.execute("SELECT trx_mysql_thread_id FROM information_schema.innodb_trx")
+        return {int(row[0]) for row in cursor.fetchall()}
+
+
+def test_an_async_duplicate_waits_without_blocking_the_event_loop(
+    alice: User, waiting: Waiting
+) -> None:
+    client = AsyncClient()
+    client.force_login(alice)
+
+    async def scenario():  # type: ignore[no-untyped-def]
+        async def book():  # type: ignore[no-untyped-def]
+            return await client.post(
+                "/async/bookings/?delay=1",
+                BODY,
+                content_type="application/json",
+                headers={"Idempotency-Key": "async-wait"},
+            )
+
+        first = asyncio.ensure_future(book())
+        await asyncio.sleep(0.2)  # the first is inside its view by now
+        duplicate = asyncio.ensure_future(book())
+        ticks = 0
+        while not duplicate.done():  # the loop keeps turning while the duplicate waits
+            ticks += 1
+            await asyncio.sleep(0.05)
+        return await first, await duplicate, ticks
+
+    with override_settings(IDEMPOTENCY={"WAIT_FOR_IN_PROGRESS": 10}):
+        first, duplicate, ticks = async_to_sync(scenario)()
+    assert first.status_code == 201
+    assert duplicate.status_code == 201 and duplicate["Idempotency-Replayed"] == "true"
+    assert waiting.started.is_set()
+    assert ticks >= 5
+    assert Booking.objects.count() == 1
