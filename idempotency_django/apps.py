@@ -1,6 +1,12 @@
 from __future__ import annotations
 
+import logging
+
 from django.apps import AppConfig
+
+#: Django's loggers whose lines carry a request's URL, which for a webhook
+#: receiver holds its trigger token.
+URL_LOGGERS = ("django.request", "django.security.csrf", "django.server")
 
 
 class IdempotencyConfig(AppConfig):
@@ -10,3 +16,22 @@ class IdempotencyConfig(AppConfig):
 
     def ready(self) -> None:
         from idempotency_django import checks  # noqa: F401  (registers the checks)
+
+        install_log_redaction()
+
+
+def install_log_redaction() -> None:
+    """Put :class:`~idempotency_django.webhooks.RedactTriggerURLs` on :data:`URL_LOGGERS`, once.
+
+    On the loggers, not on handlers, so that it applies whatever handlers a
+    project sets, its own included. Django applies ``LOGGING`` before apps are
+    ready, and ``dictConfig`` (then or later) replaces a logger's handlers but
+    keeps its filters, also when it disables the logger, so no configuration
+    removes it. A filter the project already put there is not added twice.
+    """
+    from idempotency_django.webhooks import RedactTriggerURLs
+
+    for name in URL_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(existing, RedactTriggerURLs) for existing in logger.filters):
+            logger.addFilter(RedactTriggerURLs())

@@ -22,11 +22,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
+from urllib.parse import unquote, urlsplit
 
 from asgiref.sync import iscoroutinefunction
 from django.conf import settings as django_settings
 from django.http import HttpRequest, JsonResponse
 from django.http.response import HttpResponseBase
+from django.urls import Resolver404, resolve
 from django.utils.crypto import salted_hmac
 
 from idempotency_django import problems
@@ -291,22 +293,95 @@ class DeliveryAttempt(Attempt):
 
 
 class RedactTriggerURLs(logging.Filter):
-    """A filter for Django's ``django.request`` logger: a receiver's route, not its URL.
+    """A receiver's route in place of its URL in Django's log lines.
 
-    Django logs every 4xx/5xx as ``"Bad Request: /hooks/<the token>/"``; for
-    views decorated with :func:`deduplicate_webhook` this puts the URL pattern
-    (``hooks/<str:token>/``) in its place, so trigger tokens stay out of logs.
+    A trigger token is in the receiver's URL, and Django logs URLs: each
+    4xx/5xx on ``django.request`` (``"Bad Request: /hooks/<the token>/"``), a
+    CSRF failure on ``django.security.csrf``, every request line of runserver
+    on ``django.server``. For views decorated with :func:`deduplicate_webhook`
+    this filter puts the URL pattern (``hooks/<str:token>/``) in its place;
+    other URLs are left alone. The app installs it on those three loggers.
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
-        request = getattr(record, "request", None)
-        match = getattr(request, "resolver_match", None)
-        if match is None or not getattr(match.func, RECEIVER_ATTRIBUTE, False):
-            return True
-        secret = {request.path, request.get_full_path()}  # type: ignore[union-attr]
-        if isinstance(record.args, tuple):
-            record.args = tuple(str(match.route) if arg in secret else arg for arg in record.args)
+        if isinstance(record.args, tuple) and record.args:
+            request = getattr(record, "request", None)
+            if isinstance(request, HttpRequest):
+                record.args = _redact_request_urls(record.args, request)
+            else:
+                record.args = _redact_request_line(record.args)
         return True
+
+
+def _redact_request_urls(args: tuple[Any, ...], request: HttpRequest) -> tuple[Any, ...]:
+    match = getattr(request, "resolver_match", None)
+    if match is None:  # answered before URL resolution, by a middleware
+        route = _receiver_route(request.path_info, getattr(request, "urlconf", None))
+    else:
+        route = str(match.route) if _is_receiver(match.func) else None
+    if route is None:
+        return args
+    urls = {request.path, request.path_info, request.get_full_path()}
+    # Django's log_response escapes its arguments (non-ASCII, backslashes).
+    urls |= {url.encode("unicode_escape").decode("ascii") for url in urls}
+    longest_first = sorted(urls, key=len, reverse=True)
+
+    def redact(text: str) -> str:
+        for url in longest_first:
+            text = text.replace(url, route)
+        return text
+
+    return tuple(redact(arg) if isinstance(arg, str) else arg for arg in args)
+
+
+def _redact_request_line(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """runserver's ``("POST /hooks/<the token>/?a=b HTTP/1.1", status, size)``."""
+    words = args[0].split(" ") if isinstance(args[0], str) else []
+    if len(words) < 2:
+        return args
+    route = _receiver_route(unquote(urlsplit(words[1]).path))
+    if route is None:
+        return args
+    return (" ".join([words[0], route, *words[2:]]), *args[1:])
+
+
+def _receiver_route(path: str, urlconf: str | None = None) -> str | None:
+    """The route of the receiver at ``path``, or None when it is not one.
+
+    A receiver's URL without its trailing slash counts: its token is real, and
+    ``APPEND_SLASH`` answers it with a redirect that servers log.
+    """
+    for candidate in (path,) if path.endswith("/") else (path, path + "/"):
+        try:
+            match = resolve(candidate, urlconf)
+        except Resolver404:
+            continue
+        return str(match.route) if _is_receiver(match.func) else None
+    return None
+
+
+def _is_receiver(view: Callable[..., Any]) -> bool:
+    """A resolved view decorated with :func:`deduplicate_webhook`, or a class view's handler."""
+    if _marked(view):
+        return True
+    view_class = getattr(view, "view_class", None) or getattr(view, "cls", None)
+    if view_class is None:
+        return False
+    names = [*getattr(view_class, "http_method_names", ()), *getattr(view, "actions", {}).values()]
+    return any(_marked(getattr(view_class, name, None)) for name in names)
+
+
+def _marked(handler: Any) -> bool:
+    if getattr(handler, RECEIVER_ATTRIBUTE, False):
+        return True
+    # @api_view keeps the decorated function only in its handler's closure.
+    for cell in getattr(handler, "__closure__", None) or ():
+        try:
+            if getattr(cell.cell_contents, RECEIVER_ATTRIBUTE, False):
+                return True
+        except ValueError:  # an empty cell
+            continue
+    return False
 
 
 def _fallback_identity(token: str, body: bytes, bucket: int) -> DeliveryIdentity:
