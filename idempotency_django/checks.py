@@ -23,6 +23,7 @@ MIDDLEWARE_PATH = "idempotency_django.middleware.IdempotencyMiddleware"
 #: Middleware that must run before ours: it sets request.user, which scopes keys.
 MUST_PRECEDE = ("django.contrib.auth.middleware.AuthenticationMiddleware",)
 GZIP_PATH = "django.middleware.gzip.GZipMiddleware"
+SESSION_PATH = "django.contrib.sessions.middleware.SessionMiddleware"
 UNSAFE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
 POSITIVE_INTEGERS = (
     "LOCK_TIMEOUT",
@@ -58,6 +59,19 @@ def check_middleware(**kwargs: Any) -> list[checks.CheckMessage]:
         for name in MUST_PRECEDE
         if name in middleware and middleware.index(name) > position
     ]
+    user = getattr(settings, SETTING_NAME, {})
+    anonymous = user.get("ANONYMOUS") if isinstance(user, dict) else None
+    if anonymous == "session" and (
+        SESSION_PATH not in middleware or middleware.index(SESSION_PATH) > position
+    ):
+        messages.append(
+            checks.Error(
+                "IDEMPOTENCY['ANONYMOUS'] is 'session', which needs SessionMiddleware "
+                "before IdempotencyMiddleware.",
+                hint=f"Add {SESSION_PATH!r} above it.",
+                id="idempotency_django.E014",
+            )
+        )
     if GZIP_PATH in middleware and middleware.index(GZIP_PATH) > position:
         messages.append(
             checks.Warning(
@@ -104,8 +118,9 @@ def check_settings(**kwargs: Any) -> list[checks.CheckMessage]:
         errors.append(_error(message, "E004"))
     if merged["REUSE_STATUS"] not in (409, 422):
         errors.append(_error(f"{SETTING_NAME}['REUSE_STATUS'] must be 409 or 422.", "E005"))
-    if merged["ANONYMOUS"] not in ("ignore", "reject"):
-        errors.append(_error(f"{SETTING_NAME}['ANONYMOUS'] must be 'ignore' or 'reject'.", "E006"))
+    if merged["ANONYMOUS"] not in ("ignore", "reject", "session"):
+        message = f"{SETTING_NAME}['ANONYMOUS'] must be 'ignore', 'reject' or 'session'."
+        errors.append(_error(message, "E006"))
     methods = {str(method).upper() for method in merged["METHODS"]}
     if not methods <= UNSAFE_METHODS:
         errors.append(

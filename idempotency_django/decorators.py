@@ -36,6 +36,8 @@ def idempotent(
     atomic: bool | None = None,
     max_stored_body: int | None = None,
     wait_for_in_progress: float | None = None,
+    fingerprint: Callable[[Any], str] | str | None = None,
+    scope: Callable[[Any], Any] | str | None = None,
 ) -> Callable[[ViewT], ViewT]: ...
 
 
@@ -48,6 +50,8 @@ def idempotent(
     atomic: bool | None = None,
     max_stored_body: int | None = None,
     wait_for_in_progress: float | None = None,
+    fingerprint: Callable[[Any], str] | str | None = None,
+    scope: Callable[[Any], Any] | str | None = None,
 ) -> Any:
     """Protect a view (function, class-based view, DRF view or viewset, or one action).
 
@@ -56,7 +60,10 @@ def idempotent(
     keep 4xx responses too. ``atomic``: run the view in a transaction that also
     stores its response. ``max_stored_body``: bytes above which a response is
     not kept. ``wait_for_in_progress``: seconds a duplicate waits for the
-    request it duplicates. Each defaults to the ``IDEMPOTENCY`` setting.
+    request it duplicates. ``fingerprint`` and ``scope``: functions (or dotted
+    paths) used instead of ``FINGERPRINT_FUNCTION`` and ``SCOPE_FUNCTION``, for
+    example :func:`~idempotency_django.fingerprint.json_fields`. Each defaults
+    to the ``IDEMPOTENCY`` setting.
     """
     options = ViewOptions(
         required=required,
@@ -65,6 +72,8 @@ def idempotent(
         atomic=atomic,
         max_stored_body=max_stored_body,
         wait_for_in_progress=wait_for_in_progress,
+        fingerprint=fingerprint,
+        scope=scope,
     )
 
     def decorate(target: Any) -> Any:

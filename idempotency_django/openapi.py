@@ -24,6 +24,7 @@ import inspect
 from http import HTTPStatus
 from typing import Any
 
+from django.utils.module_loading import import_string
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.plumbing import ComponentRegistry, ResolvedComponent, get_doc
 from drf_spectacular.settings import spectacular_settings
@@ -167,12 +168,23 @@ class IdempotentAutoSchema(AutoSchema):
             "same key and the same request gets the stored response, marked with "
             f"`{REPLAYED_HEADER}: true`, without running again. 1 to {MAX_KEY_LENGTH} "
             "printable ASCII characters, no comma (or an RFC 8941 quoted string). "
+            + self.same_request_description(options)
             + (
                 "Required on this endpoint."
                 if required
                 else "Optional: without it the request runs unprotected."
             )
         )
+
+    def same_request_description(self, options: ViewOptions) -> str:
+        """Which parts of a request make a retry "the same request" on this endpoint."""
+        function = options.fingerprint or idempotency_settings.FINGERPRINT_FUNCTION
+        if isinstance(function, str):
+            function = import_string(function)
+        described = getattr(function, "description", None)
+        if not described:  # a function of the project's that does not say
+            return ""
+        return f"A retry is the same request when {described} are the same. "
 
     def get_operation(
         self,

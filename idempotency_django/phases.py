@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
 import time
@@ -50,6 +51,7 @@ from django.http import FileResponse, HttpRequest, HttpResponse
 from django.http.request import RawPostDataException
 from django.http.response import HttpResponseBase
 from django.urls import Resolver404, resolve
+from django.utils.module_loading import import_string
 
 from idempotency_django import problems, signals
 from idempotency_django.conf import (
@@ -59,7 +61,7 @@ from idempotency_django.conf import (
 )
 from idempotency_django.fingerprint import prepare_body
 from idempotency_django.keys import InvalidKey, key_digest, parse_key
-from idempotency_django.scope import MAX_LOCATION_LENGTH
+from idempotency_django.scope import MAX_LOCATION_LENGTH, Scope, session_scope
 from idempotency_django.stores import (
     Claim,
     Outcome,
@@ -90,6 +92,10 @@ class ViewOptions:
     atomic: bool | None = None
     max_stored_body: int | None = None
     wait_for_in_progress: float | None = None
+    #: A function (or its dotted path) used instead of ``FINGERPRINT_FUNCTION``.
+    fingerprint: Callable[[HttpRequest], str] | str | None = None
+    #: A function (or its dotted path) used instead of ``SCOPE_FUNCTION``.
+    scope: Callable[[HttpRequest], Scope | None] | str | None = None
 
 
 # -- running a view through the phases -----------------------------------------
@@ -240,7 +246,9 @@ def begin(
         log(logging.INFO, "rejected", request, code=problems.KEY_INVALID)
         return problems.problem_response(400, problems.KEY_INVALID, str(exc))
 
-    scope = settings.SCOPE_FUNCTION(request)
+    scope = _function(options.scope, settings.SCOPE_FUNCTION)(request)
+    if scope is None and settings.ANONYMOUS == "session":
+        scope = session_scope(request)
     if scope is None:
         if settings.ANONYMOUS == "reject":
             return problems.problem_response(
@@ -259,7 +267,7 @@ def begin(
         )
     try:
         prepare_body(request)
-        fingerprint = settings.FINGERPRINT_FUNCTION(request)
+        fingerprint = _function(options.fingerprint, settings.FINGERPRINT_FUNCTION)(request)
     except RawPostDataException:
         return problems.problem_response(
             400,
@@ -654,6 +662,18 @@ def _open_transactions() -> list[str]:
 def _roll_back(aliases: list[str]) -> None:
     for alias in aliases:
         transaction.set_rollback(True, using=alias)
+
+
+def _function(value: Callable[..., Any] | str | None, default: Callable[..., Any]) -> Any:
+    """A view's own function (given itself or by dotted path), else the setting's."""
+    if value is None:
+        return default
+    return _imported(value) if isinstance(value, str) else value
+
+
+@functools.cache
+def _imported(path: str) -> Any:
+    return import_string(path)
 
 
 def _option(value: Any, default: Any) -> Any:

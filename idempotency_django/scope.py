@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +45,23 @@ def default_scope(request: HttpRequest) -> Scope | None:
     if principal is None:
         return None
     return Scope(principal=principal, location=location_of(request))
+
+
+def session_scope(request: HttpRequest) -> Scope | None:
+    """An anonymous visitor's scope: their Django session, started if there is none.
+
+    For ``ANONYMOUS = "session"``: a guest checkout or a public form gets the
+    protection a logged-in user gets, and one session never sees another's
+    responses. The principal is a digest of the session key (a credential,
+    never stored as such). Needs ``SessionMiddleware``; None without it.
+    """
+    session = getattr(request, "session", None)
+    if session is None:
+        return None
+    if session.session_key is None:
+        session.save()  # SessionMiddleware sends its cookie with the response
+    digest = hashlib.sha256(str(session.session_key).encode()).hexdigest()
+    return Scope(principal=f"session:{digest}", location=location_of(request))
 
 
 def location_of(request: HttpRequest) -> str:

@@ -336,6 +336,12 @@ def test_django_view_examples(alice_client: Client, alice: User) -> None:
     post(alice_client, "/clicks/", key="same")
     assert Booking.objects.filter(slot="click").count() == 2
 
+    slot = {"slot": "9:00", "customer": "Dana"}
+    post(alice_client, "/slots/", {**slot, "sent_at": 1}, key="s1")
+    retry = post(alice_client, "/slots/", {**slot, "sent_at": 2}, key="s1")
+    assert retry["Idempotency-Replayed"] == "true"
+    assert Booking.objects.filter(slot="9:00").count() == 1
+
 
 @docs_urls
 def test_drf_view_examples(alice_client: Client) -> None:

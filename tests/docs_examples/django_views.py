@@ -47,3 +47,18 @@ def track_click(request):
 
 
 # --8<-- [end:options]
+
+
+# --8<-- [start:fingerprint]
+from idempotency_django.fingerprint import json_fields  # noqa: E402
+
+
+@idempotent(fingerprint=json_fields("slot", "customer"))
+def book_slot(request):
+    """The app also sends a fresh "sent_at" with every attempt: only these fields count."""
+    payload = json.loads(request.body)
+    booking = Booking.objects.create(slot=payload["slot"], customer=payload["customer"])
+    return JsonResponse({"id": booking.pk}, status=201)
+
+
+# --8<-- [end:fingerprint]

@@ -15,6 +15,7 @@ urlpatterns = [
     path("vouchers/redeem/", django_views.redeem_voucher),
     path("bookings/<int:pk>/cancel/", django_views.CancelBooking.as_view()),
     path("clicks/", django_views.track_click),
+    path("slots/", django_views.book_slot),
     path("api/book/", drf_views.book),
     path("api/", include(router.urls)),
     path("hooks/standard/<str:token>/", webhooks.standard_receiver),

@@ -9,6 +9,7 @@ import time
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.views import View
+from django.views.decorators.csrf import csrf_exempt
 from rest_framework import serializers, status, viewsets
 from rest_framework.decorators import (
     action,
@@ -21,6 +22,7 @@ from rest_framework.response import Response
 
 from idempotency_django import idempotency_exempt, idempotent
 from idempotency_django.drf import IdempotentMixin
+from idempotency_django.fingerprint import ignore_json_fields, json_fields
 from idempotency_django.phases import ViewOptions
 from idempotency_django.webhooks import deduplicate_webhook
 from tests.testapp.models import Booking
@@ -311,3 +313,46 @@ def long_principal_scope(request: HttpRequest):  # type: ignore[no-untyped-def]
     if not request.user.is_authenticated:
         return None
     return Scope(principal=f"tenant-{'t' * 260}:{request.user.pk}", location=location_of(request))
+
+
+@idempotent(fingerprint=json_fields("slot", "customer"))
+def slot_booking(request: HttpRequest) -> HttpResponse:
+    """A retry that differs only in fields other than slot and customer replays."""
+    payload = json.loads(request.body)
+    booking = Booking.objects.create(slot=payload["slot"], owner=request.user)
+    return JsonResponse({"id": booking.pk}, status=201)
+
+
+@idempotent(fingerprint=ignore_json_fields("sent_at", "nonce"))
+def nonce_booking(request: HttpRequest) -> HttpResponse:
+    payload = json.loads(request.body)
+    booking = Booking.objects.create(slot=payload.get("slot", ""), owner=request.user)
+    return JsonResponse({"id": booking.pk}, status=201)
+
+
+def organisation_scope(request: HttpRequest):  # type: ignore[no-untyped-def]
+    """Keys shared by everyone of an organisation (its X-Organisation header, in this test)."""
+    from idempotency_django.scope import Scope
+
+    organisation = request.headers.get("X-Organisation")
+    return Scope(principal=f"org:{organisation}") if organisation else None
+
+
+@idempotent(scope="tests.testapp.views.organisation_scope")
+def organisation_booking(request: HttpRequest) -> HttpResponse:
+    booking = Booking.objects.create(slot="org")
+    return JsonResponse({"id": booking.pk}, status=201)
+
+
+@csrf_exempt
+def guest_booking(request: HttpRequest) -> HttpResponse:
+    """A public form: no login, protected through the guest's session."""
+    booking = Booking.objects.create(slot=request.POST.get("slot", "guest"))
+    return JsonResponse({"id": booking.pk}, status=201)
+
+
+@api_view(["POST"])
+@idempotent(fingerprint=json_fields("slot"))
+def api_slot_booking(request):  # type: ignore[no-untyped-def]
+    booking = Booking.objects.create(slot=str(request.data.get("slot", "")), owner=request.user)
+    return Response({"id": booking.pk}, status=status.HTTP_201_CREATED)
