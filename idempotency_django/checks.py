@@ -15,6 +15,7 @@ from django.utils.module_loading import import_string
 from idempotency_django.conf import (
     DEFAULTS,
     FORBIDDEN_REPLAY_HEADERS,
+    IMPORT_STRINGS,
     SETTING_NAME,
     STORE_ALIASES,
 )
@@ -139,7 +140,7 @@ def check_settings(**kwargs: Any) -> list[checks.CheckMessage]:
                 "E008",
             )
         )
-    for name in ("SCOPE_FUNCTION", "FINGERPRINT_FUNCTION", "WEBHOOK_BODY_ID_FUNCTION"):
+    for name in sorted(IMPORT_STRINGS):
         value = merged[name]
         if isinstance(value, str):
             try:

@@ -79,6 +79,22 @@ DEFAULTS: dict[str, Any] = {
         "Expires",
         "Vary",
     ),
+    # -- How answers look -------------------------------------------------
+    # The header that marks a replay ("Idempotent-Replayed" for Stripe's clients).
+    "REPLAYED_HEADER": "Idempotency-Replayed",
+    # A response header that echoes the request's key (e.g. "Idempotency-Key"). None: none.
+    "ECHO_KEY_HEADER": None,
+    # Problem "type" URIs are this base + the code (e.g. "https://example.com/errors#").
+    # None: "about:blank".
+    "PROBLEM_TYPE_BASE": None,
+    # Dotted path to a function(request, members, headers) -> HttpResponse.
+    "PROBLEM_RENDERER": "idempotency_django.problems.render_problem",
+    # On DRF views, raise refusals as idempotency_django.drf.IdempotencyError
+    # for DRF's EXCEPTION_HANDLER to render, instead of answering them.
+    "DRF_EXCEPTION_HANDLER": False,
+    # Dotted path to a function(request, response) -> HttpResponse called with
+    # every replay: it may add headers, or answer something else instead.
+    "REPLAY_HOOK": None,
     # Request header whose value is logged as request_id and kept on the
     # record: set it when a trusted proxy sets the header. None: no request id.
     "REQUEST_ID_HEADER": None,
@@ -119,7 +135,15 @@ STORE_ALIASES = {
     "redis": "idempotency_django.stores.redis.RedisStore",
 }
 
-IMPORT_STRINGS = frozenset({"SCOPE_FUNCTION", "FINGERPRINT_FUNCTION", "WEBHOOK_BODY_ID_FUNCTION"})
+IMPORT_STRINGS = frozenset(
+    {
+        "SCOPE_FUNCTION",
+        "FINGERPRINT_FUNCTION",
+        "WEBHOOK_BODY_ID_FUNCTION",
+        "PROBLEM_RENDERER",
+        "REPLAY_HOOK",
+    }
+)
 
 
 class IdempotencySettings:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from django.http.response import HttpResponseBase
+from rest_framework.exceptions import APIException
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
@@ -22,7 +23,7 @@ from idempotency_django.fingerprint import prepare_body
 from idempotency_django.marks import EXEMPT_ATTRIBUTE, PROTECTED_ATTRIBUTE
 from idempotency_django.phases import ViewOptions, protect
 
-__all__ = ["IdempotentMixin", "protect_drf_call", "protect_view_class"]
+__all__ = ["IdempotencyError", "IdempotentMixin", "protect_drf_call", "protect_view_class"]
 
 ViewClassT = TypeVar("ViewClassT", bound=type)
 
@@ -55,6 +56,23 @@ def protect_drf_call(
         return view.finalize_response(request, response, *view.args, **view.kwargs)
 
     return protect(request, call_and_finalize, options)
+
+
+class IdempotencyError(APIException):
+    """A refusal of the library, for DRF's ``EXCEPTION_HANDLER`` to render.
+
+    Raised instead of answering with a problem response on DRF views when
+    ``IDEMPOTENCY["DRF_EXCEPTION_HANDLER"]`` is on. ``detail`` holds every
+    member of the problem (``code`` included, the one clients match on),
+    ``status_code`` its status and ``wait`` the seconds for ``Retry-After``.
+    """
+
+    def __init__(self, members: dict[str, Any], retry_after: int | None = None) -> None:
+        super().__init__(code=members["code"])
+        # As is, not turned into ErrorDetail strings: the status stays a number.
+        self.detail = members
+        self.status_code = int(members["status"])
+        self.wait = retry_after
 
 
 class IdempotentMixin:

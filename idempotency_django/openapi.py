@@ -35,7 +35,7 @@ from idempotency_django.conf import idempotency_settings
 from idempotency_django.drf import IdempotentMixin
 from idempotency_django.keys import MAX_KEY_LENGTH
 from idempotency_django.marks import EXEMPT_ATTRIBUTE, OPTIONS_ATTRIBUTE, PROTECTED_ATTRIBUTE
-from idempotency_django.phases import REPLAYED_HEADER, ViewOptions
+from idempotency_django.phases import ViewOptions
 
 __all__ = ["PROBLEM_COMPONENT_NAME", "IdempotentAutoSchema", "view_idempotency_options"]
 
@@ -166,8 +166,9 @@ class IdempotentAutoSchema(AutoSchema):
             "A client-generated unique key for this operation (e.g. a UUID), sent again "
             "unchanged on every retry. The first request with a key runs; a retry with the "
             "same key and the same request gets the stored response, marked with "
-            f"`{REPLAYED_HEADER}: true`, without running again. 1 to {MAX_KEY_LENGTH} "
-            "printable ASCII characters, no comma (or an RFC 8941 quoted string). "
+            f"`{idempotency_settings.REPLAYED_HEADER}: true`, without running again. "
+            f"1 to {MAX_KEY_LENGTH} printable ASCII characters, "
+            "no comma (or an RFC 8941 quoted string). "
             + self.same_request_description(options)
             + (
                 "Required on this endpoint."
@@ -207,7 +208,7 @@ class IdempotentAutoSchema(AutoSchema):
         for code, response in responses.items():
             if str(code).startswith("2") and isinstance(response, dict):
                 response.setdefault("headers", {}).setdefault(
-                    REPLAYED_HEADER,
+                    idempotency_settings.REPLAYED_HEADER,
                     {
                         "schema": {"type": "string", "enum": ["true"]},
                         "description": "`true` when this is the stored response of an "

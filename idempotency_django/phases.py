@@ -75,8 +75,6 @@ from idempotency_django.stores.base import backoff
 
 logger = logging.getLogger("idempotency_django")
 
-REPLAYED_HEADER = "Idempotency-Replayed"
-
 #: Set on the Django request while its key is claimed, so that a second layer
 #: (a DRF handler calling an inherited protected handler) stays out.
 ACTIVE_ATTRIBUTE = "_idempotency_active"
@@ -236,22 +234,26 @@ def begin(
     raw_key = request.headers.get(settings.HEADER)
     if raw_key is None:
         if _option(options.required, settings.REQUIRED):
-            return problems.problem_response(
-                400, problems.KEY_MISSING, f"This endpoint requires an {settings.HEADER} header."
+            return problems.problem(
+                request,
+                400,
+                problems.KEY_MISSING,
+                f"This endpoint requires an {settings.HEADER} header.",
             )
         return None
     try:
         key = parse_key(raw_key)
     except InvalidKey as exc:
         log(logging.INFO, "rejected", request, code=problems.KEY_INVALID)
-        return problems.problem_response(400, problems.KEY_INVALID, str(exc))
+        return problems.problem(request, 400, problems.KEY_INVALID, str(exc))
 
     scope = _function(options.scope, settings.SCOPE_FUNCTION)(request)
     if scope is None and settings.ANONYMOUS == "session":
         scope = session_scope(request)
     if scope is None:
         if settings.ANONYMOUS == "reject":
-            return problems.problem_response(
+            return problems.problem(
+                request,
                 401,
                 problems.AUTHENTICATION_REQUIRED,
                 f"Requests with an {settings.HEADER} must be authenticated.",
@@ -259,7 +261,8 @@ def begin(
         log(logging.INFO, "unprotected", request, reason="anonymous")
         return None
     if len(scope.location) > MAX_LOCATION_LENGTH or not scope.location.isprintable():
-        return problems.problem_response(
+        return problems.problem(
+            request,
             400,
             problems.LOCATION_INVALID,
             f"The {settings.LOCATION_HEADER} header must be at most "
@@ -269,7 +272,8 @@ def begin(
         prepare_body(request)
         fingerprint = _function(options.fingerprint, settings.FINGERPRINT_FUNCTION)(request)
     except RawPostDataException:
-        return problems.problem_response(
+        return problems.problem(
+            request,
             400,
             problems.BODY_UNAVAILABLE,
             "The request body was consumed before it could be fingerprinted.",
@@ -281,7 +285,10 @@ def begin(
         request_id=request_id(request),
     )
     attempt = Attempt(request, RecordKey(scope.principal, scope.location, key), info, options)
-    return attempt.claim()
+    outcome = attempt.claim()
+    if isinstance(outcome, HttpResponseBase):
+        attempt.echo_key(outcome)
+    return outcome
 
 
 class Attempt:
@@ -356,7 +363,8 @@ class Attempt:
             return None
         self.release(None, "too_many_keys")
         self.log(logging.INFO, "rejected", code=problems.TOO_MANY_KEYS)
-        return problems.problem_response(
+        return problems.problem(
+            self.request,
             429,
             problems.TOO_MANY_KEYS,
             f"This principal holds {limit} live idempotency keys, the most it may. "
@@ -372,11 +380,14 @@ class Attempt:
                 return self.not_stored(claim.response.status)
             self.log(logging.INFO, "replayed", status=claim.response.status)
             self.send(signals.replayed, status=claim.response.status)
-            return replay_response(claim.response)
+            replay = replay_response(claim.response)
+            hook = idempotency_settings.REPLAY_HOOK
+            return hook(self.request, replay) if hook is not None else replay
         if claim.outcome is Outcome.REUSED:
             self.log(logging.INFO, "conflict", code=problems.KEY_REUSED)
             self.send(signals.conflict, code=problems.KEY_REUSED)
-            return problems.problem_response(
+            return problems.problem(
+                self.request,
                 int(idempotency_settings.REUSE_STATUS),
                 problems.KEY_REUSED,
                 "This idempotency key was already used with a different request. "
@@ -398,7 +409,8 @@ class Attempt:
         """The first request ran, but its response was too large to keep: say so, run nothing."""
         self.log(logging.INFO, "conflict", code=problems.RESPONSE_NOT_STORED, status=status)
         self.send(signals.conflict, code=problems.RESPONSE_NOT_STORED)
-        return problems.problem_response(
+        return problems.problem(
+            self.request,
             409,
             problems.RESPONSE_NOT_STORED,
             f"The request with this idempotency key already ran and answered {status}, "
@@ -408,7 +420,8 @@ class Attempt:
         )
 
     def in_progress(self) -> HttpResponseBase:
-        return problems.problem_response(
+        return problems.problem(
+            self.request,
             409,
             problems.KEY_IN_PROGRESS,
             "A request with this idempotency key is still being processed. "
@@ -417,7 +430,8 @@ class Attempt:
         )
 
     def unavailable(self) -> HttpResponseBase:
-        return problems.problem_response(
+        return problems.problem(
+            self.request,
             503,
             problems.UNAVAILABLE,
             "The idempotency key could not be claimed; nothing was done. Retry with the same key.",
@@ -426,8 +440,19 @@ class Attempt:
 
     # -- phase 2: finish or abort --
 
+    def echo_key(self, response: HttpResponseBase) -> None:
+        """Name the key on the answer when ``ECHO_KEY_HEADER`` asks for it."""
+        header = idempotency_settings.ECHO_KEY_HEADER
+        if header and self.info.kind == "request":
+            response[header] = self.key.key
+
     def finish(self, response: HttpResponseBase) -> HttpResponseBase:
         """Store the view's response for replay, or release the key; return what to send."""
+        answer = self.finish_attempt(response)
+        self.echo_key(answer)
+        return answer
+
+    def finish_attempt(self, response: HttpResponseBase) -> HttpResponseBase:
         setattr(_django_request(self.request), ACTIVE_ATTRIBUTE, False)
         reason = self.release_reason(response)
         if reason is not None:
@@ -620,7 +645,9 @@ class Busy:
             await asyncio.sleep(min(pause, remaining))
 
     def conflict(self) -> HttpResponseBase:
-        return self.attempt.conflict_in_progress()
+        response = self.attempt.conflict_in_progress()
+        self.attempt.echo_key(response)
+        return response
 
 
 # -- helpers --------------------------------------------------------------------
@@ -640,7 +667,7 @@ def replay_response(stored: StoredResponse) -> HttpResponse:
     del response["Content-Type"]  # only what the original response said
     for name, value in stored.headers:
         response[name] = value
-    response[REPLAYED_HEADER] = "true"
+    response[idempotency_settings.REPLAYED_HEADER] = "true"
     return response
 
 

@@ -196,7 +196,7 @@ def begin_delivery(
     try:
         identity, previous = delivery_identities(request, token, body_id=body_id)
     except InvalidKey as exc:
-        return problems.problem_response(400, problems.KEY_INVALID, str(exc))
+        return problems.problem(request, 400, problems.KEY_INVALID, str(exc))
     info = RequestInfo(
         method=str(request.method),
         path=route,  # the URL pattern, never the URL: it holds the token
@@ -252,7 +252,8 @@ class DeliveryAttempt(Attempt):
             self.log(logging.INFO, "duplicate")
             return JsonResponse({"status": "duplicate"}, status=202)
         self.log(logging.INFO, "in_progress")
-        return problems.problem_response(
+        return problems.problem(
+            self.request,
             409,
             IN_PROGRESS,
             "This delivery is being processed. Retry later.",
@@ -260,7 +261,8 @@ class DeliveryAttempt(Attempt):
         )
 
     def unavailable(self) -> HttpResponseBase:
-        return problems.problem_response(
+        return problems.problem(
+            self.request,
             503,
             problems.UNAVAILABLE,
             "The delivery could not be recorded; nothing was done. Retry later.",

@@ -38,6 +38,12 @@ IDEMPOTENCY = {
         "Expires",
         "Vary",
     ),
+    "REPLAYED_HEADER": "Idempotency-Replayed",
+    "ECHO_KEY_HEADER": None,
+    "PROBLEM_TYPE_BASE": None,
+    "PROBLEM_RENDERER": "idempotency_django.problems.render_problem",
+    "DRF_EXCEPTION_HANDLER": False,
+    "REPLAY_HOOK": None,
     "REQUEST_ID_HEADER": None,
     "WEBHOOK_ID_HEADERS": (
         ("webhook-id", "standard-webhooks"),
