@@ -21,7 +21,7 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = ["ViewOptions", "__version__", "idempotency_exempt", "idempotent"]
+__all__ = ["ViewOptions", "__version__", "idempotency_exempt", "idempotent", "lookup"]
 
 
 def __getattr__(name: str) -> Any:
@@ -30,6 +30,10 @@ def __getattr__(name: str) -> Any:
         from idempotency_django import decorators
 
         return getattr(decorators, name)
+    if name == "lookup":
+        from idempotency_django.state import lookup
+
+        return lookup
     if name == "ViewOptions":
         from idempotency_django.phases import ViewOptions
 

@@ -62,7 +62,7 @@ from idempotency_django.admin_filters import (
     expiry_state,
 )
 from idempotency_django.models import IdempotencyRecord, WebhookDelivery
-from idempotency_django.purge import purge_principal
+from idempotency_django.purge import purge_principal, send_evicted
 from idempotency_django.webhooks import TRIGGER_PREFIX
 
 __all__ = [
@@ -177,6 +177,17 @@ class ExpiringRecordAdmin(_ModelAdmin):
         # Read-only: Django renders the view-only page for users who may view.
         return False
 
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+        """Evict one key (the delete view): a retry of it then runs again."""
+        super().delete_model(request, obj)
+        send_evicted([obj], reason="evict", user=request.user)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        """Evict the selected keys (the delete action)."""
+        evicted = list(queryset.only("pk", "digest"))
+        super().delete_queryset(request, queryset)
+        send_evicted(evicted, reason="evict", user=request.user)
+
     def lookup_allowed(self, lookup: str, value: str, request: HttpRequest | None = None) -> bool:
         if lookup.split("__", 1)[0] in UNFILTERABLE_FIELDS:
             return False
@@ -239,6 +250,7 @@ class ExpiringRecordAdmin(_ModelAdmin):
                     self.model._base_manager.using(queryset.db).filter(
                         Q(pk__in=[obj.pk for obj in released]) & Q(state=State.IN_PROGRESS)
                     ).delete()
+                    send_evicted(released, reason="release", user=request.user)
             if released:
                 self.message_user(
                     request,

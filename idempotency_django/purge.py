@@ -26,10 +26,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connections, models, router, transaction
 from django.db.models import Q
 
+from idempotency_django import signals
 from idempotency_django.keys import readable_value
 from idempotency_django.models import IdempotencyRecord
 
@@ -188,6 +190,7 @@ def purge(
             if pause:
                 time.sleep(pause)
         counts[kind.label] = counts.get(kind.label, 0) + total
+    signals.purged.send(sender=IdempotencyRecord, counts=counts, database=using, dry_run=dry_run)
     return counts
 
 
@@ -245,7 +248,7 @@ def purge_principal(
         with transaction.atomic(using=using):
             batch = list(
                 batch_rows.order_by("pk")
-                .only("pk", "key", "principal", "location", "kind")
+                .only("pk", "digest", "key", "principal", "location", "kind")
                 .select_for_update()[:batch_size]
             )
             if not batch:
@@ -255,12 +258,22 @@ def purge_principal(
                 if on_batch is not None:
                     on_batch(theirs)
                 total += _delete(rows, [record.pk for record in theirs], using)
+                send_evicted(theirs, reason="principal")
         floor = batch[-1].pk
         if len(batch) < batch_size:
             break
         if pause:
             time.sleep(pause)
     return total
+
+
+def send_evicted(records: Sequence[IdempotencyRecord], *, reason: str, user: Any = None) -> None:
+    """Tell receivers of :data:`~idempotency_django.signals.evicted` which records went."""
+    if records and signals.evicted.has_listeners(IdempotencyRecord):
+        digests = [record.digest[:16] for record in records]
+        signals.evicted.send(
+            sender=IdempotencyRecord, key_digests=digests, reason=reason, user=user
+        )
 
 
 def stored_principals(principal: str) -> list[str]:

@@ -1,8 +1,9 @@
 """Signals sent for each decision, so projects can count them (e.g. for metrics).
 
-Every signal is sent with ``sender`` = the store class and these keyword
-arguments: ``request``, ``key_digest`` (never the key itself), and the ones
-listed per signal.
+The decisions on requests are sent with ``sender`` = the store class and
+these keyword arguments: ``request``, ``key_digest`` (never the key itself),
+and the ones listed per signal. :data:`purged` and :data:`evicted`, about
+records the database store holds, are sent by ``IdempotencyRecord``.
 """
 
 from __future__ import annotations
@@ -23,3 +24,14 @@ stored = Signal()
 released = Signal()
 #: The store could not be reached to claim a key. Extra: ``error``.
 unavailable = Signal()
+
+#: The purge deleted expired records (``purge_idempotency_records`` or
+#: ``idempotency_django.purge.purge``). Extra: ``counts`` (rows per kind:
+#: "completed", "abandoned", "webhook deliveries"), ``database``, ``dry_run``
+#: (True: the counts are what would have gone).
+purged = Signal()
+#: Records were removed by hand: evicted or released in the admin, or all of
+#: one principal's purged. Extra: ``key_digests`` (the logs' digest of each
+#: record), ``reason`` ("evict", "release" or "principal"), ``user`` (the
+#: admin who did it, or None).
+evicted = Signal()

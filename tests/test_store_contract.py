@@ -304,3 +304,18 @@ def test_an_unreachable_store_raises_store_unavailable(store: BaseStore) -> None
             down.release(KEY, "token")
         with pytest.raises(StoreUnavailable):
             down.peek(KEY)
+
+
+def test_lookup_tells_state_status_and_expiry_never_the_body(store: BaseStore) -> None:
+    assert store.lookup(KEY) is None
+    claim = store.claim(KEY, REQUEST, LOCK_TIMEOUT)
+    reserved = store.lookup(KEY)
+    assert reserved is not None and (reserved.state, reserved.status) == ("in_progress", None)
+    assert LOCK_TIMEOUT - 5 < reserved.expires_in <= LOCK_TIMEOUT
+    store.complete(KEY, claim.token, RESPONSE, RETENTION)
+    completed = store.lookup(KEY)
+    assert completed is not None and (completed.state, completed.status) == ("completed", 201)
+    assert RETENTION - 5 < completed.expires_in <= RETENTION
+    assert not hasattr(completed, "body")
+    expire_now(store)
+    assert store.lookup(KEY) is None

@@ -12,6 +12,7 @@ from idempotency_django.conf import SETTING_NAME, STORE_ALIASES, idempotency_set
 from idempotency_django.stores.base import (
     BaseStore,
     Claim,
+    KeyState,
     Outcome,
     RecordKey,
     RequestInfo,
@@ -22,6 +23,7 @@ from idempotency_django.stores.base import (
 __all__ = [
     "BaseStore",
     "Claim",
+    "KeyState",
     "Outcome",
     "RecordKey",
     "RequestInfo",

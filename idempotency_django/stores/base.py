@@ -58,6 +58,18 @@ class StoredResponse:
     body_omitted: bool = False
 
 
+@dataclass(frozen=True)
+class KeyState:
+    """What a store holds for a key, without the stored response's body."""
+
+    #: "in_progress" (a reservation) or "completed".
+    state: str
+    #: The stored response's status; None for a reservation.
+    status: int | None
+    #: Seconds until the entry expires, by the store's own clock.
+    expires_in: float
+
+
 class Outcome(enum.Enum):
     CLAIMED = "claimed"
     REPLAY = "replay"
@@ -154,6 +166,10 @@ class BaseStore(ABC):
         work must then roll back. A reservation that expired without anyone
         claiming the key since is made again, as :meth:`complete` would.
         """
+
+    @abstractmethod
+    def lookup(self, key: RecordKey) -> KeyState | None:
+        """The live entry of ``key``, or None (free or expired): state, status, expiry."""
 
     def is_held(self, key: RecordKey) -> bool:
         """True while a request that is still running holds ``key``."""

@@ -48,6 +48,7 @@ from idempotency_django.models import IdempotencyRecord
 from idempotency_django.stores.base import (
     BaseStore,
     Claim,
+    KeyState,
     Outcome,
     RecordKey,
     RequestInfo,
@@ -121,6 +122,19 @@ class DatabaseStore(BaseStore):
         if row is None or row.expired:
             return None
         return Outcome.REPLAY if row.state == COMPLETED else Outcome.IN_PROGRESS
+
+    def lookup(self, key: RecordKey) -> KeyState | None:
+        connection = connections[self.alias]
+        with _unavailable_on_error(), connection.cursor() as cursor:
+            cursor.execute(_statements(connection).lookup, _scope(key))
+            row = cursor.fetchone()
+        if row is None:
+            return None
+        state, status, expires_at, now = row
+        expires_in = (
+            _datetime(connection, expires_at) - _datetime(connection, now)
+        ).total_seconds()
+        return KeyState(state=str(state), status=status, expires_in=expires_in)
 
     def is_held(self, key: RecordKey) -> bool:
         # A reservation made inside another request's transaction is not
@@ -367,6 +381,8 @@ class _Statements:
     release: str
     #: A principal's other live keys, the first expiry among them, and the time now.
     count_keys: str
+    #: A live record's state, status and expiry, and the time now.
+    lookup: str
 
 
 _statements_by_vendor: dict[str, _Statements] = {}
@@ -472,6 +488,10 @@ def _statements(connection: BaseDatabaseWrapper) -> _Statements:
         ),
         renew=f"UPDATE {table} SET {column('expires_at')} = {later} WHERE {owned}",
         release=f"DELETE FROM {table} WHERE {owned}",
+        lookup=(
+            f"SELECT {column('state')}, {column('status_code')}, {column('expires_at')}, {now} "
+            f"FROM {table} WHERE {key_is} AND {column('expires_at')} > {now}"
+        ),
         count_keys=(
             f"SELECT COUNT(*), MIN({column('expires_at')}), {now} FROM {table} "
             f"WHERE {column('principal')} = %s AND {column('digest')} <> %s "

@@ -87,6 +87,7 @@ from idempotency_django.conf import idempotency_settings
 from idempotency_django.stores.base import (
     BaseStore,
     Claim,
+    KeyState,
     Outcome,
     RecordKey,
     RequestInfo,
@@ -240,6 +241,26 @@ end
 return {redis.call('ZCARD', KEYS[1]), wait}
 """
 
+# KEYS[1] the entry. Returns {state, status or "", ms to live}, or nil.
+LOOKUP_SCRIPT = (
+    _LUA_HEAD
+    + """
+local value = redis.call('GET', KEYS[1])
+if not value then
+  return nil
+end
+local head = head_of(value)
+if not head then
+  return nil
+end
+local status = ''
+if head['status'] then
+  status = tostring(head['status'])
+end
+return {head['state'], status, redis.call('PTTL', KEYS[1])}
+"""
+)
+
 # KEYS[1] the entry. Returns the state of a format-1 entry, or nil (no body is sent back).
 PEEK_SCRIPT = (
     _LUA_HEAD
@@ -335,6 +356,18 @@ class RedisStore(BaseStore):
                 self.client().zrem(self.principal_index(key), key.digest)
             except _ERRORS as exc:
                 raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from exc
+
+    def lookup(self, key: RecordKey) -> KeyState | None:
+        reply = self._run("lookup", LOOKUP_SCRIPT, self.redis_key(key))
+        if reply is None:
+            return None
+        state, status, milliseconds = reply
+        status = _text(status)
+        return KeyState(
+            state=_text(state),
+            status=int(status) if status else None,
+            expires_in=int(milliseconds) / 1000,
+        )
 
     def wait(self, key: RecordKey, timeout: float) -> None:
         # complete and release publish on the entry's channel: no polling.
