@@ -10,7 +10,7 @@ MIDDLEWARE = ["django.contrib.auth.middleware.AuthenticationMiddleware"]
 
 # --8<-- [start:settings]
 INSTALLED_APPS += ["idempotency_django"]
-# Last: after AuthenticationMiddleware (keys are scoped per user) and CsrfViewMiddleware.
+# After AuthenticationMiddleware (keys are scoped per user); the end of the list is fine.
 MIDDLEWARE += ["idempotency_django.middleware.IdempotencyMiddleware"]
 
 # Optional; these are the defaults.
