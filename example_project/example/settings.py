@@ -4,6 +4,9 @@
 ``REDIS_URL``                 a django-redis cache as "default" (default: local memory)
 ``EXAMPLE_IDEMPOTENCY_BACKEND`` "db" (default) or "redis" (needs REDIS_URL)
 ``EXAMPLE_BOOKING_DELAY_MS``  creating a booking sleeps that long (to see 409 in progress)
+``EXAMPLE_PAUSE_AFTER_WRITE``  a file path: while the file exists, a request waits right
+                              after its booking's INSERT (the reliability suite kills a
+                              worker there)
 ``EXAMPLE_LOCK_TIMEOUT_S``    IDEMPOTENCY["LOCK_TIMEOUT"] (default 300)
 ``EXAMPLE_RETENTION_S``       IDEMPOTENCY["RETENTION"] (default 86400)
 ``EXAMPLE_ATOMIC_REQUESTS``   "1": ATOMIC_REQUESTS on the default database (default off)
@@ -64,8 +67,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    # Last: after AuthenticationMiddleware (keys are scoped by request.user)
-    # and CsrfViewMiddleware (it calls keyed views itself from process_view).
+    # After AuthenticationMiddleware: keys are scoped by request.user.
     "idempotency_django.middleware.IdempotencyMiddleware",
 ]
 # --8<-- [end:middleware]
@@ -132,6 +134,10 @@ elif BACKEND != "db":
 
 #: Milliseconds creating a booking takes (simulated work), to see "409 in progress".
 EXAMPLE_BOOKING_DELAY_MS = env_int("EXAMPLE_BOOKING_DELAY_MS", 0)
+#: A file path: while that file exists, a request waits right after a booking's INSERT,
+#: before the rest of the request (its stored response, its commit). The reliability
+#: suite kills a worker there.
+EXAMPLE_PAUSE_AFTER_WRITE = os.environ.get("EXAMPLE_PAUSE_AFTER_WRITE", "")
 
 # --8<-- [start:rest_framework]
 REST_FRAMEWORK = {

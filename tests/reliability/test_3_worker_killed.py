@@ -11,11 +11,10 @@ import time
 import uuid
 from typing import Any
 
-import psycopg
 import pytest
 
 from tests.reliability import harness
-from tests.reliability.harness import RECORD_TABLE, STORE_LABELS, Row
+from tests.reliability.harness import STORE_LABELS, Row
 
 DELAY_MS = 3000
 LOCK_TIMEOUT_S = 2
@@ -119,67 +118,80 @@ def test_worker_killed_while_working_then_retry_books_once(store: str) -> None:
     assert found == 1
 
 
-def blocked_completion(db: harness.PgDatabase) -> int | None:
-    """The backend whose UPDATE of a record waits on our row lock, if there is one."""
+def app_backends(db: harness.PgDatabase) -> list[int]:
+    """The app's PostgreSQL sessions (the one worker's), the harness's own aside."""
     rows = db.query(
-        "SELECT pid FROM pg_stat_activity WHERE datname = %s AND wait_event_type = 'Lock' "
-        "AND query ILIKE %s",
-        (db.name, f"UPDATE%{RECORD_TABLE}%"),
+        "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid() "
+        "AND backend_type = 'client backend'",
+        (db.name,),
     )
-    return int(rows[0][0]) if rows else None
+    return [int(row[0]) for row in rows]
+
+
+def wrote_booking(db: harness.PgDatabase, key: str, *, atomic: bool) -> bool:
+    """The request made its INSERT: committed at once, or held in its open transaction."""
+    if not atomic:
+        return bool(db.bookings_by_customer().get(key))
+    rows = db.query(
+        "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
+        "WHERE c.relname = 'bookings_booking' AND l.mode = 'RowExclusiveLock' "
+        "AND l.pid <> pg_backend_pid()"
+    )
+    return bool(rows[0][0])
 
 
 @pytest.mark.parametrize("atomic", [True, False], ids=["atomic-requests", "no-atomic"])
 def test_worker_killed_between_write_and_record(atomic: bool) -> None:
     """Killed after the booking INSERT, before the stored response is written.
 
-    The harness holds a row lock on the reservation, so the view's completion
-    (an UPDATE of that row) waits; then it SIGKILLs the worker and terminates
-    its PostgreSQL session: the UPDATE never happens, as if the worker died
-    just before sending it. Under ATOMIC_REQUESTS the booking rolls back with
-    it; without, the booking is already committed and the retry after the
+    The example pauses right after a booking's INSERT while a flag file exists
+    (EXAMPLE_PAUSE_AFTER_WRITE); the harness SIGKILLs the worker there and
+    terminates its PostgreSQL session, then removes the flag.
+    Under ATOMIC_REQUESTS the reservation, the booking and the record are one
+    transaction: all of it rolls back, and the retry books once, at once.
+    Without, the booking is already committed and the retry after the
     takeover runs the work again (documented: exactly once needs ATOMIC).
     """
     key = f"write-{uuid.uuid4().hex[:12]}"
     store = "db-postgres"
     label = "atomic" if atomic else "plain"
+    flag = harness.artifact_dir() / f"pause-after-write-{key}"
+    flag.touch()
     with harness.stack(
         f"killed-{label}",
         store,
-        delay_ms=DELAY_MS,
+        delay_ms=0,
         lock_timeout=LOCK_TIMEOUT_S,
         atomic=atomic,
         workers=1,
         threads=1,
+        extra_env={"EXAMPLE_PAUSE_AFTER_WRITE": str(flag)},
     ) as stack:
         db = stack.db
         assert isinstance(db, harness.PgDatabase)
         thread, box = start_booking(stack, key)
-        harness.wait_until(lambda: reserved(stack, key), 10, what="the reservation")
-        reserved_at = time.monotonic()
-        with psycopg.connect(db.url) as lock:
-            lock.execute(f"SELECT id FROM {RECORD_TABLE} WHERE key = %s FOR UPDATE", (key,))
-            backend = harness.wait_until(lambda: blocked_completion(db), 15, what="completion")
-            wrote = db.query(
-                "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
-                "WHERE l.pid = %s AND c.relname = 'bookings_booking' "
-                "AND l.mode = 'RowExclusiveLock'",
-                (backend,),
-            )[0][0]
-            committed_before_kill = len(db.bookings_by_customer().get(key, []))
-            killed = stack.server.kill_workers()
+        harness.wait_until(
+            lambda: wrote_booking(db, key, atomic=atomic), 15, what="the booking INSERT"
+        )
+        killed_at = time.monotonic()
+        committed_before_kill = len(db.bookings_by_customer().get(key, []))
+        reserved_before_kill = reserved(stack, key)
+        backends = app_backends(db)
+        killed = stack.server.kill_workers()
+        for backend in backends:
             db.query("SELECT pg_terminate_backend(%s)", (backend,))
-            lock.rollback()
+        flag.unlink()
         thread.join(timeout=30)
         assert len(killed) == 1 and box and box[0].status == 0, box
         if atomic:
-            assert wrote == 1, "the view's INSERT should hold its lock in the open transaction"
-            assert committed_before_kill == 0
+            # Nothing of the request is visible outside its transaction.
+            assert committed_before_kill == 0 and not reserved_before_kill
         else:
-            assert committed_before_kill == 1
+            assert committed_before_kill == 1 and reserved_before_kill
         after_kill = len(db.bookings_by_customer().get(key, []))
         stack.server.wait_ready()
-        time.sleep(max(0.0, reserved_at + LOCK_TIMEOUT_S + 0.5 - time.monotonic()))
+        if not atomic:  # the committed reservation holds the key until LOCK_TIMEOUT
+            time.sleep(max(0.0, killed_at + LOCK_TIMEOUT_S + 0.5 - time.monotonic()))
         replies = box + retry_until_booked(stack, key)
         expected = 1 if atomic else 2
         found = row(
