@@ -17,7 +17,10 @@ DRF and webhook deduplication only adapt them to their kind of view::
         response = outcome.finish(response)   # store it, or release the key
 
 :func:`run` is exactly that, :func:`arun` the same for ``async def`` views
-(the phases' blocking I/O runs in a worker thread).
+(the phases' blocking I/O runs in a worker thread). Under
+``WAIT_FOR_IN_PROGRESS`` phase 1 may also answer :class:`Busy` (another
+request holds the key): the driver then waits for it outside any
+transaction, and begins again.
 
 Transactions decide what "exactly once" means:
 
