@@ -356,3 +356,12 @@ def guest_booking(request: HttpRequest) -> HttpResponse:
 def api_slot_booking(request):  # type: ignore[no-untyped-def]
     booking = Booking.objects.create(slot=str(request.data.get("slot", "")), owner=request.user)
     return Response({"id": booking.pk}, status=status.HTTP_201_CREATED)
+
+
+@idempotent
+async def async_failing_booking(request: HttpRequest) -> HttpResponse:
+    """An async view under @idempotent that raises with ?raise=1."""
+    booking = await Booking.objects.acreate(slot="async-failing")
+    if request.GET.get("raise"):
+        raise RuntimeError("the async view failed")
+    return JsonResponse({"id": booking.pk}, status=201)
