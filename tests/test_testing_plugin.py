@@ -20,6 +20,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import redis
+from django.conf import settings as django_settings
 from django.contrib.auth.models import User
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.db import connections
@@ -534,6 +536,47 @@ def test_idempotency_disabled_as_a_context_manager(alice_client: Client) -> None
         with pytest.raises(AssertionError, match="never claimed its key"):
             assert_idempotent(alice_client, "POST", "/plain/bookings/", SLOT)
     assert_idempotent(alice_client, "POST", "/plain/bookings/", SLOT)
+
+
+# -- the example project's tests ---------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["db", "redis"])
+def test_the_example_projects_tests_pass(tmp_path: Path, backend: str) -> None:
+    """example_project/bookings/tests.py, run as `pytest example_project` (its own settings)."""
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith("EXAMPLE_")
+        and name not in {"DJANGO_SETTINGS_MODULE", "DATABASE_URL", "REDIS_URL"}
+    }
+    database = django_settings.DATABASES["default"]
+    if database["ENGINE"].endswith("postgresql"):
+        env["DATABASE_URL"] = (
+            f"postgres://{database['USER']}@{database['HOST']}:{database['PORT']}/{database['NAME']}"
+        )
+        env["EXAMPLE_TEST_DATABASE_NAME"] = f"{database['TEST']['NAME']}_example"
+    else:
+        env["DATABASE_URL"] = f"sqlite:///{tmp_path / 'example.sqlite3'}"
+    if backend == "redis":
+        url = os.environ.get("TESTS_EXAMPLE_REDIS_URL", "redis://127.0.0.1:6379/14")
+        try:
+            redis.Redis.from_url(url, socket_connect_timeout=0.5).ping()
+        except redis.RedisError:
+            pytest.skip(f"Redis is not reachable at {url}")
+        env.update(EXAMPLE_IDEMPOTENCY_BACKEND="redis", REDIS_URL=url)
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "example_project"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    summary = run.stdout.strip().splitlines()[-1] if run.stdout.strip() else ""
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert " passed" in summary and "skipped" not in summary, summary
 
 
 # -- without pytest: a Django TestCase ------------------------------------------------
