@@ -9,6 +9,7 @@ from django.contrib.auth.models import User
 from django.test import Client, override_settings
 
 from idempotency_django.models import IdempotencyRecord
+from idempotency_django.testing import assert_idempotent
 from tests.testapp.models import Booking
 
 pytestmark = pytest.mark.django_db
@@ -140,10 +141,7 @@ def test_safe_methods_pass_through_untouched(alice_client: Client, method: str) 
 
 @pytest.mark.parametrize("method", ["put", "patch", "delete"])
 def test_all_unsafe_methods_are_protected(alice_client: Client, method: str) -> None:
-    call = getattr(alice_client, method)
-    call(URL, BODY, content_type="application/json", HTTP_IDEMPOTENCY_KEY="k")
-    replay = call(URL, BODY, content_type="application/json", HTTP_IDEMPOTENCY_KEY="k")
-    assert replay["Idempotency-Replayed"] == "true"
+    assert_idempotent(alice_client, method, URL, json.loads(BODY))
     assert Booking.objects.count() == 1
 
 
@@ -293,8 +291,7 @@ def test_exempt_view_is_not_protected(alice_client: Client) -> None:
 
 
 def test_decorated_class_based_view(alice_client: Client) -> None:
-    post(alice_client, url="/plain/cbv/")
-    assert post(alice_client, url="/plain/cbv/")["Idempotency-Replayed"] == "true"
+    assert_idempotent(alice_client, "POST", "/plain/cbv/", json.loads(BODY))
     assert Booking.objects.count() == 1
 
 

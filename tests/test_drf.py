@@ -13,6 +13,7 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from idempotency_django.models import IdempotencyRecord
+from idempotency_django.testing import assert_idempotent
 from tests.testapp.models import Booking
 
 pytestmark = pytest.mark.django_db
@@ -83,9 +84,8 @@ def test_viewset_reuse_and_update_destroy(api: APIClient) -> None:
 
 def test_custom_unsafe_action_is_protected(api: APIClient) -> None:
     booking_id = create(api).json()["id"]
-    url = f"/api/bookings/{booking_id}/cancel/"
-    assert api.post(url, HTTP_IDEMPOTENCY_KEY="cancel-1").status_code == 200
-    assert api.post(url, HTTP_IDEMPOTENCY_KEY="cancel-1")["Idempotency-Replayed"] == "true"
+    cancelled = assert_idempotent(api, "POST", f"/api/bookings/{booking_id}/cancel/")
+    assert cancelled.status_code == 200
     assert Booking.objects.filter(slot__startswith="cancel-").count() == 1
 
 
@@ -106,13 +106,11 @@ def test_mixin_viewset_requires_a_key(api: APIClient) -> None:
     missing = create(api, url="/api/mixin-bookings/", key=None)
     assert missing.status_code == 400
     assert missing.json()["code"] == "idempotency_key_missing"
-    assert create(api, url="/api/mixin-bookings/").status_code == 201
-    assert create(api, url="/api/mixin-bookings/")["Idempotency-Replayed"] == "true"
+    assert assert_idempotent(api, "POST", "/api/mixin-bookings/", BODY).status_code == 201
 
 
 def test_api_view_function(api: APIClient) -> None:
-    assert create(api, url="/api/book/").status_code == 201
-    assert create(api, url="/api/book/")["Idempotency-Replayed"] == "true"
+    assert assert_idempotent(api, "POST", "/api/book/", BODY).status_code == 201
     assert Booking.objects.count() == 1
 
 

@@ -1,4 +1,5 @@
-"""Tests of a protected view with pytest-django, as docs/testing.md shows them.
+"""Tests of a protected view with idempotency-django's test helpers, as docs/testing.md
+shows them.
 
 They run in this repository's suite against the small view below (in your project,
 your own view and URLconf). The sections between the ``--8<--`` markers are the ones
@@ -8,28 +9,27 @@ the page includes.
 from __future__ import annotations
 
 import json
-import threading
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
-from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.test import Client
+from django.test import Client, TestCase, override_settings
 from django.urls import path
 from django.views.decorators.csrf import ensure_csrf_cookie
 
+from idempotency_django.models import IdempotencyRecord
+from idempotency_django.testing import assert_idempotent, clear_store, idempotency_disabled
 from tests.testapp.models import Booking
-
-
-def book_slot(slot: str, user: User) -> Booking:
-    """The work the view does; the in-progress test holds it up."""
-    return Booking.objects.create(slot=slot, owner=user)
 
 
 def create_booking(request: HttpRequest) -> JsonResponse:
     """A plain view; IdempotencyMiddleware protects it (see the settings)."""
-    booking = book_slot(json.loads(request.body)["slot"], request.user)  # type: ignore[arg-type]
+    booking = Booking.objects.create(
+        slot=json.loads(request.body)["slot"],
+        owner=request.user,
+        location=request.headers.get("X-Location-Id", ""),
+    )
     return JsonResponse({"id": booking.pk, "slot": booking.slot}, status=201)
 
 
@@ -42,116 +42,98 @@ urlpatterns = [path("bookings/", create_booking), path("book/", booking_page)]
 pytestmark = pytest.mark.urls(__name__)
 
 
-# --8<-- [start:helpers]
 @pytest.fixture
 def dana(django_user_model: Any) -> User:
-    return django_user_model.objects.create_user("dana", password="a-test-password")
+    return django_user_model.objects.create_user("dana")
 
 
-def logged_in(user: User, **client_options: Any) -> Client:
-    # Log in: keys are scoped per user, and an anonymous keyed request runs
-    # unprotected by default (nothing stored, nothing replayed).
-    client = Client(**client_options)
-    client.force_login(user)
-    return client
-
-
-def book(client: Client, key: str, slot: str, **headers: str) -> Any:
-    return client.post(
-        "/bookings/",
-        json.dumps({"slot": slot}),
-        content_type="application/json",
-        headers={"Idempotency-Key": key, **headers},
-    )
-
-
-# --8<-- [end:helpers]
-
-
-# --8<-- [start:replay]
+# --8<-- [start:assert_idempotent]
 @pytest.mark.django_db
-def test_a_retry_is_replayed(dana: User) -> None:
-    client = logged_in(dana)
-    first = book(client, "booking-1", "2026-07-30T09:00")
-    retry = book(client, "booking-1", "2026-07-30T09:00")
+def test_booking_is_idempotent(dana: User) -> None:
+    client = Client()
+    client.force_login(dana)  # keys are scoped per user
 
-    assert first.status_code == retry.status_code == 201
-    assert retry.content == first.content
-    assert retry["Idempotency-Replayed"] == "true"
+    first = assert_idempotent(client, "POST", "/bookings/", {"slot": "2026-07-30T09:00"})
+
+    assert first.status_code == 201
     assert Booking.objects.count() == 1  # the view ran once
 
 
-# --8<-- [end:replay]
+# --8<-- [end:assert_idempotent]
 
 
-# --8<-- [start:reused]
+# --8<-- [start:options]
 @pytest.mark.django_db
-def test_a_key_reused_for_another_request_is_refused(dana: User) -> None:
-    client = logged_in(dana)
-    book(client, "booking-1", "2026-07-30T09:00")
-    other = book(client, "booking-1", "2026-07-31T09:00")
+def test_with_a_key_a_header_and_a_body_of_bytes(dana: User) -> None:
+    client = Client()
+    client.force_login(dana)
 
-    assert other.status_code == 409
-    assert other["Content-Type"] == "application/problem+json"
-    assert other.json()["code"] == "idempotency_key_reused"
-    assert Booking.objects.count() == 1
+    assert_idempotent(
+        client,
+        "POST",
+        "/bookings/",
+        b'{"slot": "2026-07-30T09:00"}',
+        other_data=b'{"slot": "2026-07-31T09:00"}',  # for the reused-key check
+        key="booking-1",
+        HTTP_X_LOCATION_ID="portland",  # sent with every request
+    )
 
-
-# --8<-- [end:reused]
-
-
-# --8<-- [start:in_progress]
-@pytest.mark.django_db(transaction=True)  # the thread must see the committed claim
-def test_a_duplicate_while_the_first_runs_gets_409(
-    dana: User, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    running, finish = threading.Event(), threading.Event()
-
-    def slow_book_slot(slot: str, user: User) -> Booking:
-        running.set()  # the key is claimed and the view runs...
-        finish.wait(10)  # ...until the duplicate has its answer
-        return Booking.objects.create(slot=slot, owner=user)
-
-    monkeypatch.setattr(f"{__name__}.book_slot", slow_book_slot)  # "myapp.views.book_slot"
-    answers = {}
-
-    def first_request() -> None:
-        answers["first"] = book(logged_in(dana), "booking-1", "2026-07-30T09:00")
-        connection.close()  # this thread's own database connection
-
-    thread = threading.Thread(target=first_request)
-    thread.start()
-    assert running.wait(10)
-    duplicate = book(logged_in(dana), "booking-1", "2026-07-30T09:00")
-    finish.set()
-    thread.join()
-
-    assert duplicate.status_code == 409
-    assert duplicate.json()["code"] == "idempotency_key_in_progress"
-    assert int(duplicate["Retry-After"]) >= 1
-    assert answers["first"].status_code == 201
-    assert Booking.objects.count() == 1
+    assert Booking.objects.get().location == "portland"
 
 
-# --8<-- [end:in_progress]
+# --8<-- [end:options]
 
 
 # --8<-- [start:csrf]
 @pytest.mark.django_db
 def test_with_csrf_enforced(dana: User) -> None:
     # The test client skips CSRF checks unless asked; a browser's request does not.
-    client = logged_in(dana, enforce_csrf_checks=True)
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(dana)
     client.get("/book/")  # the page that sets the csrftoken cookie, as in a browser
     token = client.cookies["csrftoken"].value
+    body = json.dumps({"slot": "2026-07-30T09:00"})
+    headers = {"Idempotency-Key": "booking-1"}
 
-    refused = book(client, "booking-1", "2026-07-30T09:00")  # no token
-    first = book(client, "booking-1", "2026-07-30T09:00", **{"X-CSRFToken": token})
-    retry = book(client, "booking-1", "2026-07-30T09:00", **{"X-CSRFToken": token})
+    refused = client.post("/bookings/", body, "application/json", headers=headers)
+    assert refused.status_code == 403  # no token: refused, and not stored
 
-    assert refused.status_code == 403  # not stored: the key stays free
-    assert first.status_code == 201 and "Idempotency-Replayed" not in first
-    assert retry["Idempotency-Replayed"] == "true"
-    assert Booking.objects.count() == 1
+    # The same key works once the token is sent.
+    assert_idempotent(
+        client,
+        "POST",
+        "/bookings/",
+        {"slot": "2026-07-30T09:00"},
+        key="booking-1",
+        HTTP_X_CSRFTOKEN=token,
+    )
 
 
 # --8<-- [end:csrf]
+
+
+# --8<-- [start:testcase]
+@override_settings(ROOT_URLCONF=__name__)  # your project's URLconf needs none
+class BookingTests(TestCase):
+    def setUp(self) -> None:
+        clear_store()  # a Redis store keeps its keys across tests
+        self.client.force_login(User.objects.create_user("erin"))
+
+    def test_booking_is_idempotent(self) -> None:
+        assert_idempotent(self.client, "POST", "/bookings/", {"slot": "2026-07-30T09:00"})
+        self.assertEqual(Booking.objects.count(), 1)
+
+    @idempotency_disabled()
+    def test_booking_twice_with_one_key(self) -> None:
+        for _ in range(2):
+            self.client.post(
+                "/bookings/",
+                {"slot": "2026-07-30T09:00"},
+                "application/json",
+                headers={"Idempotency-Key": "booking-1"},
+            )
+        self.assertEqual(Booking.objects.count(), 2)
+        self.assertFalse(IdempotencyRecord.objects.exists())
+
+
+# --8<-- [end:testcase]
