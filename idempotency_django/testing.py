@@ -146,9 +146,11 @@ def _send_with_a_duplicate(
 
 
 def _check_first(first: TestResponse, duplicate: TestResponse | None, request: str) -> None:
-    from idempotency_django.phases import REPLAYED_HEADER
+    from idempotency_django.conf import idempotency_settings
 
-    if first.has_header(REPLAYED_HEADER) or _code(first).startswith("idempotency_"):
+    replayed_header = idempotency_settings.REPLAYED_HEADER
+
+    if first.has_header(replayed_header) or _code(first).startswith("idempotency_"):
         raise AssertionError(
             f"The first {request} did not run the view: it got {_describe(first)}. "
             "If the key was used before, start from an empty store (the idempotency_store "
@@ -180,9 +182,11 @@ def _check_in_progress(duplicate: TestResponse | None) -> None:
 
 
 def _check_replay(first: TestResponse, retry: TestResponse) -> None:
-    from idempotency_django.phases import REPLAYED_HEADER
+    from idempotency_django.conf import idempotency_settings
 
-    if retry.get(REPLAYED_HEADER) != "true":
+    replayed_header = idempotency_settings.REPLAYED_HEADER
+
+    if retry.get(replayed_header) != "true":
         raise AssertionError(
             f"The retry (same key, method, URL and body) was not replayed: it got "
             f"{_describe(retry)}, after the first request got {_describe(first)}. "
@@ -209,14 +213,15 @@ def _check_replay(first: TestResponse, retry: TestResponse) -> None:
 def _check_reused(reused: TestResponse) -> None:
     from idempotency_django import problems
     from idempotency_django.conf import idempotency_settings
-    from idempotency_django.phases import REPLAYED_HEADER
+
+    replayed_header = idempotency_settings.REPLAYED_HEADER
 
     reuse_status = int(idempotency_settings.REUSE_STATUS)
     if reused.status_code != reuse_status or _code(reused) != problems.KEY_REUSED:
         hint = (
             " The view's fingerprint does not see the difference: pass other_data= "
             "that differs where it looks."
-            if reused.has_header(REPLAYED_HEADER)
+            if reused.has_header(replayed_header)
             else ""
         )
         raise AssertionError(
@@ -344,6 +349,8 @@ def _code(response: HttpResponseBase) -> str:
         problem = json.loads(_content(response))
     except ValueError:
         return ""
+    if isinstance(problem, dict) and isinstance(problem.get("errors"), list) and problem["errors"]:
+        problem = problem["errors"][0]  # a JSON:API error document
     code = problem.get("code") if isinstance(problem, dict) else None
     return code if isinstance(code, str) else ""
 
