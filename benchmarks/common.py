@@ -159,7 +159,8 @@ def gunicorn(
 ) -> Iterator[str]:
     """A gunicorn serving the benchmark project on 127.0.0.1:``port``; yields its base URL."""
     executable = Path(python or sys.executable).with_name("gunicorn")
-    command = [str(executable), "bench_wsgi", f"--workers={workers}", f"--bind=127.0.0.1:{port}"]
+    application = "django.core.wsgi:get_wsgi_application()"
+    command = [str(executable), application, f"--workers={workers}", f"--bind=127.0.0.1:{port}"]
     command += ["--backlog=512", "--log-level=warning"]
     log = Path(f"/tmp/bench-gunicorn-{port}.log")
     with log.open("wb") as stream:
