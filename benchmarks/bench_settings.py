@@ -1,46 +1,67 @@
-"""Django settings for the overhead benchmark: the example project's, measured as deployed.
+"""Settings of every benchmark: the example project's, as deployed, plus the switches below.
 
-Everything comes from ``example.settings`` (the same environment variables:
-``DATABASE_URL``, ``REDIS_URL``, ``EXAMPLE_IDEMPOTENCY_BACKEND``...). The
-differences, each so the numbers measure the library rather than the demo:
-
-- ``ROOT_URLCONF`` adds the undecorated booking viewset at ``/bare/bookings/``;
-- ``DEBUG`` off, persistent database connections (``CONN_MAX_AGE``), as in production;
-- a fast password hasher: every request authenticates with HTTP Basic, and
-  PBKDF2's ~0.3 s per request would hide everything else (same in every scenario);
-- the ``idempotency_django`` logger stays at INFO (its records are built, as in
-  production) but goes to a ``NullHandler`` instead of the console.
+- ``ROOT_URLCONF`` adds the undecorated booking viewset at ``/bare/bookings/``,
+  a login and a readiness view (``bench_urls.py``);
+- ``DEBUG`` off; ``CONN_MAX_AGE`` from ``BENCH_CONN_MAX_AGE`` (default 600);
+- a fast password hasher (HTTP Basic hashes the password on every request);
+- the library's INFO log records built (``BENCH_LOG_LEVEL``), but sent nowhere;
+- ``BENCH_SESSIONS=cache``: sessions in the Redis cache instead of the database;
+- ``BENCH_MEMORY=1``: the store is ``bench_memory.MemoryStore``, to measure the library alone;
+- ``BENCH_PEER``: another package protects ``/peer/bookings/`` as its README says
+  (its middleware replaces this project's).
 """
 
 import os
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-for entry in (ROOT, ROOT / "example_project"):
-    if str(entry) not in sys.path:
-        sys.path.insert(0, str(entry))
+from example.settings import *  # noqa: F403
+from example.settings import CACHES, DATABASES, IDEMPOTENCY, INSTALLED_APPS, MIDDLEWARE, REDIS_URL
 
-from example.settings import *  # noqa: E402,F403
-from example.settings import DATABASES  # noqa: E402
-
-ROOT_URLCONF = "benchmarks.bench_urls"
+ROOT_URLCONF = "bench_urls"
 DEBUG = False
-DATABASES["default"]["CONN_MAX_AGE"] = 600
+ALLOWED_HOSTS = ["127.0.0.1", "localhost", "testserver"]
+DATABASES["default"]["CONN_MAX_AGE"] = int(os.environ.get("BENCH_CONN_MAX_AGE", "600"))
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"null": {"class": "logging.NullHandler"}},
     "loggers": {
-        "idempotency_django": {"handlers": ["null"], "level": "INFO", "propagate": False},
-        "django.request": {"handlers": ["null"], "level": "ERROR", "propagate": False},
+        "idempotency_django": {
+            "handlers": ["null"],
+            "level": os.environ.get("BENCH_LOG_LEVEL", "INFO"),
+            "propagate": False,
+        },
+        "django": {"handlers": ["null"], "level": "ERROR", "propagate": False},
     },
 }
-ALLOWED_HOSTS = [*ALLOWED_HOSTS, "testserver"]  # noqa: F405  (Django's test Client)
 
-if os.environ.get("BENCH_PG_SYNC_COMMIT_OFF") == "1":  # diagnostic variant: no WAL flush per commit
-    DATABASES["default"].setdefault("OPTIONS", {})["options"] = "-c synchronous_commit=off"
+if os.environ.get("BENCH_SESSIONS") == "cache":
+    assert REDIS_URL, "sessions in the cache need REDIS_URL"
+    SESSION_ENGINE = "django.contrib.sessions.backends.cache"
 
-if os.environ.get("BENCH_MEMORY_STORE") == "1":  # the library's own cost, without store I/O
-    IDEMPOTENCY["STORE"] = "benchmarks.memory_store.MemoryStore"  # noqa: F405
+if os.environ.get("BENCH_MEMORY") == "1":
+    IDEMPOTENCY["STORE"] = "bench_memory.MemoryStore"
+
+PEER = os.environ.get("BENCH_PEER", "")
+if PEER:
+    MIDDLEWARE.remove("idempotency_django.middleware.IdempotencyMiddleware")
+if PEER == "drf-idempotency":
+    INSTALLED_APPS.append("drf_idempotency")
+    MIDDLEWARE.append("drf_idempotency.middleware.IdempotencyMiddleware")
+    if os.environ.get("EXAMPLE_IDEMPOTENCY_BACKEND") == "redis":
+        IDEMPOTENCY = {
+            "BACKEND": "drf_idempotency.backends.redis.RedisBackend",
+            "BACKEND_OPTIONS": {"url": REDIS_URL},
+        }
+    else:
+        IDEMPOTENCY = {"BACKEND": "drf_idempotency.backends.database.DatabaseBackend"}
+elif PEER == "django-idempotency-key":
+    # Its only store shared between processes is a Django cache: Redis here.
+    assert CACHES["default"]["BACKEND"] == "django_redis.cache.RedisCache"
+    MIDDLEWARE.append("idempotency_key.middleware.ExemptIdempotencyKeyMiddleware")
+    IDEMPOTENCY_KEY = {
+        "STORAGE": {"CLASS": "idempotency_key.storage.CacheKeyStorage", "CACHE_NAME": "default"},
+        "CONFLICT_STATUS_CODE": None,  # replay with the stored status, not 409
+    }
+elif PEER == "drf-idempotencykey":
+    INSTALLED_APPS.append("drf_idempotencykey")

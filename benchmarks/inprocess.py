@@ -1,394 +1,232 @@
-"""In-process scenarios for one store, through the full middleware stack (Django's test Client).
+"""What does one request cost, in process, and how close is it to the floor?
 
-Run by ``overhead.py`` in a child process whose environment selects the store
-(see ``_bench.child_env``); writes its results as JSON to ``--out``.
+    python benchmarks/inprocess.py                      # SQLite, PostgreSQL, Redis, memory
+    python benchmarks/inprocess.py --before /tmp/old --before-python /tmp/venv/bin/python
+
+The example's DRF booking-create view under ``@idempotent`` (``/api/bookings/``)
+against the same viewset undecorated (``/bare/bookings/``), through the whole
+middleware stack with Django's test client and HTTP Basic. Each measured
+process sends, per pass, one request of each scenario (bare view, first
+request with a new key, replay of one key), so noise hits them alike; a run is
+several such processes per store, alternated, and every figure is a median of
+their ratios. The scenarios' order changes every pass (what ran just before a
+request changes its time).
+
+On PostgreSQL each pass also sends the library's own first-request statements
+(the claim's INSERT and the completion's UPDATE) by psycopg alone, with no
+Django around them: the floor. The in-memory store (``bench_memory.py``) gives
+the library's own Python: its first request minus its bare view.
+``--before`` measures another checkout of the library (with its own Python)
+alternately with this one: the before/after of a change.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import cProfile
-import io
 import json
 import pstats
+import random
 import sys
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import common
 
-from benchmarks import _bench
-
-SCENARIOS = ("bare", "nokey", "first", "replay", "reuse", "in_progress")
-SLOW_SCENARIOS = ("bare_slow", "first_slow", "replay_slow")
-SLOW_DELAY_MS = 20
+SCENARIOS = ("bare", "first", "replay")
 
 
-def make_requester() -> Any:
+def child(args: argparse.Namespace) -> dict[str, Any]:
+    common.setup_django()
     from django.test import Client
 
-    client = Client(HTTP_AUTHORIZATION=_bench.AUTHORIZATION)
-    run_id = uuid.uuid4().hex[:8]
+    client = Client(HTTP_AUTHORIZATION=common.AUTHORIZATION)
+    run = uuid.uuid4().hex[:8]
     counter = iter(range(10**9))
 
-    def post(path: str, body: str, key: str | None) -> Any:
-        headers = {"X-Location-Id": _bench.LOCATION}
+    def post(path: str, key: str | None) -> int:
+        headers = {"X-Location-Id": "portland"}
         if key is not None:
             headers["Idempotency-Key"] = key
-        return client.post(path, data=body, content_type="application/json", headers=headers)
-
-    def fresh_key() -> str:
-        return f"first-{run_id}-{next(counter)}"
-
-    replay_key = f"replay-{run_id}"
-    progress_key = f"in-progress-{run_id}"
+        response = client.post(
+            path, data=common.BODY, content_type="application/json", headers=headers
+        )
+        return int(response.status_code)
 
     requests = {
-        "bare": lambda: post(_bench.BARE_PATH, _bench.BODY, fresh_key()),
-        "nokey": lambda: post(_bench.PROTECTED_PATH, _bench.BODY, None),
-        "first": lambda: post(_bench.PROTECTED_PATH, _bench.BODY, fresh_key()),
-        "replay": lambda: post(_bench.PROTECTED_PATH, _bench.BODY, replay_key),
-        "reuse": lambda: post(_bench.PROTECTED_PATH, _bench.OTHER_BODY, replay_key),
-        "in_progress": lambda: post(_bench.PROTECTED_PATH, _bench.BODY, progress_key),
+        "bare": lambda: post(common.BARE_PATH, None),
+        "first": lambda: post(common.PROTECTED_PATH, f"first-{run}-{next(counter)}"),
+        "replay": lambda: post(common.PROTECTED_PATH, f"replay-{run}"),
     }
-    requests["bare_slow"] = requests["bare"]
-    requests["first_slow"] = requests["first"]
-    requests["replay_slow"] = requests["replay"]
-    expected = {
-        "bare": 201,
-        "nokey": 201,
-        "first": 201,
-        "replay": 201,
-        "reuse": 409,
-        "in_progress": 409,
-        "bare_slow": 201,
-        "first_slow": 201,
-        "replay_slow": 201,
-    }
-
-    # Prime the replayed key, and pre-create a reservation nobody completes.
-    primed = post(_bench.PROTECTED_PATH, _bench.BODY, replay_key)
-    assert primed.status_code == 201, primed.content
-    reserve_in_progress(progress_key)
-    return requests, expected
-
-
-def reserve_in_progress(key: str) -> None:
-    from django.contrib.auth import get_user_model
-
-    from idempotency_django.fingerprint import default_fingerprint
-    from idempotency_django.scope import principal_of
-    from idempotency_django.stores import Outcome, RecordKey, RequestInfo, get_store
-
-    user = get_user_model().objects.get(username=_bench.USERNAME)
-    principal = principal_of(user)
-    assert principal is not None
-
-    class FakeRequest:
-        method = "POST"
-        body = _bench.BODY.encode()
-
-        def get_full_path(self) -> str:
-            return _bench.PROTECTED_PATH
-
-    info = RequestInfo(
-        method="POST",
-        path=_bench.PROTECTED_PATH,
-        fingerprint=default_fingerprint(FakeRequest()),  # type: ignore[arg-type]
-    )
-    claim = get_store().claim(RecordKey(principal, _bench.LOCATION, key), info, 3600)
-    assert claim.outcome is Outcome.CLAIMED
-
-
-def measure(
-    requests: dict[str, Any], expected: dict[str, int], names: tuple[str, ...], n: int, warmup: int
-) -> dict[str, list[int]]:
-    """Round-robin: one request of each scenario per pass, so noise hits all of them alike."""
-    samples: dict[str, list[int]] = {name: [] for name in names}
-    for index in range(warmup + n):
-        for name in names:
+    floor = statement_floor() if args.floor else None
+    samples: dict[str, list[float]] = {name: [] for name in (*SCENARIOS, "floor")}
+    order = list(requests)
+    shuffle = random.Random(0).shuffle
+    for index in range(args.warmup + args.n):
+        # What ran just before a request changes its time (caches) by up to
+        # 0.1 ms: no scenario may always follow the same one.
+        shuffle(order)
+        for name in order:
             started = time.perf_counter_ns()
-            response = requests[name]()
+            status = requests[name]()
             elapsed = time.perf_counter_ns() - started
-            if response.status_code != expected[name]:
-                raise SystemExit(f"{name}: {response.status_code} {response.content[:300]!r}")
-            if index >= warmup:
-                samples[name].append(elapsed)
-    return samples
+            assert status == 201, (name, status)
+            if index >= args.warmup:
+                samples[name].append(elapsed / 1e6)
+        if floor is not None:
+            elapsed = floor()
+            if index >= args.warmup:
+                samples["floor"].append(elapsed / 1e6)
+    result: dict[str, Any] = {name: common.median(values) for name, values in samples.items()}
+    # Per pass, so that slow phases of the machine cancel out.
+    pairs = zip(samples["first"], samples["bare"], strict=True)
+    result["first_minus_bare"] = common.median([first - bare for first, bare in pairs])
+    if args.profile:
+        result["profile"] = profile(requests["first"], args.n)
+    return result
 
 
-def count_queries(requests: dict[str, Any]) -> dict[str, Any]:
-    from django.db import connections
-    from django.test.utils import CaptureQueriesContext
-    from django.utils.connection import ConnectionDoesNotExist
-
-    from idempotency_django.stores.database import SIDE_ALIAS_SUFFIX
-
-    aliases = ["default"]
-    try:  # the autocommit side connection claims use under ATOMIC_REQUESTS
-        connections["default" + SIDE_ALIAS_SUFFIX]
-        aliases.append("default" + SIDE_ALIAS_SUFFIX)
-    except ConnectionDoesNotExist:
-        pass
-    counts: dict[str, Any] = {}
-    for name in SCENARIOS:
-        with contextlib.ExitStack() as stack:
-            captured = [
-                stack.enter_context(CaptureQueriesContext(connections[alias])) for alias in aliases
-            ]
-            requests[name]()
-        sql = [
-            f"[{alias}] {query['sql'][:150]}"
-            for alias, capture in zip(aliases, captured, strict=True)
-            for query in capture.captured_queries
-        ]
-        counts[name] = {"count": len(sql), "sql": sql}
-    return counts
-
-
-def count_redis_commands(requests: dict[str, Any], repeat: int = 20) -> dict[str, Any]:
-    """Round trips to Redis per request, seen by ``MONITOR`` in a thread.
-
-    Commands a Lua script runs (``[14 lua]`` in MONITOR) are part of the
-    script's round trip and counted apart; so are the ``INFO commandstats``
-    deltas, which include them.
-    """
-    import threading
-
-    import redis
-
-    server = redis.Redis.from_url(_bench.REDIS_URL)
-    database = server.connection_pool.connection_kwargs.get("db", 0)
-    counts: dict[str, Any] = {}
-    for name in ("first", "replay", "reuse", "in_progress"):
-        requests[name]()  # scripts loaded, connections open
-        marker = f"bench-monitor-stop-{uuid.uuid4().hex}"
-        seen: list[dict[str, Any]] = []
-        ready = threading.Event()
-
-        stopper = redis.Redis.from_url(_bench.REDIS_URL)
-        stopper.ping()  # connected (and SELECTed) before MONITOR starts
-
-        def watch(
-            marker: str = marker, seen: list[dict[str, Any]] = seen, ready: Any = ready
-        ) -> None:
-            with server.monitor() as monitor:
-                ready.set()
-                while True:
-                    command = monitor.next_command()
-                    if marker in command["command"]:
-                        return
-                    if int(command["db"]) == database:
-                        seen.append(command)
-
-        thread = threading.Thread(target=watch, daemon=True)
-        thread.start()
-        ready.wait(5)
-        time.sleep(0.2)
-        for _ in range(repeat):
-            requests[name]()
-        stopper.echo(marker)
-        thread.join(10)
-        top = [c["command"].split(" ", 1)[0].lower() for c in seen if c["client_type"] != "lua"]
-        nested = [c["command"].split(" ", 1)[0].lower() for c in seen if c["client_type"] == "lua"]
-        counts[name] = {
-            "round_trips": len(top) / repeat,
-            "commands": {cmd: top.count(cmd) / repeat for cmd in sorted(set(top))},
-            "inside_scripts": {cmd: nested.count(cmd) / repeat for cmd in sorted(set(nested))},
-        }
-    return counts
-
-
-def replay_side_effects(requests: dict[str, Any], repeat: int = 100) -> dict[str, Any]:
-    """What a replay leaves behind on PostgreSQL: the claim's failed INSERT burns an id."""
+def statement_floor() -> Any:
+    """A function sending a first request's two statements, as the store builds them."""
     from django.db import connection
 
-    def last_id() -> int:
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT last_value FROM pg_sequences "
-                "WHERE sequencename = 'idempotency_django_idempotencyrecord_id_seq'"
-            )
-            return int(cursor.fetchone()[0])
-
-    before = last_id()
-    for _ in range(repeat):
-        requests["replay"]()
-    return {"ids_consumed_per_replay": (last_id() - before) / repeat}
-
-
-def statement_floor(n: int) -> dict[str, Any]:
-    """The library's own first-request statements, sent by psycopg alone.
-
-    The claim (the reservation's INSERT) and the completion's UPDATE, exactly as
-    the database store sends them, on this process's connection in autocommit mode, with
-    no ORM, no Django and no library code around them: what the target's "+1
-    round trip for the reservation, +1 for the completion" costs at least on
-    this server, before any Python of the library runs.
-    """
-    from django.db import connection
-    from django.utils import timezone
-
-    from idempotency_django.models import IdempotencyRecord
-    from idempotency_django.stores import RecordKey, RequestInfo, StoredResponse, database
+    from idempotency_django.stores import RecordKey, RequestInfo, StoredResponse
+    from idempotency_django.stores import database as db
 
     connection.ensure_connection()
     raw = connection.connection
-    statements = database._statements(connection)
-    assert statements.claim_unflushed is not None and connection.get_autocommit()
-    claims: list[int] = []
-    completions: list[int] = []
-    selects: list[int] = []
-    durable_claims: list[int] = []  # the same INSERT, its commit waiting for the disk
-    request = RequestInfo(method="POST", path=_bench.PROTECTED_PATH, fingerprint="f" * 64)
-    response = StoredResponse(
-        status=201, headers=(("Content-Type", "application/json"),), body=_bench.BODY.encode()
-    )
-    token = "t" * 32
-    for index in range(n + 20):
-        now = timezone.now()
-        key, other_key = (RecordKey("floor", "", f"floor-{uuid.uuid4().hex}") for _ in "ab")
-        fields = database._reservation_fields(request, token, now, 60)
-        insert = database._insert_params(connection, key, fields)
-        durable = database._insert_params(connection, other_key, fields)
-        completed = database._completion_fields(response, now, 60)
-        update = database._complete_params(connection, key, token, completed)
+    sql = db._statements(connection)
+    request = RequestInfo(method="POST", path=common.PROTECTED_PATH, fingerprint="f" * 64)
+    stored = StoredResponse(201, (("Content-Type", "application/json"),), common.BODY.encode())
+
+    def send() -> int:
+        key = RecordKey("floor", "", uuid.uuid4().hex)
+        token = uuid.uuid4().hex
+        insert = [*db._key_values(key), *db._request_values(request, token), 0, 3600]
+        completed = [201, db._json(stored.headers), stored.body, False, 3600]
         started = time.perf_counter_ns()
-        raw.execute(statements.claim_unflushed, insert).fetchone()
-        claimed = time.perf_counter_ns()
-        raw.execute(statements.complete, update)
-        done = time.perf_counter_ns()
-        raw.execute("SELECT 1").fetchone()
-        selected = time.perf_counter_ns()
-        assert statements.claim is not None
-        raw.execute(statements.claim, durable).fetchone()
-        waited = time.perf_counter_ns()
-        if index >= 20:
-            claims.append(claimed - started)
-            completions.append(done - claimed)
-            selects.append(selected - done)
-            durable_claims.append(waited - selected)
-    IdempotencyRecord.objects.filter(principal="floor").delete()
-    return {
-        "claim": _bench.summarize(claims),
-        "complete": _bench.summarize(completions),
-        "select_1": _bench.summarize(selects),
-        "claim_durable": _bench.summarize(durable_claims),
-    }
+        raw.execute(sql.insert_or_nothing, insert)
+        raw.execute(sql.complete, [*completed, key.digest, token, db.IN_PROGRESS])
+        return time.perf_counter_ns() - started
+
+    return send
 
 
-def profile(requests: dict[str, Any], n: int) -> dict[str, Any]:
-    """cProfile of ``n`` requests per scenario: the library's own functions, per request."""
-    report: dict[str, Any] = {}
-    for name in ("bare", "first", "replay"):
-        profiler = cProfile.Profile()
-        profiler.enable()
-        for _ in range(n):
-            requests[name]()
-        profiler.disable()
-        stats = pstats.Stats(profiler)
-        total = stats.total_tt  # type: ignore[attr-defined]
-        rows = []
-        for (filename, line, function), stat in stats.stats.items():  # type: ignore[attr-defined]
-            _cc, calls, tottime, cumtime, _callers = stat
-            if "idempotency_django" not in filename and not _interesting(filename, function):
-                continue
-            rows.append(
-                {
-                    "function": f"{_short(filename)}:{line}({function})",
-                    "calls_per_request": calls / n,
-                    "cum_us": cumtime / n * 1e6,
-                    "own_us": tottime / n * 1e6,
-                }
-            )
-        rows.sort(key=lambda row: row["cum_us"], reverse=True)
-        text = io.StringIO()
-        pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(
-            "idempotency_django", 25
+def profile(send: Any, n: int) -> list[str]:
+    """The library's functions by own time per first request (microseconds), top 15."""
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(n):
+        send()
+    profiler.disable()
+    stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+    rows = [
+        (own / n * 1e6, cum / n * 1e6, calls / n, f"{Path(file).name}:{line}({name})")
+        for (file, line, name), (_cc, calls, own, cum, _callers) in stats.items()
+        if "idempotency_django" in file
+    ]
+    rows.sort(reverse=True)
+    return [f"own {o:6.1f} us  cum {c:6.1f} us  x{k:.0f}  {f}" for o, c, k, f in rows[:15]]
+
+
+def measure(args: argparse.Namespace) -> int:
+    common.reset_databases()
+    codes = {"after": (common.ROOT, "")}
+    if args.before:
+        codes = {"before": (Path(args.before), args.before_python), **codes}
+    stores = args.stores.split(",")
+    ratios: dict[tuple[str, str], dict[str, list[float]]] = {}
+    raw: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for round_ in range(args.rounds):
+        for store in stores:
+            for label, (code, python) in codes.items():
+                if label == "before" and store.startswith("memory"):
+                    continue
+                arguments = ["-n", str(args.n), "--warmup", str(args.warmup)]
+                if store == "postgres" and label == "after":
+                    arguments.append("--floor")
+                if args.profile and store == "memory" and round_ == 0:
+                    arguments.append("--profile")
+                result = common.run_child(
+                    "inprocess.py", store, *arguments, code=code, python=python
+                )
+                raw.setdefault((label, store), []).append(result)
+                entry = ratios.setdefault((label, store), {})
+                for name in ("first", "replay"):
+                    entry.setdefault(name, []).append(result[name] / result["bare"])
+                if result.get("floor") == result.get("floor"):  # not NaN
+                    entry.setdefault("floor", []).append(1 + result["floor"] / result["bare"])
+                entry.setdefault("library_ms", []).append(result["first_minus_bare"])
+                print(f"  round {round_ + 1} {label} {store}: " + describe(result), flush=True)
+    return report(ratios, raw, args)
+
+
+def describe(result: dict[str, Any]) -> str:
+    return ", ".join(
+        f"{name} {result[name]:.3f} ms" for name in (*SCENARIOS, "floor") if name in result
+    )
+
+
+def report(ratios: Any, raw: Any, args: argparse.Namespace) -> int:
+    print("\nmedian over rounds, ratios to the bare view measured in the same process")
+    for (label, store), entry in ratios.items():
+        bare = common.median([r["bare"] for r in raw[(label, store)]])
+        print(
+            f"  {label:6} {common.STORE_LABELS[store]:44} bare {bare:.3f} ms  "
+            f"first x{common.median(entry['first']):.2f}  "
+            f"replay x{common.median(entry['replay']):.2f}"
         )
-        report[name] = {
-            "total_us_per_request": total / n * 1e6,
-            "rows": rows[:40],
-            "text": text.getvalue(),
-        }
-    return report
+        for line in raw[(label, store)][0].get("profile", []):
+            print(f"        {line}")
+    failed = 0
+    postgres = ratios.get(("after", "postgres"))
+    if postgres and postgres.get("floor"):
+        first, floor = common.median(postgres["first"]), common.median(postgres["floor"])
+        failed += not common.verdict(
+            "first request in process, PostgreSQL, at most the floor + 10 %",
+            first <= floor + 0.10,
+            f"x{first:.2f} of the bare view; floor (its two statements by psycopg) "
+            f"x{floor:.2f}, limit x{floor + 0.10:.2f}",
+        )
+    for store in ("memory", "memory_quiet"):
+        if ("after", store) in ratios:
+            own = common.median(ratios[("after", store)]["library_ms"])
+            failed += not common.verdict(
+                f"the library's own Python per first request at most 0.15 ms, {store}",
+                own <= 0.15,
+                f"{own:.3f} ms ({common.STORE_LABELS[store]}: first request minus bare view)",
+            )
+    for (label, store), entry in ratios.items():
+        if label == "after" and not store.startswith("memory"):
+            replay = common.median(entry["replay"])
+            failed += not common.verdict(
+                f"a replay costs at most the bare view, {common.STORE_LABELS[store]}",
+                replay <= 1.0,
+                f"x{replay:.2f}",
+            )
+    return failed
 
 
-#: Functions outside the library that show where its time goes: the driver waiting
-#: for the server, the ORM building statements, logging, signals, hashing, JSON.
-EXTERNAL = {
-    ("psycopg/connection.py", "wait"),
-    ("django/db/models/sql/compiler.py", "execute_sql"),
-    ("django/db/models/sql/compiler.py", "as_sql"),
-    ("django/db/models/base.py", "save_base"),
-    ("django/db/models/base.py", "__init__"),
-    ("django/db/models/query.py", "update"),
-    ("django/db/models/query.py", "first"),
-    ("django/db/utils.py", "__exit__"),
-    ("logging/__init__.py", "_log"),
-    ("django/dispatch/dispatcher.py", "send"),
-    ("redis/commands/core.py", "__call__"),
-    ("uuid.py", "uuid4"),
-    ("json/__init__.py", "loads"),
-    ("json/__init__.py", "dumps"),
-}
-
-
-def _interesting(filename: str, function: str) -> bool:
-    if function.startswith("<") and ("sha256" in function or "hexdigest" in function):
-        return True
-    return any(filename.endswith(path) and function == name for path, name in EXTERNAL)
-
-
-def _short(filename: str) -> str:
-    for marker in ("idempotency_django/", "site-packages/"):
-        if marker in filename:
-            return filename.split(marker, 1)[1]
-    return filename.rsplit("/", 1)[-1]
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--store", required=True, choices=sorted(_bench.STORES))
-    parser.add_argument("--out", required=True)
-    parser.add_argument("-n", type=int, default=400)
-    parser.add_argument("--warmup", type=int, default=50)
-    parser.add_argument("--slow-n", type=int, default=40)
-    parser.add_argument("--profile-n", type=int, default=0)
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--floor", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--profile", action="store_true", help="cProfile the library's functions")
+    parser.add_argument("-n", type=int, default=300, help="passes per measured process")
+    parser.add_argument("--warmup", type=int, default=30)
+    parser.add_argument("--rounds", type=int, default=3, help="processes per store")
+    parser.add_argument("--stores", default="sqlite,postgres,redis,memory,memory_quiet")
+    parser.add_argument("--before", help="another checkout of the library to compare with")
+    parser.add_argument("--before-python", default="", help="the Python that runs --before")
     args = parser.parse_args()
-
-    _bench.setup_django()
-    from django.conf import settings
-
-    requests, expected = make_requester()
-    result: dict[str, Any] = {"store": args.store}
-    samples = measure(requests, expected, SCENARIOS, args.n, args.warmup)
-    result["latency"] = {name: _bench.summarize(values) for name, values in samples.items()}
-
-    # Replay against running the view with a realistic cost (the view sleeps).
-    settings.EXAMPLE_BOOKING_DELAY_MS = SLOW_DELAY_MS
-    slow = measure(requests, expected, SLOW_SCENARIOS, args.slow_n, 5)
-    settings.EXAMPLE_BOOKING_DELAY_MS = 0
-    result["slow_delay_ms"] = SLOW_DELAY_MS
-    result["latency"].update({name: _bench.summarize(values) for name, values in slow.items()})
-    # A replay never runs the view, so its cost does not depend on the delay: all of
-    # this run's replay samples together are less sensitive to one noisy phase.
-    result["latency"]["replay_all"] = _bench.summarize(samples["replay"] + slow["replay_slow"])
-
-    result["queries"] = count_queries(requests)
-    if args.store == "redis":
-        result["redis_commands"] = count_redis_commands(requests)
-    if args.store.startswith("postgres") and args.store != "postgres_memory":
-        result["replay_side_effects"] = replay_side_effects(requests)
-    if args.store == "postgres":
-        result["statement_floor"] = statement_floor(args.n)
-    if args.profile_n:
-        result["profile"] = profile(requests, args.profile_n)
-    Path(args.out).write_text(json.dumps(result, indent=1))
+    if args.child:
+        print(json.dumps(child(args)))
+        return 0
+    measure(args)
+    return 0  # a FAIL is a finding, not a crash
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -88,6 +88,7 @@ def bulk_insert(total: int, *, expired: bool, chunk: int = 20_000) -> None:
     from django.db import connection, transaction
     from django.utils import timezone
 
+    from idempotency_django.keys import record_digest
     from idempotency_django.models import IdempotencyRecord
 
     now = timezone.now()
@@ -122,6 +123,7 @@ def bulk_insert(total: int, *, expired: bool, chunk: int = 20_000) -> None:
         return [f.get_db_prep_save(f.pre_save(record, True), connection) for f in fields]
 
     key_index = [f.name for f in fields].index("key")
+    digest_index = [f.name for f in fields].index("digest")
     expires_index = [f.name for f in fields].index("expires_at")
     completed = template(IdempotencyRecord.State.COMPLETED)
     abandoned = template(IdempotencyRecord.State.IN_PROGRESS)
@@ -132,6 +134,7 @@ def bulk_insert(total: int, *, expired: bool, chunk: int = 20_000) -> None:
         for n in range(done, min(done + chunk, total)):
             row = list(abandoned if expired and n % 10 == 9 else completed)
             row[key_index] = f"{prefix}-{n}"
+            row[digest_index] = record_digest("bench", "", f"{prefix}-{n}")
             if expired:
                 # Spread the expiry times so the index order means something.
                 row[expires_index] = connection.ops.adapt_datetimefield_value(
@@ -158,7 +161,7 @@ class Writer(threading.Thread):
         from django.db import connections
 
         from idempotency_django.stores.base import RecordKey, RequestInfo, StoredResponse
-        from idempotency_django.stores.database import DatabaseStore, close_side_connections
+        from idempotency_django.stores.database import DatabaseStore
 
         store = DatabaseStore()
         info = RequestInfo(method="POST", path="/bench/bookings/", fingerprint="f" * 64)
@@ -183,7 +186,6 @@ class Writer(threading.Thread):
                 else:
                     next_at = time.perf_counter()
         finally:
-            close_side_connections(force=True)
             connections.close_all()
 
 

@@ -18,7 +18,7 @@ from rest_framework.exceptions import APIException
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
-from idempotency_django.conf import idempotency_settings
+from idempotency_django.conf import header, idempotency_settings
 from idempotency_django.fingerprint import prepare_body
 from idempotency_django.marks import EXEMPT_ATTRIBUTE, PROTECTED_ATTRIBUTE
 from idempotency_django.phases import ViewOptions, protect
@@ -100,7 +100,7 @@ class IdempotentMixin:
         # The fingerprint needs the raw body: ready it before authentication
         # (SessionAuthentication's CSRF check) or a parser can consume it.
         settings = idempotency_settings
-        if request.method in settings.METHODS and settings.HEADER in request.headers:
+        if request.method in settings.METHODS and header(request, settings.HEADER) is not None:
             prepare_body(request)
         return super().initialize_request(request, *args, **kwargs)  # type: ignore[misc,no-any-return]
 

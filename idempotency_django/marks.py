@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -15,6 +16,7 @@ EXEMPT_ATTRIBUTE = "idempotency_exempt"
 OPTIONS_ATTRIBUTE = "idempotency_options"
 
 
+@functools.cache
 def drf_api_view_class() -> type | None:
     """DRF's ``APIView``, or None when DRF is not installed (it is optional)."""
     try:
@@ -34,11 +36,17 @@ def is_drf_view(view_func: Callable[..., Any]) -> bool:
 
 
 def is_drf_request(obj: Any) -> bool:
+    request_class = _drf_request_class()
+    return request_class is not None and isinstance(obj, request_class)
+
+
+@functools.cache
+def _drf_request_class() -> type | None:
     try:
         from rest_framework.request import Request
     except ImportError:
-        return False
-    return isinstance(obj, Request)
+        return None
+    return Request
 
 
 def find_request(args: tuple[Any, ...]) -> HttpRequest:

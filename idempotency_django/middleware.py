@@ -22,17 +22,16 @@ from collections.abc import Callable
 from typing import Any
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
-from django.conf import settings as django_settings
 from django.db import connections, transaction
 from django.http import HttpRequest
 from django.http.response import HttpResponseBase
-from django.urls import Resolver404, ResolverMatch, resolve
-from django.utils import translation
+from django.urls import ResolverMatch
 
-from idempotency_django.conf import idempotency_settings
+from idempotency_django.conf import header, idempotency_settings
 from idempotency_django.fingerprint import prepare_body
 from idempotency_django.marks import EXEMPT_ATTRIBUTE, PROTECTED_ATTRIBUTE, is_drf_view
 from idempotency_django.phases import ViewOptions, arun, atomic_block, begin, run
+from idempotency_django.routes import match_of
 
 #: Views of these modules never need a key, whatever REQUIRED_PATHS says.
 NEVER_REQUIRED_MODULES = ("django.contrib.admin.", "django.contrib.auth.")
@@ -79,7 +78,7 @@ class IdempotencyMiddleware:
 def is_keyed(request: HttpRequest) -> bool:
     """An unsafe request with a key: DRF views included, whose body must be ready too."""
     settings = idempotency_settings
-    return request.method in settings.METHODS and settings.HEADER in request.headers
+    return request.method in settings.METHODS and header(request, settings.HEADER) is not None
 
 
 def protected_view(request: HttpRequest) -> tuple[Callable[..., Any], ViewOptions] | None:
@@ -93,10 +92,10 @@ def protected_view(request: HttpRequest) -> tuple[Callable[..., Any], ViewOption
     settings = idempotency_settings
     if not settings.ENABLED or request.method not in settings.METHODS:
         return None
-    keyed = settings.HEADER in request.headers
+    keyed = header(request, settings.HEADER) is not None
     if not keyed and not settings.REQUIRED_PATHS:
         return None
-    match = resolve_as_the_handler_will(request)
+    match = match_of(request)
     if match is None:
         return None
     view = match.func
@@ -110,28 +109,6 @@ def protected_view(request: HttpRequest) -> tuple[Callable[..., Any], ViewOption
     if not keyed and not required:
         return None
     return view, ViewOptions(required=required)
-
-
-def resolve_as_the_handler_will(request: HttpRequest) -> ResolverMatch | None:
-    """The URL's match, as Django's handler will find it once the request reaches it.
-
-    ``i18n_patterns`` match the active language, which a ``LocaleMiddleware``
-    listed after this one has not activated yet: resolve again with the
-    language it will activate (the path's, or ``LANGUAGE_CODE`` for an
-    unprefixed default language).
-    """
-    urlconf = getattr(request, "urlconf", None)
-    try:
-        return resolve(request.path_info, urlconf)
-    except Resolver404:
-        if not django_settings.USE_I18N:
-            return None
-    language = translation.get_language_from_path(request.path_info)
-    with translation.override(language or django_settings.LANGUAGE_CODE):
-        try:
-            return resolve(request.path_info, urlconf)
-        except Resolver404:
-            return None
 
 
 def key_required(path: str, match: ResolverMatch) -> bool:

@@ -53,17 +53,18 @@ from django.dispatch import Signal
 from django.http import FileResponse, HttpRequest, HttpResponse
 from django.http.request import RawPostDataException
 from django.http.response import HttpResponseBase
-from django.urls import Resolver404, resolve
 from django.utils.module_loading import import_string
 
 from idempotency_django import problems, signals
 from idempotency_django.conf import (
     FORBIDDEN_REPLAY_HEADERS,
     NEVER_RETAINED_CLIENT_ERRORS,
+    header,
     idempotency_settings,
 )
 from idempotency_django.fingerprint import prepare_body
-from idempotency_django.keys import InvalidKey, key_digest, parse_key
+from idempotency_django.keys import InvalidKey, parse_key
+from idempotency_django.routes import match_of
 from idempotency_django.scope import MAX_LOCATION_LENGTH, Scope, session_scope
 from idempotency_django.stores import (
     Claim,
@@ -234,7 +235,7 @@ def begin(
         or getattr(_django_request(request), ACTIVE_ATTRIBUTE, False)
     ):
         return None
-    raw_key = request.headers.get(settings.HEADER)
+    raw_key = header(request, settings.HEADER)
     if raw_key is None:
         if _option(options.required, settings.REQUIRED):
             return problems.problem(
@@ -313,7 +314,7 @@ class Attempt:
         self.info = info
         self.options = options
         self.store = get_store()
-        self.digest = key_digest(key.principal, key.location, key.key)
+        self.digest = key.digest[:16]  # keys.key_digest(), computed once
         self.token = ""
         #: For the logs: "first" or "takeover" once claimed; any request that
         #: finds the key held is a "retry" of the operation.
@@ -604,7 +605,7 @@ class Attempt:
     # -- reporting --
 
     def send(self, signal: Signal, **kwargs: Any) -> None:
-        if signal.has_listeners(type(self.store)):
+        if signal.receivers and signal.has_listeners(type(self.store)):
             signal.send(
                 sender=type(self.store), request=self.request, key_digest=self.digest, **kwargs
             )
@@ -676,8 +677,8 @@ def replay_response(stored: StoredResponse) -> HttpResponse:
 
 def request_id(request: HttpRequest) -> str:
     """The request id header's value, when ``REQUEST_ID_HEADER`` names one."""
-    header = idempotency_settings.REQUEST_ID_HEADER
-    return str(request.headers.get(header, ""))[:255] if header else ""
+    name = idempotency_settings.REQUEST_ID_HEADER
+    return (header(request, name) or "")[:255] if name else ""
 
 
 def _open_transactions() -> list[str]:
@@ -721,13 +722,8 @@ def _django_request(request: HttpRequest) -> HttpRequest:
 
 def route_of(request: HttpRequest) -> str:
     """The URL pattern that matched, never the URL: paths can carry ids and tokens."""
-    match = getattr(_django_request(request), "resolver_match", None)
-    if match is None:  # before Django's handler resolved it (in the middleware)
-        try:
-            match = resolve(request.path_info, getattr(request, "urlconf", None))
-        except Resolver404:
-            return ""
-    return str(match.route)
+    match = match_of(_django_request(request))
+    return "" if match is None else str(match.route)
 
 
 def log(level: int, event: str, request: HttpRequest, **fields: Any) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 from django.http import HttpRequest
 
-from idempotency_django.conf import idempotency_settings
+from idempotency_django.conf import header, idempotency_settings
 
 MAX_LOCATION_LENGTH = 255
 
@@ -65,7 +65,7 @@ def session_scope(request: HttpRequest) -> Scope | None:
 
 
 def location_of(request: HttpRequest) -> str:
-    header = idempotency_settings.LOCATION_HEADER
-    if not header:
+    name = idempotency_settings.LOCATION_HEADER
+    if not name:
         return ""
-    return str(request.headers.get(header, "")).strip()
+    return (header(request, name) or "").strip()

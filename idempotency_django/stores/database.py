@@ -78,8 +78,8 @@ class DatabaseStore(BaseStore):
         token = uuid.uuid4().hex
         in_transaction = _in_request_transaction(connection)
         with _unavailable_on_error():
-            with connection.cursor() as cursor:
-                if in_transaction and sql.lock is not None:
+            if in_transaction and sql.lock is not None:
+                with connection.cursor() as cursor:
                     cursor.execute(sql.lock, [_lock_id(key)])
                     if not cursor.fetchone()[0]:
                         return Claim(Outcome.IN_PROGRESS)
