@@ -12,12 +12,15 @@ from django.db import connection, connections
 from django.test import Client
 
 from idempotency_django.models import IdempotencyRecord
+from idempotency_django.stores import RequestInfo, StoredResponse
 from tests.concurrency import Background, in_threads, logged_in_client
 from tests.testapp.models import Booking
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 BODY = json.dumps({"slot": "2026-07-30T09:00:00Z"})
+RESPONSE = StoredResponse(status=201, headers=(("Content-Type", "application/json"),), body=b"{}")
+OTHER_INFO = RequestInfo(method="POST", path="/plain/bookings/", fingerprint="e" * 64)
 on_postgres = pytest.mark.skipif(
     connection.vendor != "postgresql", reason="needs concurrent writers (PostgreSQL)"
 )
@@ -157,3 +160,32 @@ def test_crash_after_storing_rolls_back_work_and_response_together(alice: User, 
     assert retry.status_code == 201
     assert keyed_post(client, "/plain/fragile/", key="fragile")["Idempotency-Replayed"] == "true"
     assert Booking.objects.count() == 1
+
+
+@on_postgres
+def test_replays_in_transactions_at_the_same_time_both_replay(alice: User) -> None:
+    """Each claim inside a transaction takes the key's lock, a replay's too: a second
+    replay meanwhile must still replay the committed record, not answer 409."""
+    from django.db import transaction
+
+    from idempotency_django.stores import Outcome, RecordKey, RequestInfo, get_store
+
+    store = get_store()
+    key = RecordKey(f"auth.user:{alice.pk}", "", "replayed-twice")
+    info = RequestInfo(method="POST", path="/plain/bookings/", fingerprint="f" * 64)
+    first = store.claim(key, info, 60)
+    assert store.complete(key, first.token, RESPONSE, 3600)
+    with transaction.atomic():
+        assert store.claim(key, info, 60).outcome is Outcome.REPLAY  # holds the lock now
+        [other] = in_threads(1, lambda _: _claim_in_a_transaction(store, key, info))
+        [reused] = in_threads(1, lambda _: _claim_in_a_transaction(store, key, OTHER_INFO))
+    assert other.outcome is Outcome.REPLAY
+    assert other.response == RESPONSE
+    assert reused.outcome is Outcome.REUSED
+
+
+def _claim_in_a_transaction(store, key, info):  # type: ignore[no-untyped-def]
+    from django.db import transaction
+
+    with transaction.atomic():
+        return store.claim(key, info, 60)

@@ -81,8 +81,14 @@ class DatabaseStore(BaseStore):
             if in_transaction and sql.lock is not None:
                 with connection.cursor() as cursor:
                     cursor.execute(sql.lock, [_lock_id(key)])
-                    if not cursor.fetchone()[0]:
+                    locked = cursor.fetchone()[0]
+                if not locked:
+                    # Another transaction holds the key: one claiming it, or one
+                    # replaying it. A committed, live record answers for itself.
+                    row = _read(connection, sql.read, key)
+                    if row is None or row.expired:
                         return Claim(Outcome.IN_PROGRESS)
+                    return _answer(row, request)
             # A bounded loop: each pass either decides or loses a race to a
             # request that changed the row, which can only happen a few times.
             for _attempt in range(5):
@@ -108,11 +114,7 @@ class DatabaseStore(BaseStore):
                             Outcome.CLAIMED, token=token, took_over=row.state == IN_PROGRESS
                         )
                     continue  # someone else took it over or completed it first
-                if row.fingerprint != request.fingerprint:
-                    return Claim(Outcome.REUSED)
-                if row.state == IN_PROGRESS:
-                    return Claim(Outcome.IN_PROGRESS)
-                return Claim(Outcome.REPLAY, response=row.stored_response())
+                return _answer(row, request)
         raise StoreUnavailable("The idempotency record kept changing while being claimed.")
 
     def peek(self, key: RecordKey) -> Outcome | None:
@@ -335,6 +337,15 @@ def _datetime(connection: BaseDatabaseWrapper, value: Any) -> datetime:
     for converter in connection.ops.get_db_converters(column):
         converted = converter(converted, column, connection)
     return converted
+
+
+def _answer(row: _Row, request: RequestInfo) -> Claim:
+    """What a live record another request made answers ``request``."""
+    if row.fingerprint != request.fingerprint:
+        return Claim(Outcome.REUSED)
+    if row.state == IN_PROGRESS:
+        return Claim(Outcome.IN_PROGRESS)
+    return Claim(Outcome.REPLAY, response=row.stored_response())
 
 
 def _scope(key: RecordKey) -> list[str]:
