@@ -38,6 +38,13 @@ NEVER_REQUIRED_MODULES = ("django.contrib.admin.", "django.contrib.auth.")
 
 
 class IdempotencyMiddleware:
+    """Protects the plain Django views of every keyed unsafe request; sync and async.
+
+    Add it to ``MIDDLEWARE`` after ``AuthenticationMiddleware``. It claims the
+    key before ``get_response`` and stores (or releases) the answer after it:
+    a replay or a conflict is answered without calling ``get_response``.
+    """
+
     sync_capable = True
     async_capable = True
 

@@ -104,6 +104,14 @@ class RequestInfo:
 
 
 class BaseStore(ABC):
+    """Where reservations and stored responses live: one interface, several stores.
+
+    Name a subclass by dotted path in ``IDEMPOTENCY["STORE"]``; its
+    ``STORE_OPTIONS`` are passed to ``__init__``. Every method is atomic on
+    its own and raises :class:`StoreUnavailable` when the store fails; times
+    are the store's own clock.
+    """
+
     #: The database alias whose transactions the store's writes join, so the
     #: work and its stored response commit (or roll back) together; None
     #: for a store outside the database.

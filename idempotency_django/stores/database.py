@@ -65,6 +65,13 @@ _MYSQL_LOCK_ERRORS = frozenset({1205, 3572})
 
 
 class DatabaseStore(BaseStore):
+    """The default store: rows of ``IdempotencyRecord`` on the database ``database``.
+
+    ``IDEMPOTENCY = {"STORE": "database", "STORE_OPTIONS": {"database": "default"}}``.
+    Claims join a transaction open around the view, so that the work and its
+    stored response commit together; see the module's documentation.
+    """
+
     def __init__(self, database: str = DEFAULT_DB_ALIAS, **options: Any) -> None:
         super().__init__(**options)
         self.alias = database
