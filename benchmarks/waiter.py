@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import threading
 import time
@@ -104,7 +105,8 @@ class RedisCommands:
     def __init__(self) -> None:
         import redis
 
-        self.server = redis.Redis.from_url(common.REDIS_URL)
+        # The store's own URL: child_env leaves BENCH_REDIS_URL out of a measured process.
+        self.server = redis.Redis.from_url(os.environ.get("REDIS_URL", common.REDIS_URL))
         self.database = self.server.connection_pool.connection_kwargs.get("db", 0)
         self.by_name: dict[str, int] = {}
         self.counting = False
