@@ -1,27 +1,20 @@
-"""What every benchmark shares: configurations, Django in a child process, servers, load, verdicts.
+"""What every benchmark shares: configurations, measured processes, command lines, output.
 
-The modules of this folder run as scripts (``python benchmarks/inprocess.py``)
-and import each other as top-level modules. A measured process gets its
-configuration from the environment (:func:`child_env`), so one run can
-measure two checkouts of the library side by side (``--code``).
+The modules run as scripts (``python benchmarks/inprocess.py``) and import each other as
+top-level modules. A measured process is configured by its environment (:func:`child_env`),
+so that one run can measure two checkouts of the library side by side.
 """
 
 from __future__ import annotations
 
+import argparse
 import base64
 import json
 import os
-import shutil
-import signal
 import statistics
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,29 +32,21 @@ USERNAME, PASSWORD = "bench", "bench-password"
 AUTHORIZATION = "Basic " + base64.b64encode(f"{USERNAME}:{PASSWORD}".encode()).decode()
 BODY = json.dumps({"slot": "2026-07-30T09:00:00Z", "customer": "Dana Whitfield"})
 PROTECTED_PATH, BARE_PATH, PEER_PATH = "/api/bookings/", "/bare/bookings/", "/peer/bookings/"
+SCENARIOS = ("bare", "first", "replay")  # the bare view, a new key, a stored key
 
-#: Each configuration measured: the example settings' environment.
-STORES: dict[str, dict[str, str]] = {
-    "sqlite": {"DATABASE_URL": f"sqlite:///{SQLITE_PATH}", "EXAMPLE_IDEMPOTENCY_BACKEND": "db"},
-    "postgres": {"DATABASE_URL": PG_URL, "EXAMPLE_IDEMPOTENCY_BACKEND": "db"},
-    "redis": {
-        "DATABASE_URL": PG_URL,
-        "REDIS_URL": REDIS_URL,
-        "EXAMPLE_IDEMPOTENCY_BACKEND": "redis",
-    },
-    # The library's own Python: a store in this process's memory, and no I/O at all
-    # (the app's tables in an in-memory SQLite database).
-    "memory": {
-        "DATABASE_URL": "sqlite://:memory:",
-        "EXAMPLE_IDEMPOTENCY_BACKEND": "db",
-        "BENCH_MEMORY": "1",
-    },
-    "memory_quiet": {
-        "DATABASE_URL": "sqlite://:memory:",
-        "EXAMPLE_IDEMPOTENCY_BACKEND": "db",
-        "BENCH_MEMORY": "1",
-        "BENCH_LOG_LEVEL": "WARNING",
-    },
+
+def _example_env(database_url: str, backend: str = "db", **more: str) -> dict[str, str]:
+    return {"DATABASE_URL": database_url, "EXAMPLE_IDEMPOTENCY_BACKEND": backend, **more}
+
+
+#: Each configuration measured: the example settings' environment, and its label. The
+#: in-memory store (bench_memory.py) keeps the app's tables in an in-memory SQLite database.
+STORES = {
+    "sqlite": _example_env(f"sqlite:///{SQLITE_PATH}"),
+    "postgres": _example_env(PG_URL),
+    "redis": _example_env(PG_URL, "redis", REDIS_URL=REDIS_URL),
+    "memory": _example_env("sqlite://:memory:", BENCH_MEMORY="1"),
+    "memory_quiet": _example_env("sqlite://:memory:", BENCH_MEMORY="1", BENCH_LOG_LEVEL="WARNING"),
 }
 STORE_LABELS = {
     "sqlite": "database store, SQLite",
@@ -97,20 +82,66 @@ def child_env(store: str, code: Path = ROOT, **extra: str) -> dict[str, str]:
     return env
 
 
-def reset_databases() -> None:
-    """Recreate the benchmark's own PostgreSQL databases, SQLite files and Redis databases."""
+def recreate_postgres(*names: str) -> None:
     import psycopg
-    import redis
 
     with psycopg.connect("host=127.0.0.1 user=postgres dbname=postgres", autocommit=True) as conn:
-        for name in (PG_DB, f"{PG_DB}_before"):
+        for name in names:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
             conn.execute(f'CREATE DATABASE "{name}"')
+
+
+def remove_sqlite(path: Path | str) -> None:
     for suffix in ("", "-wal", "-shm", "-journal"):
-        Path(f"{SQLITE_PATH}{suffix}").unlink(missing_ok=True)
-        Path(f"{SQLITE_PATH}-before{suffix}").unlink(missing_ok=True)
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+
+
+def reset_databases() -> None:
+    """Recreate the benchmark's own PostgreSQL databases, SQLite files and Redis databases."""
+    import redis
+
+    recreate_postgres(PG_DB, f"{PG_DB}_before")
+    remove_sqlite(SQLITE_PATH)
+    remove_sqlite(f"{SQLITE_PATH}-before")
     for url in (REDIS_URL, REDIS_BEFORE_URL):
         redis.Redis.from_url(url).flushdb()
+
+
+# -- a module's command line, and its measured processes ---------------------------
+
+
+def parser(doc: str) -> argparse.ArgumentParser:
+    """A module's options, described by the first paragraph of its docstring."""
+    return argparse.ArgumentParser(description=doc.split("\n\n")[0])
+
+
+def integers(text: str) -> list[int]:
+    """An option's comma-separated integers (``--connections 8,32``)."""
+    return [int(item) for item in text.split(",")]
+
+
+def run(parser: argparse.ArgumentParser, measure: Callable[..., Any], child: Any = None) -> None:
+    """Parse the options and ``measure``; with ``--child``, be a measured process instead:
+    print what ``child`` measured as JSON (:func:`run_child` reads it). A FAIL line is a
+    finding, not a crash: either way the exit status is 0.
+    """
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    if child:
+        parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if child and args.child:
+        print(json.dumps(child(args)))
+    else:
+        measure(args)
+
+
+def run_child(script: str, store: str, *arguments: str, code: Path = ROOT, python: str = "") -> Any:
+    """Run ``script --child`` in a fresh process for ``store``; what it printed as JSON."""
+    command = [python or sys.executable, str(BENCH_DIR / script), "--child", *arguments]
+    done = subprocess.run(command, env=child_env(store, code), capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"{script} {store} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def setup_django() -> None:
@@ -127,115 +158,31 @@ def setup_django() -> None:
         users.create_user(USERNAME, password=PASSWORD)
 
 
-def run_child(script: str, store: str, *arguments: str, code: Path = ROOT, python: str = "") -> Any:
-    """Run ``script`` in a fresh process for ``store``; it prints one JSON line last."""
-    command = [python or sys.executable, str(BENCH_DIR / script), "--child", *arguments]
-    done = subprocess.run(command, env=child_env(store, code), capture_output=True, text=True)
-    if done.returncode:
-        raise SystemExit(f"{script} {store} failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+def client_post(client: Any, path: str, key: str | None) -> int:
+    """One POST of the booking body by Django's test ``client``: its status."""
+    headers = {"X-Location-Id": "portland", **({} if key is None else {"Idempotency-Key": key})}
+    return int(client.post(path, BODY, "application/json", headers=headers).status_code)
+
+
+# -- output -------------------------------------------------------------------------
 
 
 def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
+def ratio(runs: list[dict[str, float]], name: str) -> float:
+    """The median over ``runs`` of each one's ``name`` figure divided by its bare view's."""
+    return median([run[name] / run["bare"] for run in runs])
+
+
 def verdict(label: str, passed: bool, detail: str) -> bool:
     """Print one target's line: ``PASS`` or ``FAIL``, then what was measured."""
-    print(f"{'PASS' if passed else 'FAIL'}  {label}: {detail}", flush=True)
+    print(f"{'PASS' if passed else 'FAIL'}  {label}: {detail}")
     return passed
 
 
-# -- over HTTP --------------------------------------------------------------------
-
-
-def wrk_available() -> bool:
-    return shutil.which("wrk") is not None
-
-
-@contextmanager
-def gunicorn(
-    env: dict[str, str], port: int = PORT, workers: int = 2, python: str = ""
-) -> Iterator[str]:
-    """A gunicorn serving the benchmark project on 127.0.0.1:``port``; yields its base URL."""
-    executable = Path(python or sys.executable).with_name("gunicorn")
-    application = "django.core.wsgi:get_wsgi_application()"
-    command = [str(executable), application, f"--workers={workers}", f"--bind=127.0.0.1:{port}"]
-    command += ["--backlog=512", "--log-level=warning"]
-    log = Path(f"/tmp/bench-gunicorn-{port}.log")
-    with log.open("wb") as stream:
-        process = subprocess.Popen(command, env=env, stdout=stream, stderr=stream)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"gunicorn did not start; see {log}")
-            try:
-                urllib.request.urlopen(f"{base}/ready/", timeout=2).read()
-                break
-            except (urllib.error.URLError, ConnectionError):
-                time.sleep(0.2)
-        yield base
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def post(url: str, key: str | None, headers: dict[str, str]) -> tuple[int, bool]:
-    """One POST of the booking body; its status and whether it was a replay."""
-    sent = {"Content-Type": "application/json", "X-Location-Id": "portland", **headers}
-    if key is not None:
-        sent["Idempotency-Key"] = key
-    request = urllib.request.Request(url, data=BODY.encode(), headers=sent, method="POST")
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return response.status, bool(response.headers.get("Idempotency-Replayed"))
-    except urllib.error.HTTPError as error:
-        return error.code, False
-
-
-def wrk(
-    url: str,
-    mode: str,
-    connections: int,
-    seconds: float,
-    headers: dict[str, str],
-    keys: tuple[str, ...] = (),
-) -> dict[str, Any]:
-    """Load ``url`` with ``wrk`` (``mode``: bare, first or replay of ``keys``); requests/s."""
-    env = {
-        **os.environ,
-        "BENCH_MODE": mode,
-        "BENCH_KEYS": ",".join(keys),
-        "BENCH_PREFIX": uuid.uuid4().hex[:8],
-        "BENCH_HEADERS": "\n".join(f"{name}: {value}" for name, value in headers.items()),
-    }
-    command = ["wrk", f"-t{min(2, connections)}", f"-c{connections}", f"-d{round(seconds)}s"]
-    command += ["--latency", "-s", str(BENCH_DIR / "wrk_post.lua"), url]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
-    line = next(row for row in done.stdout.splitlines() if row.startswith("BENCH_JSON "))
-    result: dict[str, Any] = json.loads(line.removeprefix("BENCH_JSON "))
-    result["rps"] = result["requests"] / (result["duration_us"] / 1e6)
-    return result
-
-
-def prepare(env: dict[str, str], python: str = "") -> None:
-    """Migrate and create the user, in a process configured by ``env``."""
-    subprocess.run([python or sys.executable, __file__], env=env, check=True)
-
-
-def session_headers(base: str) -> dict[str, str]:
-    """Log in through ``/bench-login/``: the cookie and CSRF headers of that session."""
-    with urllib.request.urlopen(f"{base}/bench-login/", timeout=10) as response:
-        token = response.read().decode()
-        cookies = [value.split(";", 1)[0] for value in response.headers.get_all("Set-Cookie")]
-    return {"Cookie": "; ".join(cookies), "X-CSRFToken": token, "Referer": base + "/"}
-
-
-if __name__ == "__main__":
-    setup_django()
+def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    """Print a Markdown table (as docs/benchmarks-results.md shows the figures)."""
+    for row in (header, ["---"] * len(header), *rows):
+        print("| " + " | ".join(map(str, row)) + " |")

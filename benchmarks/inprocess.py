@@ -1,69 +1,46 @@
-"""What does one request cost, in process, and how close is it to the floor?
+"""What does one request cost in process, how close to the floor, what is the library's own Python?
 
     python benchmarks/inprocess.py                      # SQLite, PostgreSQL, Redis, memory
     python benchmarks/inprocess.py --before /tmp/old --before-python /tmp/venv/bin/python
 
-The example's DRF booking-create view under ``@idempotent`` (``/api/bookings/``)
-against the same viewset undecorated (``/bare/bookings/``), through the whole
-middleware stack with Django's test client and HTTP Basic. Each measured
-process sends, per pass, one request of each scenario (bare view, first
-request with a new key, replay of one key), so noise hits them alike; a run is
-several such processes per store, alternated, and every figure is a median of
-their ratios. The scenarios' order changes every pass (what ran just before a
-request changes its time).
-
-On PostgreSQL each pass also sends the library's own first-request statements
-(the claim's INSERT and the completion's UPDATE) by psycopg alone, with no
-Django around them: the floor. The in-memory store (``bench_memory.py``) gives
-the library's own Python: its first request minus its bare view.
-``--before`` measures another checkout of the library (with its own Python)
-alternately with this one: the before/after of a change.
+A bare view, a first request and a replay per pass (Django's test client), on PostgreSQL
+the floor too; --before alternates another checkout with this one. docs/benchmarks.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
-import json
+import functools
 import pstats
 import random
-import sys
 import time
 import uuid
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import common
 
-SCENARIOS = ("bare", "first", "replay")
+Results = dict[tuple[str, str], list[dict[str, Any]]]  # (code, store): each process's medians
 
 
 def child(args: argparse.Namespace) -> dict[str, Any]:
+    """One measured process: per pass, each scenario once (in a new order) and the floor."""
     common.setup_django()
     from django.test import Client
 
     client = Client(HTTP_AUTHORIZATION=common.AUTHORIZATION)
-    run = uuid.uuid4().hex[:8]
-    counter = iter(range(10**9))
-
-    def post(path: str, key: str | None) -> int:
-        headers = {"X-Location-Id": "portland"}
-        if key is not None:
-            headers["Idempotency-Key"] = key
-        response = client.post(
-            path, data=common.BODY, content_type="application/json", headers=headers
-        )
-        return int(response.status_code)
-
+    run, counter = uuid.uuid4().hex[:8], iter(range(10**9))
+    post = functools.partial(common.client_post, client)
     requests = {
         "bare": lambda: post(common.BARE_PATH, None),
         "first": lambda: post(common.PROTECTED_PATH, f"first-{run}-{next(counter)}"),
         "replay": lambda: post(common.PROTECTED_PATH, f"replay-{run}"),
     }
     floor = statement_floor() if args.floor else None
-    samples: dict[str, list[float]] = {name: [] for name in (*SCENARIOS, "floor")}
-    order = list(requests)
-    shuffle = random.Random(0).shuffle
+    samples: dict[str, list[float]] = {name: [] for name in (*common.SCENARIOS, "floor")}
+    order, shuffle = list(requests), random.Random(0).shuffle
     for index in range(args.warmup + args.n):
         # What ran just before a request changes its time (caches) by up to
         # 0.1 ms: no scenario may always follow the same one.
@@ -96,14 +73,12 @@ def statement_floor() -> Any:
     from idempotency_django.stores import database as db
 
     connection.ensure_connection()
-    raw = connection.connection
-    sql = db._statements(connection)
+    raw, sql = connection.connection, db._statements(connection)
     request = RequestInfo(method="POST", path=common.PROTECTED_PATH, fingerprint="f" * 64)
     stored = StoredResponse(201, (("Content-Type", "application/json"),), common.BODY.encode())
 
     def send() -> int:
-        key = RecordKey("floor", "", uuid.uuid4().hex)
-        token = uuid.uuid4().hex
+        key, token = RecordKey("floor", "", uuid.uuid4().hex), uuid.uuid4().hex
         insert = [*db._key_values(key), *db._request_values(request, token), 0, 3600]
         completed = [201, db._json(stored.headers), stored.body, False, 3600]
         started = time.perf_counter_ns()
@@ -131,16 +106,15 @@ def profile(send: Any, n: int) -> list[str]:
     return [f"own {o:6.1f} us  cum {c:6.1f} us  x{k:.0f}  {f}" for o, c, k, f in rows[:15]]
 
 
-def measure(args: argparse.Namespace) -> int:
+def measure(args: argparse.Namespace) -> None:
+    """Processes per store in turn (this checkout and --before's), then the report."""
     common.reset_databases()
     codes = {"after": (common.ROOT, "")}
     if args.before:
         codes = {"before": (Path(args.before), args.before_python), **codes}
-    stores = args.stores.split(",")
-    ratios: dict[tuple[str, str], dict[str, list[float]]] = {}
-    raw: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    results: Results = defaultdict(list)
     for round_ in range(args.rounds):
-        for store in stores:
+        for store in args.stores.split(","):
             for label, (code, python) in codes.items():
                 if label == "before" and store.startswith("memory"):
                     continue
@@ -152,66 +126,54 @@ def measure(args: argparse.Namespace) -> int:
                 result = common.run_child(
                     "inprocess.py", store, *arguments, code=code, python=python
                 )
-                raw.setdefault((label, store), []).append(result)
-                entry = ratios.setdefault((label, store), {})
-                for name in ("first", "replay"):
-                    entry.setdefault(name, []).append(result[name] / result["bare"])
-                if result.get("floor") == result.get("floor"):  # not NaN
-                    entry.setdefault("floor", []).append(1 + result["floor"] / result["bare"])
-                entry.setdefault("library_ms", []).append(result["first_minus_bare"])
-                print(f"  round {round_ + 1} {label} {store}: " + describe(result), flush=True)
-    return report(ratios, raw, args)
+                results[(label, store)].append(result)
+                times = ", ".join(
+                    f"{name} {result[name]:.3f} ms" for name in (*common.SCENARIOS, "floor")
+                )
+                print(f"  round {round_ + 1} {label} {store}: {times}")
+    report(results)
 
 
-def describe(result: dict[str, Any]) -> str:
-    return ", ".join(
-        f"{name} {result[name]:.3f} ms" for name in (*SCENARIOS, "floor") if name in result
-    )
+def report(results: Results) -> None:
+    def ratio(store: str, name: str, label: str = "after") -> float:
+        """Over the processes of (label, store): the median of name's time / the bare view's."""
+        return common.median([r[name] / r["bare"] for r in results[(label, store)]])
 
-
-def report(ratios: Any, raw: Any, args: argparse.Namespace) -> int:
-    print("\nmedian over rounds, ratios to the bare view measured in the same process")
-    for (label, store), entry in ratios.items():
-        bare = common.median([r["bare"] for r in raw[(label, store)]])
-        print(
-            f"  {label:6} {common.STORE_LABELS[store]:44} bare {bare:.3f} ms  "
-            f"first x{common.median(entry['first']):.2f}  "
-            f"replay x{common.median(entry['replay']):.2f}"
-        )
-        for line in raw[(label, store)][0].get("profile", []):
-            print(f"        {line}")
-    failed = 0
-    postgres = ratios.get(("after", "postgres"))
-    if postgres and postgres.get("floor"):
-        first, floor = common.median(postgres["first"]), common.median(postgres["floor"])
-        failed += not common.verdict(
+    print("\nmedians over rounds, ratios to the bare view measured in the same process")
+    rows = []
+    for (label, store), measured in results.items():
+        bare = common.median([r["bare"] for r in measured])
+        figures = [f"x{ratio(store, name, label):.2f}" for name in ("first", "replay")]
+        rows.append([label, common.STORE_LABELS[store], f"{bare:.3f} ms", *figures])
+    common.table(["Code", "Store", "Bare view", "First request", "Replay"], rows)
+    for (label, store), measured in results.items():
+        for line in measured[0].get("profile", []):
+            print(f"  cProfile, {label} {store}: {line}")
+    if ("after", "postgres") in results:
+        first, floor = ratio("postgres", "first"), 1 + ratio("postgres", "floor")
+        common.verdict(
             "first request in process, PostgreSQL, at most the floor + 10 %",
             first <= floor + 0.10,
             f"x{first:.2f} of the bare view; floor (its two statements by psycopg) "
             f"x{floor:.2f}, limit x{floor + 0.10:.2f}",
         )
     for store in ("memory", "memory_quiet"):
-        if ("after", store) in ratios:
-            own = common.median(ratios[("after", store)]["library_ms"])
-            failed += not common.verdict(
+        if ("after", store) in results:
+            own = common.median([r["first_minus_bare"] for r in results[("after", store)]])
+            common.verdict(
                 f"the library's own Python per first request at most 0.15 ms, {store}",
                 own <= 0.15,
                 f"{own:.3f} ms ({common.STORE_LABELS[store]}: first request minus bare view)",
             )
-    for (label, store), entry in ratios.items():
+    for label, store in results:
         if label == "after" and not store.startswith("memory"):
-            replay = common.median(entry["replay"])
-            failed += not common.verdict(
-                f"a replay costs at most the bare view, {common.STORE_LABELS[store]}",
-                replay <= 1.0,
-                f"x{replay:.2f}",
-            )
-    return failed
+            replay = ratio(store, "replay")
+            target = f"a replay costs at most the bare view, {common.STORE_LABELS[store]}"
+            common.verdict(target, replay <= 1.0, f"x{replay:.2f}")
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+if __name__ == "__main__":
+    parser = common.parser(__doc__)
     parser.add_argument("--floor", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--profile", action="store_true", help="cProfile the library's functions")
     parser.add_argument("-n", type=int, default=300, help="passes per measured process")
@@ -220,13 +182,4 @@ def main() -> int:
     parser.add_argument("--stores", default="sqlite,postgres,redis,memory,memory_quiet")
     parser.add_argument("--before", help="another checkout of the library to compare with")
     parser.add_argument("--before-python", default="", help="the Python that runs --before")
-    args = parser.parse_args()
-    if args.child:
-        print(json.dumps(child(args)))
-        return 0
-    measure(args)
-    return 0  # a FAIL is a finding, not a crash
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    common.run(parser, measure, child)

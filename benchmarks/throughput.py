@@ -3,30 +3,35 @@
     python benchmarks/throughput.py                  # 8 and 32 connections
     python benchmarks/throughput.py --connections 1,8 --seconds 3 --rounds 5
 
-gunicorn (sync workers) serves the benchmark project; ``wrk`` posts the
-booking body, session-authenticated (a session cookie and the CSRF header):
-to the bare view without a key, and to the protected view with a new key per
-request (first requests) or one key that is already stored (replays). The
-servers run side by side, one per configuration; every round loads each
-server's three scenarios in turn, so noise hits them alike, and every figure
-is a median over rounds of a ratio to the same server's bare view.
-Sends load to 127.0.0.1 only.
+One gunicorn per configuration, side by side; wrk (wrk_post.lua) loads each one's bare
+view, first requests and replays in turn, round after round. docs/benchmarks.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
 import uuid
+from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
 
 import common
 
 #: Stored keys the replays cycle through (one key replayed by many connections at
 #: once is not what clients do).
 REPLAY_KEYS = 48
+Runs = dict[tuple[str, int], list[dict[str, float]]]  # (server, connections): requests/s
 
 
 @dataclass
@@ -35,103 +40,142 @@ class Server:
 
     label: str
     store: str
+    env: dict[str, str] = field(default_factory=dict)
     path: str = common.PROTECTED_PATH
     python: str = ""
-    env: dict[str, str] = field(default_factory=dict)
-    base: str = ""
+    base: str = ""  # once started: its URL, a session's headers, the keys it has stored
     headers: dict[str, str] = field(default_factory=dict)
     replay_keys: tuple[str, ...] = ()
 
 
-#: The configurations the targets are about: sessions where the store is.
-TARGET_SERVERS = (
-    Server("database store (PostgreSQL)", "postgres"),
-    Server(
-        "database store (PostgreSQL), ATOMIC_REQUESTS",
-        "postgres",
-        env={"EXAMPLE_ATOMIC_REQUESTS": "1"},
-    ),
-    Server("Redis store, sessions in Redis", "redis", env={"BENCH_SESSIONS": "cache"}),
-)
+def target_servers() -> list[Server]:
+    """The configurations the targets are about: sessions where the store is."""
+    atomic = {"EXAMPLE_ATOMIC_REQUESTS": "1"}
+    return [
+        Server("database store (PostgreSQL)", "postgres"),
+        Server("database store (PostgreSQL), ATOMIC_REQUESTS", "postgres", atomic),
+        Server("Redis store, sessions in Redis", "redis", {"BENCH_SESSIONS": "cache"}),
+    ]
 
 
-def measure(
-    servers: list[Server], connections: list[int], seconds: float, rounds: int, workers: int
-) -> dict[tuple[str, int], dict[str, list[float]]]:
-    """Ratios to the bare view per (server, connections), one per round."""
-    ratios: dict[tuple[str, int], dict[str, list[float]]] = {}
-    with contextlib.ExitStack() as stack:
-        for offset, server in enumerate(servers):
-            env = common.child_env(server.store, **server.env)
-            common.prepare(env, server.python)
-            server.base = stack.enter_context(
-                common.gunicorn(env, common.PORT + offset, workers, server.python)
-            )
-            server.headers = common.session_headers(server.base)
-            server.replay_keys = tuple(str(uuid.uuid4()) for _ in range(REPLAY_KEYS))
-            for key in server.replay_keys:
-                status, _ = common.post(server.base + server.path, key, server.headers)
-                assert status == 201, (server.label, status)
-        for round_ in range(rounds):
-            for count in connections:
-                for server in servers:
-                    rps = {
-                        name: load(server, name, count, seconds)
-                        for name in ("bare", "first", "replay")
-                    }
-                    entry = ratios.setdefault((server.label, count), {})
-                    for name in ("first", "replay"):
-                        entry.setdefault(name, []).append(rps[name] / rps["bare"])
-                    entry.setdefault("bare_rps", []).append(rps["bare"])
-                    print(
-                        f"  round {round_ + 1}, {count:2} connections, {server.label}: "
-                        + ", ".join(f"{name} {value:.0f}/s" for name, value in rps.items()),
-                        flush=True,
-                    )
-    return ratios
+@contextlib.contextmanager
+def gunicorn(server: Server, port: int, workers: int) -> Iterator[None]:
+    """gunicorn serving ``server``'s configuration on 127.0.0.1:``port``, for the block."""
+    env, python = common.child_env(server.store, **server.env), server.python or sys.executable
+    migrate = [python, "-c", "import common; common.setup_django()"]  # and create the user
+    subprocess.run(migrate, env=env, check=True)
+    command = [str(Path(python).with_name("gunicorn")), "django.core.wsgi:get_wsgi_application()"]
+    command += [f"--workers={workers}", f"--bind=127.0.0.1:{port}", "--backlog=512"]
+    log = Path(f"/tmp/bench-gunicorn-{port}.log")
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [*command, "--log-level=warning"], env=env, stdout=out, stderr=out
+        )
+    server.base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"gunicorn did not start; see {log}")
+            try:
+                urllib.request.urlopen(f"{server.base}/ready/", timeout=2).read()
+                break
+            except (urllib.error.URLError, ConnectionError):
+                time.sleep(0.2)
+        yield
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
-def load(server: Server, name: str, connections: int, seconds: float) -> float:
-    path = common.BARE_PATH if name == "bare" else server.path
-    result: dict[str, Any] = common.wrk(
-        server.base + path, name, connections, seconds, server.headers, server.replay_keys
-    )
+def log_in(server: Server) -> None:
+    """A session (``/bench-login/``: its cookie and CSRF header), and the replays' keys stored."""
+    with urllib.request.urlopen(f"{server.base}/bench-login/", timeout=10) as response:
+        token = response.read().decode()
+        cookies = [value.split(";", 1)[0] for value in response.headers.get_all("Set-Cookie")]
+    server.headers = {"Cookie": "; ".join(cookies), "X-CSRFToken": token}
+    server.headers["Referer"] = server.base + "/"
+    headers = {"Content-Type": "application/json", "X-Location-Id": "portland", **server.headers}
+    server.replay_keys = tuple(str(uuid.uuid4()) for _ in range(REPLAY_KEYS))
+    for key in server.replay_keys:
+        body, sent = common.BODY.encode(), {**headers, "Idempotency-Key": key}
+        request = urllib.request.Request(server.base + server.path, body, sent)
+        with urllib.request.urlopen(request, timeout=30) as response:
+            assert response.status == 201, (server.label, response.status)
+
+
+def load(server: Server, mode: str, connections: int, seconds: float) -> float:
+    """wrk on one scenario of ``server`` (``mode``: bare, first or replay): requests/s."""
+    env = {
+        **os.environ,
+        "BENCH_MODE": mode,
+        "BENCH_KEYS": ",".join(server.replay_keys),
+        "BENCH_PREFIX": uuid.uuid4().hex[:8],
+        "BENCH_HEADERS": "\n".join(f"{name}: {value}" for name, value in server.headers.items()),
+    }
+    url = server.base + (common.BARE_PATH if mode == "bare" else server.path)
+    command = ["wrk", f"-t{min(2, connections)}", f"-c{connections}", f"-d{round(seconds)}s"]
+    command += ["--latency", "-s", str(common.BENCH_DIR / "wrk_post.lua"), url]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
+    line = next(row for row in done.stdout.splitlines() if row.startswith("BENCH_JSON "))
+    result = json.loads(line.removeprefix("BENCH_JSON "))
     bad = {status: n for status, n in result["statuses"].items() if not status.startswith("2")}
     if bad or result["errors"]:
-        print(f"  ! {server.label} {name}: {bad} errors {result['errors']}", flush=True)
-    return float(result["rps"])
+        print(f"  ! {server.label} {mode}: {bad} errors {result['errors']}")
+    return float(result["requests"] / (result["duration_us"] / 1e6))
 
 
-def report(ratios: dict[tuple[str, int], dict[str, list[float]]]) -> int:
-    failed = 0
-    for (label, count), entry in ratios.items():
-        first, replay = common.median(entry["first"]), common.median(entry["replay"])
-        bare = common.median(entry["bare_rps"])
-        detail = f"bare {bare:.0f}/s, first x{first:.2f}, replay x{replay:.2f}"
-        failed += not common.verdict(
+def measure(servers: list[Server], args: argparse.Namespace) -> Runs:
+    """Each round, each server's bare view, first requests and replays in turn."""
+    runs: Runs = defaultdict(list)
+    with contextlib.ExitStack() as stack:
+        for offset, server in enumerate(servers):
+            stack.enter_context(gunicorn(server, common.PORT + offset, args.workers))
+            log_in(server)
+        for round_ in range(args.rounds):
+            for count in args.connections:
+                for server in servers:
+                    rps = {
+                        name: load(server, name, count, args.seconds) for name in common.SCENARIOS
+                    }
+                    runs[(server.label, count)].append(rps)
+                    figures = ", ".join(f"{name} {value:.0f}/s" for name, value in rps.items())
+                    print(f"  round {round_ + 1}, {count:2} connections, {server.label}:", figures)
+    return runs
+
+
+def have_wrk(name: str) -> bool:
+    if shutil.which("wrk"):
+        return True
+    print(f"SKIP  {name}: wrk is not installed (apt-get install wrk)")
+    return False
+
+
+def report(runs: Runs) -> None:
+    for (label, count), measured in runs.items():
+        first, replay = common.ratio(measured, "first"), common.ratio(measured, "replay")
+        bare = common.median([run["bare"] for run in measured])
+        common.verdict(
             f"{count} connections, {label}: first >= x0.85, replay >= x1.5",
             first >= 0.85 and replay >= 1.5,
-            detail,
+            f"bare {bare:.0f}/s, first x{first:.2f}, replay x{replay:.2f}",
         )
-    return failed
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--connections", default="8,32")
-    parser.add_argument("--seconds", type=float, default=3)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--workers", type=int, default=4, help="gunicorn sync workers")
-    args = parser.parse_args()
-    if not common.wrk_available():
-        print("SKIP  throughput: wrk is not installed (apt-get install wrk)")
-        return 0
-    common.reset_databases()
-    connections = [int(count) for count in args.connections.split(",")]
-    servers = [Server(s.label, s.store, env=dict(s.env)) for s in TARGET_SERVERS]
-    report(measure(servers, connections, args.seconds, args.rounds, args.workers))
-    return 0  # a FAIL is a finding, not a crash
+def measure_targets(args: argparse.Namespace) -> None:
+    if have_wrk("throughput"):
+        common.reset_databases()
+        report(measure(target_servers(), args))
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    parser = common.parser(__doc__)
+    parser.add_argument("--connections", type=common.integers, default="8,32")
+    parser.add_argument("--seconds", type=float, default=3)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=4, help="gunicorn sync workers")
+    common.run(parser, measure_targets)

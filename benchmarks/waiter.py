@@ -2,23 +2,15 @@
 
     python benchmarks/waiter.py --hold 1.0 --waiters 4
 
-A first request whose view takes ``--hold`` seconds runs in one thread; once
-it holds its key, ``--waiters`` duplicates are sent from threads of their own,
-with ``WAIT_FOR_IN_PROGRESS`` at 0 (the immediate 409) and at 10 seconds
-(wait, then replay). Per duplicate: how long it holds its thread (over HTTP,
-a worker), the CPU its thread used, the statements it sent on its database
-connection (database store) and the Redis commands it sent (Redis store, seen
-by ``MONITOR`` on the benchmark's Redis database; the first request's own
-completion is left out). Database store on PostgreSQL, autocommit (under a
-transaction around the view a duplicate never waits).
+While a first request holds its key for --hold seconds, duplicates arrive with
+WAIT_FOR_IN_PROGRESS 0 and 10: per duplicate, the time its thread is held, its CPU, its
+statements and its Redis commands (MONITOR). docs/benchmarks.md.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import sys
 import threading
 import time
 import uuid
@@ -48,7 +40,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
                 name: common.median([sample[name] for sample in samples])
                 for name in ("seconds", "cpu_ms", "statements")
             },
-            "redis_commands": commands.count / count,
+            "redis_commands": sum(commands.by_name.values()) / count,
             "redis_by_name": {name: n / count for name, n in commands.by_name.items()},
         }
     return results
@@ -65,24 +57,18 @@ def trial(hold: float, waiters: int, commands: RedisCommands) -> list[dict[str, 
 
     def post() -> int:
         client = Client(HTTP_AUTHORIZATION=common.AUTHORIZATION)
-        headers = {"X-Location-Id": "portland", "Idempotency-Key": key}
-        response = client.post(
-            common.PROTECTED_PATH, common.BODY, content_type="application/json", headers=headers
-        )
+        status = common.client_post(client, common.PROTECTED_PATH, key)
         connection.close()
-        return int(response.status_code)
+        return status
 
     def duplicate() -> None:
         started, cpu = time.monotonic(), time.thread_time()
         with CaptureQueriesContext(connection) as queries:
             status = post()
+        seconds, cpu_ms = time.monotonic() - started, (time.thread_time() - cpu) * 1000
+        statements = len(queries.captured_queries)
         samples.append(
-            {
-                "status": status,
-                "seconds": time.monotonic() - started,
-                "cpu_ms": (time.thread_time() - cpu) * 1000,
-                "statements": len(queries.captured_queries),
-            }
+            {"status": status, "seconds": seconds, "cpu_ms": cpu_ms, "statements": statements}
         )
 
     runner = threading.Thread(target=post)
@@ -100,7 +86,7 @@ def trial(hold: float, waiters: int, commands: RedisCommands) -> list[dict[str, 
 
 
 class RedisCommands:
-    """Commands sent to the benchmark's Redis database between start() and stop(), by MONITOR."""
+    """Commands sent to the store's Redis database between start() and stop(), by MONITOR."""
 
     def __init__(self) -> None:
         import redis
@@ -111,10 +97,6 @@ class RedisCommands:
         self.by_name: dict[str, int] = {}
         self.counting = False
         self.marker = f"bench-stop-{uuid.uuid4().hex}"
-
-    @property
-    def count(self) -> int:
-        return sum(self.by_name.values())
 
     def __enter__(self) -> RedisCommands:
         ready = threading.Event()
@@ -140,7 +122,7 @@ class RedisCommands:
         self.counting = True
 
     def stop(self) -> None:
-        time.sleep(0.05)
+        time.sleep(0.05)  # MONITOR has seen the last commands by now
         self.counting = False
 
     def __exit__(self, *exc: object) -> None:
@@ -148,34 +130,25 @@ class RedisCommands:
         self.thread.join(10)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--hold", type=float, default=1.0, help="seconds the first request runs")
-    parser.add_argument("--waiters", type=int, default=4)
-    args = parser.parse_args()
-    if args.child:
-        print(json.dumps(child(args)))
-        return 0
+def measure(args: argparse.Namespace) -> None:
     common.reset_databases()
     print(f"first request holds its key {args.hold:.1f} s; {args.waiters} duplicates")
-    print("| Store | WAIT_FOR_IN_PROGRESS | Answer | Thread held | CPU | Statements | Redis |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    rows = []
     for store in ("postgres", "redis"):
         arguments = ["--hold", str(args.hold), "--waiters", str(args.waiters)]
-        result = common.run_child("waiter.py", store, *arguments)
-        for wait, row in result.items():
-            redis = f"{row['redis_commands']:.1f} {row['redis_by_name']}"
-            redis = redis if store == "redis" else ""
-            statements = f"{row['statements']:.0f}"
-            print(
-                f"| {common.STORE_LABELS[store]} | {wait} s | {row['statuses']} "
-                f"| {row['seconds'] * 1000:.0f} ms | {row['cpu_ms']:.1f} ms | {statements} "
-                f"| {redis} |",
-                flush=True,
+        for wait, row in common.run_child("waiter.py", store, *arguments).items():
+            redis = (
+                f"{row['redis_commands']:.1f} {row['redis_by_name']}" if store == "redis" else ""
             )
-    return 0
+            held, cpu = f"{row['seconds'] * 1000:.0f} ms", f"{row['cpu_ms']:.1f} ms"
+            cells = [f"{wait} s", row["statuses"], held, cpu, f"{row['statements']:.0f}", redis]
+            rows.append([common.STORE_LABELS[store], *cells])
+    header = ["Store", "WAIT_FOR_IN_PROGRESS", "Answer", "Thread held", "CPU", "Statements"]
+    common.table([*header, "Redis"], rows)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    parser = common.parser(__doc__)
+    parser.add_argument("--hold", type=float, default=1.0, help="seconds the first request runs")
+    parser.add_argument("--waiters", type=int, default=4)
+    common.run(parser, measure, child)
