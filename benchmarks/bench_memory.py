@@ -1,10 +1,6 @@
-"""A store in this process's memory: the library's own cost, without any store I/O.
+"""A store in this process's memory (``BENCH_MEMORY=1``): the library's own cost, no store I/O.
 
-Not a real store (nothing is shared between processes; past 256 keys the least
-recently used goes, so that the process's heap, and its garbage collections,
-do not grow with the run as no real store's would):
-``BENCH_MEMORY=1`` selects it, so that a first request's cost splits into the
-library's Python (this store against the bare view) and the store's statements.
+Not a real store: nothing is shared between processes.
 """
 
 from __future__ import annotations
@@ -25,7 +21,7 @@ from idempotency_django.stores import (
 
 _lock = threading.Lock()
 _entries: OrderedDict[RecordKey, tuple[str, str, StoredResponse | None]] = OrderedDict()
-MAX_ENTRIES = 256
+MAX_ENTRIES = 256  # then the least recently used goes: the heap (and its GCs) stays small
 
 
 class MemoryStore(BaseStore):

@@ -4,14 +4,12 @@
     python benchmarks/run.py                # the figures of docs/benchmarks-results.md
     python benchmarks/run.py --peers        # ... and the peers side by side (PyPI venvs)
 
-Each benchmark prints its targets as PASS or FAIL lines. A FAIL is a finding,
-not a crash: the exit status is non-zero only when a benchmark could not run
-(or, with ``--strict``, when a target failed).
+A FAIL line is a finding, not a crash: the exit status is non-zero only when a
+benchmark could not run (or, with ``--strict``, when a target failed).
 """
 
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
 import time
@@ -23,29 +21,22 @@ QUICK = {
     "throughput.py": ["--connections", "8", "--seconds", "1", "--rounds", "1", "--workers", "2"],
     "waiter.py": ["--hold", "0.5", "--waiters", "2"],
 }
-FULL = {
-    "inprocess.py": ["--profile"],
-    "throughput.py": [],
-    "waiter.py": [],
-}
+FULL = {"inprocess.py": ["--profile"], "throughput.py": [], "waiter.py": []}
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = common.parser(__doc__)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--peers", action="store_true", help="also run peers.py")
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target fails")
     args = parser.parse_args()
-    plan = dict(QUICK if args.quick else FULL)
-    if args.peers:
-        plan["peers.py"] = []
+    plan = {**(QUICK if args.quick else FULL), **({"peers.py": []} if args.peers else {})}
     started, failed = time.monotonic(), 0
     for script, arguments in plan.items():
         print(f"\n== {script} {' '.join(arguments)}", flush=True)
         command = [sys.executable, str(common.BENCH_DIR / script), *arguments]
         with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as process:
-            assert process.stdout is not None
-            for line in process.stdout:
+            for line in process.stdout or ():
                 print(line, end="", flush=True)
                 failed += line.startswith("FAIL")
         if process.returncode:

@@ -65,12 +65,11 @@ def gunicorn(server: Server, port: int, workers: int) -> Iterator[None]:
     migrate = [python, "-c", "import common; common.setup_django()"]  # and create the user
     subprocess.run(migrate, env=env, check=True)
     command = [str(Path(python).with_name("gunicorn")), "django.core.wsgi:get_wsgi_application()"]
-    command += [f"--workers={workers}", f"--bind=127.0.0.1:{port}", "--backlog=512"]
+    command += [f"--workers={workers}", f"--bind=127.0.0.1:{port}"]
+    command += ["--backlog=512", "--log-level=warning"]
     log = Path(f"/tmp/bench-gunicorn-{port}.log")
     with log.open("wb") as out:
-        process = subprocess.Popen(
-            [*command, "--log-level=warning"], env=env, stdout=out, stderr=out
-        )
+        process = subprocess.Popen(command, env=env, stdout=out, stderr=out)
     server.base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30
@@ -97,8 +96,8 @@ def log_in(server: Server) -> None:
     with urllib.request.urlopen(f"{server.base}/bench-login/", timeout=10) as response:
         token = response.read().decode()
         cookies = [value.split(";", 1)[0] for value in response.headers.get_all("Set-Cookie")]
-    server.headers = {"Cookie": "; ".join(cookies), "X-CSRFToken": token}
-    server.headers["Referer"] = server.base + "/"
+    referer = server.base + "/"
+    server.headers = {"Cookie": "; ".join(cookies), "X-CSRFToken": token, "Referer": referer}
     headers = {"Content-Type": "application/json", "X-Location-Id": "portland", **server.headers}
     server.replay_keys = tuple(str(uuid.uuid4()) for _ in range(REPLAY_KEYS))
     for key in server.replay_keys:

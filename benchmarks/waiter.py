@@ -20,6 +20,7 @@ import common
 
 
 def child(args: argparse.Namespace) -> dict[str, Any]:
+    """One measured process: per WAIT_FOR_IN_PROGRESS, a trial; per duplicate, medians."""
     common.setup_django()
     from django.conf import settings
     from django.test.utils import override_settings
