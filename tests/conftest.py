@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 from django.contrib.auth.models import User
+from django.db import connections
 from django.test import Client
 
 
@@ -27,3 +30,14 @@ def bob_client(bob: User) -> Client:
     client = Client()
     client.force_login(bob)
     return client
+
+
+@pytest.fixture
+def atomic_requests() -> Iterator[None]:
+    """``ATOMIC_REQUESTS = True`` on the default database."""
+    database = connections.settings["default"]
+    database["ATOMIC_REQUESTS"] = True
+    try:
+        yield
+    finally:
+        database["ATOMIC_REQUESTS"] = False

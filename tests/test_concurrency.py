@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from django.contrib.auth.models import User
-from django.db import connection, connections
+from django.db import connection
 from django.test import Client
 
 from idempotency_django.models import IdempotencyRecord
@@ -24,14 +24,6 @@ OTHER_INFO = RequestInfo(method="POST", path="/plain/bookings/", fingerprint="e"
 on_postgres = pytest.mark.skipif(
     connection.vendor != "postgresql", reason="needs concurrent writers (PostgreSQL)"
 )
-
-
-@pytest.fixture
-def atomic_requests() -> Iterator[None]:
-    settings_dict = connections.settings["default"]
-    settings_dict["ATOMIC_REQUESTS"] = True
-    yield
-    settings_dict["ATOMIC_REQUESTS"] = False
 
 
 def keyed_post(client: Client, url: str, key: str = "storm", body: str = BODY):  # type: ignore[no-untyped-def]

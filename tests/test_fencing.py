@@ -15,7 +15,7 @@ import pytest
 import time_machine
 from django.contrib.auth.models import User
 from django.core.management import call_command
-from django.db import connection, connections, transaction
+from django.db import connection, transaction
 from django.test import Client
 from django.utils import timezone
 
@@ -32,14 +32,6 @@ BODY = json.dumps({"slot": "2026-07-30T09:00:00Z"})
 
 def keyed_post(client: Client, url: str, key: str = "booking-8891"):  # type: ignore[no-untyped-def]
     return client.post(url, BODY, content_type="application/json", HTTP_IDEMPOTENCY_KEY=key)
-
-
-@pytest.fixture
-def atomic_requests() -> Iterator[None]:
-    settings_dict = connections.settings["default"]
-    settings_dict["ATOMIC_REQUESTS"] = True
-    yield
-    settings_dict["ATOMIC_REQUESTS"] = False
 
 
 @pytest.fixture(params=["database", "redis"])

@@ -24,7 +24,6 @@ import redis
 from django.conf import settings as django_settings
 from django.contrib.auth.models import User
 from django.core.files.uploadedfile import SimpleUploadedFile
-from django.db import connections
 from django.test import Client, TestCase, override_settings
 from rest_framework.test import APIClient
 
@@ -51,14 +50,6 @@ def api(alice: User) -> APIClient:
     client = APIClient()
     client.force_authenticate(alice)
     return client
-
-
-@pytest.fixture
-def atomic_requests() -> Iterator[None]:
-    settings_dict = connections.settings["default"]
-    settings_dict["ATOMIC_REQUESTS"] = True
-    yield
-    settings_dict["ATOMIC_REQUESTS"] = False
 
 
 @pytest.fixture

@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
 
 import pytest
 from django.contrib.auth.models import User
-from django.db import connections
 
 from idempotency_django.stores import Outcome, RecordKey, RequestInfo, get_store
 from tests.checkpoints import Checkpoint
@@ -38,14 +36,6 @@ BODY = json.dumps({"slot": "2026-07-30T09:00:00Z"})
 
 def keyed_post(client, key: str = "booking-8891"):  # type: ignore[no-untyped-def]
     return client.post(URL, BODY, content_type="application/json", HTTP_IDEMPOTENCY_KEY=key)
-
-
-@pytest.fixture
-def atomic_requests() -> Iterator[None]:
-    settings_dict = connections.settings["default"]
-    settings_dict["ATOMIC_REQUESTS"] = True
-    yield
-    settings_dict["ATOMIC_REQUESTS"] = False
 
 
 @pytest.mark.usefixtures("atomic_requests")

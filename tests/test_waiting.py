@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 from asgiref.sync import async_to_sync
 from django.contrib.auth.models import User
-from django.db import connection, connections
+from django.db import connection
 from django.test import AsyncClient, override_settings
 
 from tests.checkpoints import Checkpoint
@@ -124,14 +124,6 @@ def test_when_the_first_fails_the_waiting_duplicate_runs(
     assert answer.status_code == 503  # it ran the view itself: not a replay, not a 409
     assert "Idempotency-Replayed" not in answer
     assert Booking.objects.count() == 2
-
-
-@pytest.fixture
-def atomic_requests() -> Iterator[None]:
-    settings_dict = connections.settings["default"]
-    settings_dict["ATOMIC_REQUESTS"] = True
-    yield
-    settings_dict["ATOMIC_REQUESTS"] = False
 
 
 @pytest.mark.usefixtures("atomic_requests")

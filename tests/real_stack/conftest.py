@@ -1,11 +1,9 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import connections
 
 from tests.real_stack.middleware import STARTPROJECT
 
@@ -31,14 +29,3 @@ def real_project(settings: Any) -> None:
             },
         }
     ]
-
-
-@pytest.fixture
-def atomic_requests() -> Iterator[None]:
-    """``ATOMIC_REQUESTS = True`` on the default database."""
-    database = connections.settings["default"]
-    database["ATOMIC_REQUESTS"] = True
-    try:
-        yield
-    finally:
-        database["ATOMIC_REQUESTS"] = False
