@@ -21,7 +21,7 @@ from rest_framework.views import APIView
 from idempotency_django.conf import header, idempotency_settings
 from idempotency_django.fingerprint import prepare_body
 from idempotency_django.marks import EXEMPT_ATTRIBUTE, PROTECTED_ATTRIBUTE
-from idempotency_django.phases import ViewOptions, protect
+from idempotency_django.phases import ViewOptions, protect, roll_back_open_transactions
 
 __all__ = ["IdempotencyError", "IdempotentMixin", "protect_drf_call", "protect_view_class"]
 
@@ -49,9 +49,11 @@ def protect_drf_call(
         try:
             response = call_handler()
         except Exception as exc:
-            # DRF turns APIExceptions into responses (and marks the
-            # transaction for rollback); anything else re-raises.
+            # DRF turns APIExceptions into responses; anything else re-raises.
             response = view.handle_exception(exc)
+            # DRF rolls back the ATOMIC_REQUESTS transactions of a handled
+            # exception; ``atomic=True`` opened one of ours: the same rule.
+            roll_back_open_transactions()
         # Finalized here so that the response can be rendered, and stored, now.
         return view.finalize_response(request, response, *view.args, **view.kwargs)
 

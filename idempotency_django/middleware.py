@@ -21,8 +21,8 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
-from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
-from django.db import connections, transaction
+from asgiref.sync import async_to_sync, iscoroutinefunction, markcoroutinefunction, sync_to_async
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.http import HttpRequest
 from django.http.response import HttpResponseBase
 from django.urls import ResolverMatch
@@ -30,8 +30,9 @@ from django.urls import ResolverMatch
 from idempotency_django.conf import header, idempotency_settings
 from idempotency_django.fingerprint import prepare_body
 from idempotency_django.marks import EXEMPT_ATTRIBUTE, PROTECTED_ATTRIBUTE, is_drf_view
-from idempotency_django.phases import ViewOptions, arun, atomic_block, begin, run
+from idempotency_django.phases import ViewOptions, arun, begin, run, run_to_the_end
 from idempotency_django.routes import match_of
+from idempotency_django.stores import get_store
 
 #: Views of these modules never need a key, whatever REQUIRED_PATHS says.
 NEVER_REQUIRED_MODULES = ("django.contrib.admin.", "django.contrib.auth.")
@@ -63,23 +64,38 @@ class IdempotencyMiddleware:
         if protected is None:
             return self.get_response(request)
         view, options = protected
-        return run(
-            lambda: begin(request, options),
-            lambda: self.get_response(request),
-            lambda: view_transaction(view),
-        )
+        return protect(request, view, options, self.get_response)
 
     async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
-        # No transaction spans an await: under ASGI the view's own
-        # ATOMIC_REQUESTS block commits before the response is stored.
         if is_keyed(request):
             await sync_to_async(prepare_body)(request)
         protected = protected_view(request)
         if protected is None:
             response: HttpResponseBase = await self.get_response(request)
             return response
-        _view, options = protected
-        return await arun(lambda: begin(request, options), lambda: self.get_response(request))
+        view, options = protected
+        if iscoroutinefunction(view):
+            return await arun(lambda: begin(request, options), lambda: self.get_response(request))
+        # A sync view runs on one thread, as under WSGI: the claim, the view
+        # (Django sends it back to this thread) and the completion share one
+        # transaction. Run to the end even if the client hangs up.
+        get_response = async_to_sync(self.get_response)
+        protected_call = sync_to_async(protect)(request, view, options, get_response)
+        return await run_to_the_end(protected_call)
+
+
+def protect(
+    request: HttpRequest,
+    view: Callable[..., Any],
+    options: ViewOptions,
+    get_response: Callable[[HttpRequest], HttpResponseBase],
+) -> HttpResponseBase:
+    """Claim, ``get_response`` and store (or release), in the view's transactions."""
+    return run(
+        lambda: begin(request, options),
+        lambda: get_response(request),
+        lambda: view_transaction(view),
+    )
 
 
 def is_keyed(request: HttpRequest) -> bool:
@@ -138,13 +154,21 @@ def view_transaction(view: Callable[..., Any]) -> contextlib.ExitStack:
 
     One per database with ``ATOMIC_REQUESTS`` (unless the view is marked
     ``non_atomic_requests`` for it), as Django's handler does, and one on
-    the store's database under ``IDEMPOTENCY["ATOMIC"]``.
+    the store's database under ``IDEMPOTENCY["ATOMIC"]``. The store's
+    database is opened first, so that it commits last: a stored response
+    never commits before the work it answers for.
     """
-    stack = contextlib.ExitStack()
     non_atomic: set[str] = getattr(view, "_non_atomic_requests", set())
-    for alias, database in connections.settings.items():
-        if database.get("ATOMIC_REQUESTS") and alias not in non_atomic:
-            stack.enter_context(transaction.atomic(using=alias))
+    aliases = [
+        alias
+        for alias, database in connections.settings.items()
+        if database.get("ATOMIC_REQUESTS") and alias not in non_atomic
+    ]
+    store_alias = get_store().database_alias
     if idempotency_settings.ATOMIC:
-        stack.enter_context(atomic_block())
+        aliases.append(store_alias or DEFAULT_DB_ALIAS)
+    aliases.sort(key=lambda alias: alias != store_alias)
+    stack = contextlib.ExitStack()
+    for alias in dict.fromkeys(aliases):
+        stack.enter_context(transaction.atomic(using=alias))
     return stack

@@ -45,7 +45,7 @@ import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
@@ -78,6 +78,8 @@ from idempotency_django.stores import (
 from idempotency_django.stores.base import backoff
 
 logger = logging.getLogger("idempotency_django")
+
+ResultT = TypeVar("ResultT")
 
 #: Set on the Django request while its key is claimed, so that a second layer
 #: (a DRF handler calling an inherited protected handler) stays out.
@@ -119,10 +121,18 @@ def run(
     """
     deadline = None
     while True:
-        with block():
-            outcome = begin_phase()
-            if not isinstance(outcome, Busy):
-                return _run_view(outcome, call_view)
+        outcome: Attempt | Busy | HttpResponseBase | None = None
+        try:
+            with block():
+                outcome = begin_phase()
+                if not isinstance(outcome, Busy):
+                    response = _run_view(outcome, call_view)
+        except BaseException:
+            if isinstance(outcome, Attempt):
+                outcome.commit_failed()
+            raise
+        if not isinstance(outcome, Busy):
+            return response
         deadline = deadline or time.monotonic() + outcome.seconds
         remaining = deadline - time.monotonic()
         if remaining <= 0 or _open_transactions():
@@ -140,8 +150,8 @@ def _run_view(
         return outcome
     try:
         response = call_view()
-    except BaseException:
-        outcome.abort()
+    except BaseException as error:
+        outcome.abort(error)
         raise
     return outcome.finish(response)
 
@@ -152,8 +162,15 @@ async def arun(
     """:func:`run` for async views: the phases' blocking I/O runs in a worker thread.
 
     A :class:`Busy` key is waited for with ``asyncio.sleep`` between looks at
-    the store: the event loop goes on serving other requests.
+    the store: the event loop goes on serving other requests. A client that
+    hangs up stops nothing: see :func:`run_to_the_end`.
     """
+    return await run_to_the_end(_arun(begin_phase, call_view))
+
+
+async def _arun(
+    begin_phase: BeginPhase, call_view: Callable[[], Awaitable[HttpResponseBase]]
+) -> HttpResponseBase:
     deadline = None
     while True:
         outcome = await sync_to_async(begin_phase)()
@@ -170,11 +187,35 @@ async def arun(
         return outcome
     try:
         response = await call_view()
-    except BaseException:
-        await sync_to_async(outcome.abort)()
+    except BaseException as error:
+        await sync_to_async(outcome.abort)(error)
         raise
     finished: HttpResponseBase = await sync_to_async(outcome.finish)(response)
     return finished
+
+
+async def run_to_the_end(work: Awaitable[ResultT]) -> ResultT:
+    """Await ``work`` to its end, even when the client hangs up meanwhile.
+
+    Django cancels a request's task when its client disconnects. A cancelled
+    claim or view may still commit (a thread cannot be stopped, and a write
+    already sent commits), so releasing the key then would let the retry run
+    the work again, and stopping after the claim would strand the key. The
+    work goes on instead, its answer is stored for the retry, and only then
+    does the cancellation go on to Django (which waits for it).
+    """
+    task = asyncio.ensure_future(work)
+    hung_up = False
+    while not task.done():
+        try:
+            await asyncio.wait({task})
+        except asyncio.CancelledError:
+            hung_up = True
+    if hung_up:
+        if not task.cancelled():
+            task.exception()  # nobody is left to get it: the client is gone
+        raise asyncio.CancelledError
+    return task.result()
 
 
 def protect(
@@ -320,13 +361,22 @@ class Attempt:
         #: finds the key held is a "retry" of the operation.
         self.attempt = "retry"
         #: The claim joined a database transaction that is open around the view.
+        self.joined_transaction = False
+        #: ... and that transaction is the only one: the work and its record
+        #: commit together (with several, the store is outside the work).
         self.in_transaction = False
+        #: The answer to store once the work's transactions have committed.
+        self.deferred: StoredResponse | None = None
+        #: The databases whose commit the deferred answer waits for.
+        self.uncommitted: set[str] = set()
 
     # -- phase 1: claim --
 
     def claim(self) -> Attempt | Busy | HttpResponseBase:
         """Claim the key: this attempt when it is ours, else the answer to send."""
-        self.in_transaction = self.store.joins_transaction()
+        work = _open_transactions()
+        self.joined_transaction = self.store.joins_transaction()
+        self.in_transaction = self.joined_transaction and work == [self.store.database_alias]
         try:
             claim = self.store.claim(self.key, self.info, self.lock_timeout())
         except StoreUnavailable as exc:
@@ -338,6 +388,10 @@ class Attempt:
             return self.held(claim)
         self.token = claim.token
         self.attempt = "takeover" if claim.took_over else "first"
+        if not self.in_transaction:
+            # Hooked now, ahead of any the view adds: a hook of the view that
+            # raises after the commit cannot skip the completion.
+            self.store_after_commit(work)
         too_many = self.over_key_limit()
         if too_many is not None:
             return too_many
@@ -458,29 +512,36 @@ class Attempt:
 
     def finish_attempt(self, response: HttpResponseBase) -> HttpResponseBase:
         setattr(_django_request(self.request), ACTIVE_ATTRIBUTE, False)
+        status = response.status_code
         reason = self.release_reason(response)
+        work = _open_transactions()
+        if status >= 500:
+            # A 5xx is never kept, so the retry runs: its work must not commit
+            # either, whatever made the answer a 5xx (the view, a middleware
+            # after this one, a template that failed to render).
+            _roll_back(work)
+        if self.rolled_back():
+            # The reservation goes with the claim's transaction: nothing to
+            # store, nothing to release.
+            self.log(logging.INFO, "released", status=status, reason="rollback")
+            return response
         if reason is not None:
-            self.release(response.status_code, reason)
+            self.release(status, reason)
             return response
         if self.in_transaction:
-            if self.rolled_back():
-                # The reservation goes with the work's rollback: nothing to store.
-                self.log(logging.INFO, "released", status=response.status_code, reason="rollback")
-                return response
             # In the work's transaction: both commit, or neither does.
             return response if self.complete(self.stored_response(response)) else self.unavailable()
-        work = _open_transactions()
         if work:
             return self.finish_before_commit(response, work)
         self.complete(self.stored_response(response))
         return response
 
     def finish_before_commit(self, response: HttpResponseBase, work: list[str]) -> HttpResponseBase:
-        """The work's transaction is still open and the store is not part of it.
+        """The work's transactions are still open and the store is not part of them.
 
         Renew the reservation now, so that no retry can take it over before
-        the commit, and store the response once the work has committed. A
-        request that lost its reservation rolls its work back.
+        the commit, and store the response once every one of them has
+        committed. A request that lost its reservation rolls its work back.
         """
         if any(connections[alias].needs_rollback for alias in work):
             self.release(response.status_code, "rollback")
@@ -496,15 +557,43 @@ class Attempt:
             self.log(logging.WARNING, "lost_reservation", status=response.status_code)
             _roll_back(work)
             return self.in_progress()
-        stored = self.stored_response(response)
-        transaction.on_commit(lambda: self.complete(stored), using=work[0], robust=True)
+        self.deferred = self.stored_response(response)
+        self.store_after_commit(work)
         return response
 
-    def abort(self) -> None:
-        """The view raised: let a retry run."""
+    def store_after_commit(self, work: list[str]) -> None:
+        """Store the deferred answer once each database of ``work`` has committed."""
+        for alias in set(work) - self.uncommitted:
+            self.uncommitted.add(alias)
+            hook = functools.partial(self.committed, alias)
+            transaction.on_commit(hook, using=alias, robust=True)
+
+    def committed(self, alias: str) -> None:
+        self.uncommitted.discard(alias)
+        if self.uncommitted or self.deferred is None:
+            return
+        stored, self.deferred = self.deferred, None
+        self.complete(stored)
+
+    def commit_failed(self) -> None:
+        """The transaction around the view ended in an exception: its work did not commit."""
+        if self.deferred is not None:
+            self.deferred = None
+            self.release(None, "rollback")
+
+    def abort(self, error: BaseException | None = None) -> None:
+        """The view raised: let a retry run, unless the view was only cancelled.
+
+        A cancelled view (its client hung up, under ASGI) may have written
+        and may still commit: its reservation is kept until ``LOCK_TIMEOUT``,
+        or goes with the claim's transaction if that rolls back.
+        """
         setattr(_django_request(self.request), ACTIVE_ATTRIBUTE, False)
-        if self.in_transaction and self.rolled_back():
+        if self.rolled_back():
             return  # the reservation goes with the rollback
+        if isinstance(error, asyncio.CancelledError):
+            self.log(logging.WARNING, "cancelled")
+            return
         self.release(None, "exception")
 
     def release_reason(self, response: HttpResponseBase) -> str | None:
@@ -593,13 +682,18 @@ class Attempt:
     # -- the claim's transaction --
 
     def rolled_back(self) -> bool:
+        """The transaction the claim joined will roll back, the reservation with it."""
         alias = self.store.database_alias
-        return alias is not None and bool(connections[alias].needs_rollback)
+        return (
+            self.joined_transaction
+            and alias is not None
+            and bool(connections[alias].needs_rollback)
+        )
 
     def roll_back(self) -> None:
         """Mark the transaction the claim joined for rollback (a broken one must roll back)."""
         alias = self.store.database_alias
-        if self.in_transaction and alias is not None:
+        if self.joined_transaction and alias is not None:
             transaction.set_rollback(True, using=alias)
 
     # -- reporting --
@@ -693,6 +787,11 @@ def _open_transactions() -> list[str]:
 def _roll_back(aliases: list[str]) -> None:
     for alias in aliases:
         transaction.set_rollback(True, using=alias)
+
+
+def roll_back_open_transactions() -> None:
+    """Mark every transaction open around the view for rollback."""
+    _roll_back(_open_transactions())
 
 
 def _function(value: Callable[..., Any] | str | None, default: Callable[..., Any]) -> Any:

@@ -1,0 +1,202 @@
+"""A client that hangs up, and failures after the view, on real servers: the work runs
+once, decided by whether its transaction committed, not by what the client got."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.db import connection
+
+from tests.hangup.servers import ASGI_SERVERS, Browser, serve
+from tests.redis_helpers import raw_client, skip_without_redis
+from tests.testapp.models import Booking
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+#: The view takes this long; the client gives up after 0.3 s and retries this much later.
+VIEW_SECONDS = 1.5
+RETRY_AFTER_SECONDS = 2.5
+
+#: Path, and the slot each run of its view books: the views of every kind.
+VIEWS = {
+    "sync view, ATOMIC_REQUESTS": ("/sync/", "sync"),
+    "async view": ("/async/", "async"),
+    "async @idempotent view": ("/decorated-async/", "decorated-async"),
+    "sync @idempotent view": ("/decorated-sync/", "decorated-sync"),
+    "DRF view": ("/drf/", "drf"),
+    "async webhook receiver": ("/hooks/provider-token/", "payment"),
+}
+
+
+@pytest.fixture
+def alice(db: None) -> User:
+    return User.objects.create_user("alice", password="alice-password")
+
+
+def bookings(slot: str) -> int:
+    return Booking.objects.filter(slot=slot).count()
+
+
+def in_parallel(*calls: Any) -> list[Any]:
+    with ThreadPoolExecutor(len(calls)) as pool:
+        return [future.result() for future in [pool.submit(call) for call in calls]]
+
+
+@pytest.mark.parametrize("server", ["uvicorn", "daphne", "gunicorn"])
+def test_a_client_that_hangs_up_mid_request_gets_the_work_done_once(
+    server: str, alice: User
+) -> None:
+    with serve(server, HANGUP_ATOMIC="1") as port:
+        browser = Browser(port).login("alice", "alice-password")
+        in_parallel(
+            *(
+                lambda path=path, slot=slot: browser.hang_up(
+                    f"{path}?delay={VIEW_SECONDS}", key=f"train-{slot}"
+                )
+                for name, (path, slot) in VIEWS.items()
+            )
+        )
+        time.sleep(RETRY_AFTER_SECONDS)
+        retries = {
+            name: retry_until_settled(browser, f"{path}?delay={VIEW_SECONDS}", f"train-{slot}")
+            for name, (path, slot) in VIEWS.items()
+        }
+    outcome = {name: (answer(retries[name]), bookings(slot)) for name, (_, slot) in VIEWS.items()}
+    # A webhook sender's duplicate delivery is told so; an API client gets the replay.
+    expected = {name: ("duplicate" if "webhook" in name else "replayed 201", 1) for name in VIEWS}
+    if connection.vendor == "sqlite":
+        # Six writers queue for SQLite's one write lock: a first request that waited
+        # past the busy timeout wrote nothing, and its retry books for the first time.
+        outcome = {
+            name: ("replayed 201" if got == "201" else got, count)
+            for name, (got, count) in outcome.items()
+        }
+    assert outcome == expected
+
+
+def retry_until_settled(browser: Browser, path: str, key: str) -> Any:
+    """Retry as the docs tell clients to: again after ``Retry-After`` while in progress."""
+    deadline = time.monotonic() + 20
+    while True:
+        response = browser.post(path, key=key)
+        if response.status != 409 or time.monotonic() > deadline:
+            return response
+        time.sleep(float(response.headers.get("retry-after", 1)))
+
+
+def answer(response: Any) -> str:
+    if response.status == 202 and response.json() == {"status": "duplicate"}:
+        return "duplicate"
+    if response.replayed:
+        return f"replayed {response.status}"
+    if response.status == 201:
+        return "201"
+    return f"{response.status}: {response.body[:200].decode()}"
+
+
+@pytest.mark.parametrize("server", ASGI_SERVERS)
+def test_behind_a_sync_only_middleware_a_hang_up_keeps_the_key_until_the_lock_timeout(
+    server: str, alice: User
+) -> None:
+    """A sync-only middleware after this one puts it in sync mode under ASGI: Django
+    cancels the async view inside the worker thread, where nothing can shield it. The
+    booking it made stays, so the key stays reserved: the retry is told to wait, and
+    never books a second time while the reservation lives."""
+    with serve(server, HANGUP_ATOMIC="1", HANGUP_SYNC_ONLY="1") as port:
+        browser = Browser(port).login("alice", "alice-password")
+        browser.hang_up(f"/async/?delay={VIEW_SECONDS}", key="sync-only-1")
+        time.sleep(RETRY_AFTER_SECONDS)
+        retry = browser.post(f"/async/?delay={VIEW_SECONDS}", key="sync-only-1")
+    assert retry.status == 409
+    assert retry.json()["code"] == "idempotency_key_in_progress"
+    assert bookings("async") == 1
+
+
+@pytest.mark.parametrize("server", ASGI_SERVERS)
+@pytest.mark.parametrize("path", ["/async/", "/sync/"])
+def test_a_hang_up_during_the_claim_leaves_no_stranded_key(
+    server: str, path: str, alice: User
+) -> None:
+    """The store answers the claim slowly (a remote database); the client gives up
+    meanwhile. The claim still commits: the view must run and its answer be kept."""
+    with serve(server, HANGUP_STORE="slow") as port:
+        browser = Browser(port).login("alice", "alice-password")
+        browser.hang_up(path, key="claim-hang-up", after=0.3)
+        time.sleep(RETRY_AFTER_SECONDS)
+        retry = browser.post(path, key="claim-hang-up")
+    assert (retry.status, retry.replayed) == (201, True), retry.body
+    assert Booking.objects.count() == 1
+
+
+@pytest.mark.parametrize("server", ["uvicorn", "daphne", "gunicorn"])
+def test_a_view_that_lost_its_key_to_a_retry_commits_nothing(server: str, alice: User) -> None:
+    """Redis store, ``LOCK_TIMEOUT=1``, ``ATOMIC_REQUESTS``: a 3 s view is taken over by a
+    retry after 1.5 s. Under ASGI as under WSGI, the first one's writes must roll back."""
+    skip_without_redis()
+    redis_url = "redis://127.0.0.1:6379/13"
+    raw = raw_client().from_url(redis_url)
+    raw.flushdb()
+    try:
+        with serve(
+            server, HANGUP_ATOMIC="1", HANGUP_STORE="redis", HANGUP_LOCK_TIMEOUT="1",
+            HANGUP_REDIS_URL=redis_url,
+        ) as port:  # fmt: skip
+            browser = Browser(port).login("alice", "alice-password")
+
+            def retry_later() -> Any:
+                time.sleep(1.5)
+                return browser.post("/sync/?delay=3", key="slow-1")
+
+            first, retry = in_parallel(
+                lambda: browser.post("/sync/?delay=3", key="slow-1"), retry_later
+            )
+    finally:
+        raw.flushdb()
+    assert sorted([first.status, retry.status]) == [201, 409], (first.body, retry.body)
+    assert bookings("sync") == 1
+
+
+@pytest.mark.parametrize("server", ["gunicorn", "uvicorn"])
+@pytest.mark.parametrize(
+    "failure", ["X-Fail-After", "X-Fail-Template"], ids=["later middleware", "template"]
+)
+def test_a_failure_after_the_view_rolls_the_work_back_with_the_key(
+    server: str, failure: str, alice: User
+) -> None:
+    """A middleware after the idempotency one, or the template, fails once: 500. The
+    work must not commit, since the key is free again: the retry books once."""
+    path = "/template/" if failure == "X-Fail-Template" else "/sync/"
+    slot = "template" if failure == "X-Fail-Template" else "sync"
+    with serve(server, HANGUP_ATOMIC="1") as port:
+        browser = Browser(port).login("alice", "alice-password")
+        first = browser.post(path, key="after-1", **{failure: "1"})
+        retry = browser.post(path, key="after-1")
+        again = browser.post(path, key="after-1")
+    assert first.status == 500
+    assert (retry.status, retry.replayed) == (201, False)
+    assert (again.status, again.replayed) == (201, True)
+    assert bookings(slot) == 1
+
+
+@pytest.mark.parametrize("server", ["gunicorn", "uvicorn"])
+@pytest.mark.parametrize("store", ["redis", "database"])
+def test_a_failing_on_commit_hook_of_the_view_skips_no_completion(
+    server: str, store: str, alice: User
+) -> None:
+    """The view's own ``on_commit`` hook raises after the commit: the work committed,
+    so its answer is kept and the retry replays it (not 409 until LOCK_TIMEOUT)."""
+    environment = {"HANGUP_ATOMIC": "1", "HANGUP_STORE": store}
+    if store == "redis":
+        skip_without_redis()
+        environment["HANGUP_REDIS_URL"] = "redis://127.0.0.1:6379/13"
+        raw_client().from_url(environment["HANGUP_REDIS_URL"]).flushdb()
+    with serve(server, **environment) as port:
+        browser = Browser(port).login("alice", "alice-password")
+        browser.post("/hooked/", key="hooked-1")
+        retry = browser.post("/hooked/", key="hooked-1")
+    assert (retry.status, retry.replayed) == (201, True), retry.body
+    assert bookings("hooked") == 1
