@@ -71,7 +71,7 @@ def serve(kind: str, **environment: str) -> Iterator[int]:
     command = COMMANDS[kind](port)
     server = subprocess.Popen(
         [sys.executable, "-m", *command], cwd=ROOT, env=env,
-        stdout=None if environment.get("HANGUP_LOG") else subprocess.PIPE, stderr=subprocess.STDOUT,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 30

@@ -52,9 +52,14 @@ TEMPLATES = [
 ]
 
 if os.environ.get("HANGUP_LOG"):
+    # The library's decision lines, every level, to the file the test reads.
     LOGGING_CONFIG = "logging.config.dictConfig"
     LOGGING = {
         "version": 1,
-        "handlers": {"console": {"class": "logging.StreamHandler"}},
-        "loggers": {"idempotency_django": {"handlers": ["console"], "level": "INFO"}},
+        "handlers": {
+            "file": {"class": "logging.FileHandler", "filename": os.environ["HANGUP_LOG"]}
+        },
+        "formatters": {"level": {"format": "%(levelname)s %(message)s"}},
+        "loggers": {"idempotency_django": {"handlers": ["file"], "level": "DEBUG"}},
     }
+    LOGGING["handlers"]["file"]["formatter"] = "level"  # type: ignore[index]

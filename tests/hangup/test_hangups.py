@@ -200,3 +200,39 @@ def test_a_failing_on_commit_hook_of_the_view_skips_no_completion(
         retry = browser.post("/hooked/", key="hooked-1")
     assert (retry.status, retry.replayed) == (201, True), retry.body
     assert bookings("hooked") == 1
+
+
+@pytest.mark.parametrize("server", ["gunicorn", "uvicorn"])
+def test_a_drf_refusal_under_atomic_true_rolls_its_write_back(server: str, alice: User) -> None:
+    """``@idempotent(atomic=True)`` without ``ATOMIC_REQUESTS``: the handler writes, then
+    raises ``ValidationError``. DRF's own rollback covers only ``ATOMIC_REQUESTS``."""
+    with serve(server) as port:
+        browser = Browser(port).login("alice", "alice-password")
+        answers = [
+            browser.post("/drf-atomic/", key="taken-1", payload={"slot": "taken"}).status
+            for _ in range(3)
+        ]
+    assert answers == [400, 400, 400]
+    assert bookings("drf-atomic") == 0
+
+
+@pytest.mark.parametrize("server", ["gunicorn", "uvicorn"])
+def test_a_drf_refusal_under_atomic_requests_is_released_without_an_error(
+    server: str, alice: User, tmp_path: Any
+) -> None:
+    """DRF rolls back the transaction of a 4xx from an ``APIException``; the reservation
+    goes with it. That is a release, logged at INFO, not a failure at ERROR; and a
+    4xx that rolled back cannot be kept, even with ``retain_client_errors``."""
+    log = tmp_path / "idempotency.log"
+    with serve(server, HANGUP_ATOMIC="1", HANGUP_LOG=str(log)) as port:
+        browser = Browser(port).login("alice", "alice-password")
+        refused = browser.post("/drf/", key="taken-2", payload={"slot": "taken"})
+        retained = browser.post("/drf-retaining/", key="taken-3", payload={"slot": "taken"})
+        again = browser.post("/drf-retaining/", key="taken-3", payload={"slot": "taken"})
+    assert (refused.status, retained.status, again.status) == (400, 400, 400)
+    assert not again.replayed
+    assert bookings("drf") == bookings("drf-retaining") == 0
+    lines = log.read_text().splitlines()
+    assert not [line for line in lines if line.startswith(("ERROR", "WARNING"))], lines
+    released = [line for line in lines if "event=released" in line]
+    assert len(released) == 3 and all("reason=rollback" in line for line in released), lines

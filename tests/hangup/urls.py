@@ -13,4 +13,6 @@ urlpatterns = [
     path("decorated-sync/", views.decorated_sync_booking),
     path("hooks/<str:token>/", views.async_webhook),
     path("drf/", views.drf_booking),
+    path("drf-atomic/", views.drf_atomic_booking),
+    path("drf-retaining/", views.drf_retaining_booking),
 ]

@@ -111,3 +111,22 @@ def drf_booking(request: Request) -> Response:
     serializer.is_valid(raise_exception=True)
     time.sleep(_delay(request))
     return Response({"id": booking.pk}, status=status.HTTP_201_CREATED)
+
+
+@api_view(["POST"])
+@idempotent(atomic=True)
+def drf_atomic_booking(request: Request) -> Response:
+    """``atomic=True`` without ``ATOMIC_REQUESTS``: a refusal after the write rolls it back."""
+    booking = Booking.objects.create(slot="drf-atomic", owner=_owner(request))
+    serializer = BookingSerializer(data=request.data)
+    serializer.is_valid(raise_exception=True)
+    return Response({"id": booking.pk}, status=status.HTTP_201_CREATED)
+
+
+@api_view(["POST"])
+@idempotent(retain_client_errors=True)
+def drf_retaining_booking(request: Request) -> Response:
+    booking = Booking.objects.create(slot="drf-retaining", owner=_owner(request))
+    serializer = BookingSerializer(data=request.data)
+    serializer.is_valid(raise_exception=True)
+    return Response({"id": booking.pk}, status=status.HTTP_201_CREATED)
