@@ -136,6 +136,8 @@ def test_a_hang_up_during_the_claim_leaves_no_stranded_key(
 def test_a_view_that_lost_its_key_to_a_retry_commits_nothing(server: str, alice: User) -> None:
     """Redis store, ``LOCK_TIMEOUT=1``, ``ATOMIC_REQUESTS``: a 3 s view is taken over by a
     retry after 1.5 s. Under ASGI as under WSGI, the first one's writes must roll back."""
+    if connection.vendor == "sqlite":
+        pytest.skip("SQLite serializes writers: the retry waits for the first one's commit")
     skip_without_redis()
     redis_url = "redis://127.0.0.1:6379/13"
     raw = raw_client().from_url(redis_url)
