@@ -84,7 +84,33 @@ def check_middleware(**kwargs: Any) -> list[checks.CheckMessage]:
                 id="idempotency_django.W003",
             )
         )
+    messages.extend(_sync_only_after(middleware[position + 1 :]))
     return messages
+
+
+def _sync_only_after(later: list[str]) -> list[checks.CheckMessage]:
+    """Under ASGI, a sync-only middleware after ours puts ours in sync mode too."""
+    sync_only = []
+    for path in later:
+        try:
+            middleware = import_string(path)
+        except ImportError:
+            continue  # Django's own check reports it
+        if not getattr(middleware, "async_capable", False):
+            sync_only.append(path)
+    if not sync_only:
+        return []
+    return [
+        checks.Warning(
+            f"{', '.join(sync_only)} can only run sync and comes after IdempotencyMiddleware. "
+            "Under ASGI that makes IdempotencyMiddleware run sync, in a worker thread, "
+            "where a client that hangs up cancels an async view mid-way: its key then "
+            "stays reserved until LOCK_TIMEOUT instead of being answered with a replay.",
+            hint="Move the sync-only middleware above IdempotencyMiddleware, or make it "
+            "async-capable. Under WSGI this does not matter.",
+            id="idempotency_django.W030",
+        )
+    ]
 
 
 @checks.register()
@@ -205,3 +231,41 @@ def _check_store(merged: dict[str, Any]) -> list[checks.CheckMessage]:
 
 def _error(message: str, code: str) -> checks.CheckMessage:
     return checks.Error(message, id=f"idempotency_django.{code}")
+
+
+@checks.register(checks.Tags.database)
+def check_transactions(**kwargs: Any) -> list[checks.CheckMessage]:
+    """Configurations where the transaction's outcome overrides a setting, or cannot be one."""
+    atomic = [
+        alias
+        for alias, database in getattr(settings, "DATABASES", {}).items()
+        if database.get("ATOMIC_REQUESTS")
+    ]
+    user = getattr(settings, SETTING_NAME, {})
+    retain = isinstance(user, dict) and user.get("RETAIN_CLIENT_ERRORS", False)
+    messages: list[checks.CheckMessage] = []
+    if atomic and retain and "rest_framework" in getattr(settings, "INSTALLED_APPS", ()):
+        messages.append(
+            checks.Warning(
+                "RETAIN_CLIENT_ERRORS is on, but DRF rolls back the ATOMIC_REQUESTS "
+                "transaction of every 4xx raised as an APIException, and the reservation "
+                "with it: those answers are released, not retained (what DRF rolled back "
+                "did not happen, so a retry may run).",
+                hint="Nothing to do if that is what you want; a 4xx a view returns "
+                "without raising is retained.",
+                id="idempotency_django.W031",
+            )
+        )
+    if len(atomic) > 1:
+        messages.append(
+            checks.Warning(
+                f"ATOMIC_REQUESTS is on for {len(atomic)} databases ({', '.join(atomic)}). "
+                "Their commits are not one: when a later one fails, an earlier one has "
+                "committed its part of the work.",
+                hint="The response is stored only after every one has committed, and the "
+                "key is released when IdempotencyMiddleware opened the transactions; "
+                "for DRF and @idempotent views it stays reserved until LOCK_TIMEOUT.",
+                id="idempotency_django.W032",
+            )
+        )
+    return messages
