@@ -14,10 +14,13 @@ import weakref
 from typing import Any
 
 from django.conf import settings as django_settings
+from django.conf.urls.i18n import is_language_prefix_patterns_used
 from django.core.signals import setting_changed
 from django.http import HttpRequest
 from django.urls import Resolver404, ResolverMatch, URLResolver, get_resolver
 from django.utils import translation
+
+LOCALE_MIDDLEWARE = "django.middleware.locale.LocaleMiddleware"
 
 #: The most paths remembered per resolver; past it, the memory starts again.
 MAX_REMEMBERED = 1024
@@ -32,38 +35,51 @@ def match_of(request: HttpRequest) -> ResolverMatch | None:
     match = getattr(request, "resolver_match", None)
     if match is not None:
         return match  # type: ignore[no-any-return]
-    resolver = get_resolver(getattr(request, "urlconf", None))
+    urlconf = getattr(request, "urlconf", None)
+    resolver = get_resolver(urlconf)
     remembered = _matches.setdefault(resolver, {})
-    # The active language decides what i18n_patterns match.
-    key = (request.path_info, translation.get_language())
+    # The language decides what i18n_patterns and translated routes match.
+    language = _language_of(request, urlconf)
+    key = (request.path_info, language)
     try:
         return remembered[key]
     except KeyError:
         pass
-    match = _resolve_as_the_handler_will(resolver, request.path_info)
+    with translation.override(language):
+        try:
+            match = resolver.resolve(request.path_info)
+        except Resolver404:
+            match = None
     if len(remembered) >= MAX_REMEMBERED:
         remembered.clear()
     remembered[key] = match
     return match
 
 
-def _resolve_as_the_handler_will(resolver: URLResolver, path: str) -> ResolverMatch | None:
-    """``i18n_patterns`` match the active language, which a ``LocaleMiddleware``
-    listed after the middleware has not activated yet: resolve again with the
-    language it will activate (the path's, or ``LANGUAGE_CODE`` for an
-    unprefixed default language).
+def _language_of(request: HttpRequest, urlconf: str | None) -> str | None:
+    """The language Django's handler will resolve the URL in.
+
+    A ``LocaleMiddleware`` listed after the idempotency middleware has not
+    activated the request's language yet (it sets ``request.LANGUAGE_CODE``
+    when it has): choose it as that middleware will, so that a translated
+    route (``path(_("book/"), ...)``) or a language prefix resolves to the
+    view the handler will call.
     """
-    try:
-        return resolver.resolve(path)
-    except Resolver404:
-        if not django_settings.USE_I18N:
-            return None
-    language = translation.get_language_from_path(path)
-    with translation.override(language or django_settings.LANGUAGE_CODE):
-        try:
-            return resolver.resolve(path)
-        except Resolver404:
-            return None
+    if (
+        hasattr(request, "LANGUAGE_CODE")
+        or not django_settings.USE_I18N
+        or LOCALE_MIDDLEWARE not in django_settings.MIDDLEWARE
+    ):
+        return translation.get_language()
+    # As LocaleMiddleware.process_request chooses it.
+    i18n_patterns_used, prefixed_default_language = is_language_prefix_patterns_used(
+        urlconf or django_settings.ROOT_URLCONF
+    )
+    language = translation.get_language_from_request(request, check_path=i18n_patterns_used)
+    from_path = translation.get_language_from_path(request.path_info)
+    if not from_path and i18n_patterns_used and not prefixed_default_language:
+        language = django_settings.LANGUAGE_CODE
+    return language
 
 
 def _forget(**kwargs: Any) -> None:

@@ -14,6 +14,7 @@ TEMPLATES_DIR = Path(__file__).parent / "templates"
 def real_project(settings: Any) -> None:
     """This package's URLs, templates and ``startproject``'s middleware list."""
     settings.ROOT_URLCONF = "tests.real_stack.urls"
+    settings.LOCALE_PATHS = [Path(__file__).parent / "locale"]
     settings.MIDDLEWARE = STARTPROJECT
     settings.TEMPLATES = [
         {

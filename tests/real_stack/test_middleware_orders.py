@@ -140,6 +140,31 @@ def test_a_keyed_post_to_a_language_prefixed_url_books_once(
     assert Booking.objects.count() == 1
 
 
+@pytest.mark.usefixtures("fresh_worker_thread")
+@pytest.mark.parametrize(
+    "middleware",
+    [
+        pytest.param(with_middleware(LOCALE, after=SESSION), id="locale-after-session"),
+        pytest.param(with_middleware(LOCALE, after=IDEMPOTENCY), id="locale-last"),
+    ],
+)
+def test_a_keyed_post_to_a_translated_route_books_once(
+    settings: Any, alice: User, middleware: list[str]
+) -> None:
+    """``path(_("real/booking/"), ...)`` is ``real/reservation/`` in French: the middleware
+    must resolve it in the language LocaleMiddleware picks, even when listed before it."""
+    settings.MIDDLEWARE = middleware
+    client = browser("alice", "alice-password")
+    token = csrf_token_of(client, "/real/form/")
+    french = {"Accept-Language": "fr", "X-CSRFToken": token}
+    first = keyed_post(client, "/real/reservation/", "translated-1", **french)
+    retry = keyed_post(client, "/real/reservation/", "translated-1", **french)
+    assert first.status_code == retry.status_code == 201
+    assert b"Language: fr" in first.content
+    assert retry["Idempotency-Replayed"] == "true"
+    assert Booking.objects.count() == 1
+
+
 # -- a project's middleware with process_exception and process_template_response ------
 
 QUEUEING_POSITIONS = [

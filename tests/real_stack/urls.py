@@ -1,6 +1,7 @@
 from django.conf.urls.i18n import i18n_patterns
 from django.contrib.auth.views import LoginView
 from django.urls import include, path
+from django.utils.translation import gettext_lazy as _
 
 from tests.real_stack import views
 
@@ -17,6 +18,8 @@ urlpatterns = [
     path("real/gated/<str:gate>/", views.gated_booking),
     path("real/gated-atomic/<str:gate>/", views.gated_atomic_booking),
     path("real/gated-api/<str:gate>/", views.GatedApiBooking.as_view()),
+    # Translated: "real/reservation/" in French (tests/real_stack/locale).
+    path(_("real/booking/"), views.book_with_receipt),
     # The tests' own project: /plain/bookings/, /api/bookings/, /plain/atomic/ ...
     path("", include("tests.urls")),
     *i18n_patterns(path("real/localized-receipt/", views.book_with_receipt)),
