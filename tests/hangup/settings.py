@@ -1,8 +1,10 @@
 """The test project as the servers of these tests run it; the environment picks the variant.
 
 ``HANGUP_ATOMIC=1``: ``ATOMIC_REQUESTS`` on the default database. ``HANGUP_STORE``:
-``database`` (default), ``redis`` or ``slow`` (the database store, slow to answer a
-claim, as a remote database is). ``HANGUP_LOCK_TIMEOUT``: seconds.
+``database`` (default), ``redis``, ``second-database`` (the database store on a second
+alias, with ``ATOMIC_REQUESTS`` there too, or ``IDEMPOTENCY["ATOMIC"]`` with
+``HANGUP_ATOMIC_SETTING=1``) or ``slow`` (the database store, slow to answer a claim, as
+a remote database is). ``HANGUP_LOCK_TIMEOUT``: seconds.
 """
 
 from __future__ import annotations
@@ -35,6 +37,15 @@ if _store == "redis":
         },
     }
     IDEMPOTENCY |= {"STORE": "redis", "STORE_OPTIONS": {"cache": "idempotency"}}
+elif _store == "second-database":
+    # The records on a database of their own (the same server and database here, through
+    # a connection of its own), listed after the work's.
+    DATABASES["records"] = {**DATABASES["default"]}
+    IDEMPOTENCY |= {"STORE_OPTIONS": {"database": "records"}}
+    if os.environ.get("HANGUP_ATOMIC_SETTING") == "1":
+        IDEMPOTENCY["ATOMIC"] = True
+    else:
+        DATABASES["records"]["ATOMIC_REQUESTS"] = True
 elif _store == "slow":
     IDEMPOTENCY |= {"STORE": "tests.hangup.stores.SlowClaimStore"}
 

@@ -238,3 +238,26 @@ def test_a_drf_refusal_under_atomic_requests_is_released_without_an_error(
     assert not [line for line in lines if line.startswith(("ERROR", "WARNING"))], lines
     released = [line for line in lines if "event=released" in line]
     assert len(released) == 3 and all("reason=rollback" in line for line in released), lines
+
+
+@pytest.mark.parametrize("server", ["gunicorn", "uvicorn"])
+@pytest.mark.parametrize(
+    "atomic_setting", ["0", "1"], ids=["ATOMIC_REQUESTS on both", "IDEMPOTENCY ATOMIC"]
+)
+def test_a_record_on_another_database_never_commits_before_its_work(
+    server: str, atomic_setting: str, alice: User
+) -> None:
+    """The store on a second database. The work's COMMIT fails (a deferred foreign key):
+    no 201 may be kept for a booking that does not exist, and the retry books once."""
+    if connection.vendor != "postgresql":
+        pytest.skip("a COMMIT that fails on a deferred foreign key, on two connections")
+    environment = {"HANGUP_ATOMIC": "1", "HANGUP_STORE": "second-database"}
+    with serve(server, HANGUP_ATOMIC_SETTING=atomic_setting, **environment) as port:
+        browser = Browser(port).login("alice", "alice-password")
+        first = browser.post("/unpaid/", key="unpaid-1", **{"X-Break-Commit": "1"})
+        retry = browser.post("/unpaid/", key="unpaid-1")
+        again = browser.post("/unpaid/", key="unpaid-1")
+    assert first.status == 500
+    assert (retry.status, retry.replayed) == (201, False), retry.body
+    assert (again.status, again.replayed) == (201, True)
+    assert bookings("unpaid") == 1

@@ -8,6 +8,7 @@ urlpatterns = [
     path("sync/", views.sync_booking),
     path("template/", views.template_booking),
     path("hooked/", views.hooked_booking),
+    path("unpaid/", views.unpaid_booking),
     path("async/", views.async_booking),
     path("decorated-async/", views.decorated_async_booking),
     path("decorated-sync/", views.decorated_sync_booking),

@@ -55,6 +55,14 @@ def hooked_booking(request: HttpRequest) -> HttpResponse:
     return JsonResponse({"id": booking.pk}, status=201)
 
 
+def unpaid_booking(request: HttpRequest) -> HttpResponse:
+    """Books; with ``X-Break-Commit`` the booking names an owner that does not exist,
+    which the database finds only at COMMIT (Django's foreign keys are deferred)."""
+    owner_id = 10**9 if "HTTP_X_BREAK_COMMIT" in request.META else None
+    booking = Booking.objects.create(slot="unpaid", owner_id=owner_id)
+    return JsonResponse({"id": booking.pk}, status=201)
+
+
 @transaction.non_atomic_requests
 async def async_booking(request: HttpRequest) -> HttpResponse:
     """An async view (the middleware protects it)."""
