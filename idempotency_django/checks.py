@@ -108,7 +108,7 @@ def _sync_only_after(later: list[str]) -> list[checks.CheckMessage]:
             "stays reserved until LOCK_TIMEOUT instead of being answered with a replay.",
             hint="Move the sync-only middleware above IdempotencyMiddleware, or make it "
             "async-capable. Under WSGI this does not matter.",
-            id="idempotency_django.W030",
+            id="idempotency_django.W040",
         )
     ]
 
@@ -253,7 +253,7 @@ def check_transactions(**kwargs: Any) -> list[checks.CheckMessage]:
                 "did not happen, so a retry may run).",
                 hint="Nothing to do if that is what you want; a 4xx a view returns "
                 "without raising is retained.",
-                id="idempotency_django.W031",
+                id="idempotency_django.W041",
             )
         )
     if len(atomic) > 1:
@@ -265,7 +265,7 @@ def check_transactions(**kwargs: Any) -> list[checks.CheckMessage]:
                 hint="The response is stored only after every one has committed, and the "
                 "key is released when IdempotencyMiddleware opened the transactions; "
                 "for DRF and @idempotent views it stays reserved until LOCK_TIMEOUT.",
-                id="idempotency_django.W032",
+                id="idempotency_django.W042",
             )
         )
     return messages

@@ -21,21 +21,21 @@ def ids(messages: list[Any]) -> list[str]:
 
 def test_a_sync_only_middleware_after_ours_is_named(settings: Any) -> None:
     settings.MIDDLEWARE = [*settings.MIDDLEWARE, SYNC_ONLY]
-    (warning,) = [m for m in check_middleware() if m.id == "idempotency_django.W030"]
+    (warning,) = [m for m in check_middleware() if m.id == "idempotency_django.W040"]
     assert SYNC_ONLY in warning.msg
 
 
 def test_a_sync_only_middleware_before_ours_is_fine(settings: Any) -> None:
     middleware = [m for m in settings.MIDDLEWARE if m != IDEMPOTENCY]
     settings.MIDDLEWARE = [SYNC_ONLY, *middleware, IDEMPOTENCY]
-    assert "idempotency_django.W030" not in ids(check_middleware())
+    assert "idempotency_django.W040" not in ids(check_middleware())
 
 
 def test_retaining_client_errors_under_atomic_requests_with_drf_is_explained(
     settings: Any, atomic_requests: None
 ) -> None:
     settings.IDEMPOTENCY = {"RETAIN_CLIENT_ERRORS": True}
-    assert ids(check_transactions()) == ["idempotency_django.W031"]
+    assert ids(check_transactions()) == ["idempotency_django.W041"]
     settings.IDEMPOTENCY = {}
     assert ids(check_transactions()) == []
 
@@ -47,10 +47,10 @@ def test_atomic_requests_on_two_databases_is_named(settings: Any) -> None:
         "other": {"ENGINE": "django.db.backends.sqlite3", "ATOMIC_REQUESTS": True},
     }
     (warning,) = check_transactions()
-    assert warning.id == "idempotency_django.W032" and "default, other" in warning.msg
+    assert warning.id == "idempotency_django.W042" and "default, other" in warning.msg
 
 
 def test_the_checks_run_with_manage_py_check(settings: Any, atomic_requests: None) -> None:
     settings.IDEMPOTENCY = {"RETAIN_CLIENT_ERRORS": True}
-    with pytest.raises(SystemCheckError, match="W031"):
+    with pytest.raises(SystemCheckError, match="W041"):
         call_command("check", "--fail-level", "WARNING")
