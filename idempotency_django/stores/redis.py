@@ -125,7 +125,8 @@ local function head_of(value)
 end
 """
 
-# KEYS[1] the entry; ARGV: fingerprint, the reservation's value, lock timeout (ms).
+# KEYS[1] the entry; ARGV: fingerprint, the reservation's value, lock timeout (ms),
+# then other fingerprints of the same request (under SECRET_KEY_FALLBACKS, 0.2's).
 # Returns {"claimed"}, {"in_progress"}, {"reused"} or {"replay", value}.
 CLAIM_SCRIPT = (
     _LUA_HEAD
@@ -134,7 +135,11 @@ local value = redis.call('GET', KEYS[1])
 if value then
   local head = head_of(value)
   if head then
-    if head['fp'] ~= ARGV[1] then
+    local same = head['fp'] == ARGV[1]
+    for i = 4, #ARGV do
+      same = same or head['fp'] == ARGV[i]
+    end
+    if not same then
       return {'reused'}
     end
     if head['state'] == 'in_progress' then
@@ -306,6 +311,19 @@ class RedisStore(BaseStore):
             _milliseconds(lock_timeout),
         )
         outcome = _text(reply[0])
+        others = getattr(request.fingerprint, "alternatives", ())
+        if outcome == "reused" and others:
+            # Computed only now: most claims never need them.
+            reply = self._run(
+                "claim",
+                CLAIM_SCRIPT,
+                self.redis_key(key),
+                request.fingerprint,
+                _reservation(token, request.fingerprint),
+                _milliseconds(lock_timeout),
+                *others,
+            )
+            outcome = _text(reply[0])
         if outcome == "claimed":
             return Claim(Outcome.CLAIMED, token=token)
         if outcome == "reused":
