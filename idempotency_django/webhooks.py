@@ -507,7 +507,8 @@ def check_receiver_namespaces(**kwargs: Any) -> list[checks.CheckMessage]:
 def _walk(patterns: Any, prefix: str, has_kwargs: bool) -> Iterator[tuple[str, Any, bool]]:
     for entry in patterns:
         pattern = entry.pattern
-        here = has_kwargs or bool(pattern.regex.groupindex) or bool(entry.default_args)
+        fixed = getattr(entry, "default_kwargs", None) or getattr(entry, "default_args", None)
+        here = has_kwargs or bool(pattern.regex.groupindex) or bool(fixed)
         if isinstance(entry, URLResolver):
             yield from _walk(entry.url_patterns, prefix + str(pattern), here)
         elif isinstance(entry, URLPattern):

@@ -486,6 +486,8 @@ class RedisStore(BaseStore):
                     id="idempotency_django.W021",
                 )
             )
+        if not any(message.level >= checks.ERROR for message in messages):
+            messages.extend(self._check_eviction(where))
         user_settings = getattr(settings, "IDEMPOTENCY", None)
         if isinstance(user_settings, dict) and user_settings.get("ATOMIC"):
             messages.append(
@@ -498,6 +500,34 @@ class RedisStore(BaseStore):
                 )
             )
         return messages
+
+    def _check_eviction(self, where: str) -> list[checks.CheckMessage]:
+        """W022 when the server may evict live records to make room.
+
+        Every record has a TTL, so ``volatile-*`` policies may evict them as
+        readily as ``allkeys-*``: an evicted reservation or stored response
+        lets a retry run the work again. Only ``noeviction`` makes a full
+        server refuse writes instead (the claim then answers 503 and nothing
+        runs). Without ``maxmemory`` nothing is evicted, whatever the policy.
+        A server that cannot be reached is not this check's to report.
+        """
+        try:
+            memory = self.client().info("memory")
+        except Exception:  # down, or INFO refused: nothing to tell
+            return []
+        policy = _text(memory.get("maxmemory_policy", "noeviction"))
+        if policy == "noeviction" or not int(memory.get("maxmemory", 0) or 0):
+            return []
+        return [
+            checks.Warning(
+                f"{where}, whose Redis server evicts keys when full (maxmemory-policy "
+                f"{policy!r}): a live reservation or stored response can be evicted, and "
+                "the retry it should have answered then runs the work again.",
+                hint="Give the store a Redis with maxmemory-policy noeviction (a full "
+                "server then answers 503 and nothing runs), or no maxmemory.",
+                id="idempotency_django.W022",
+            )
+        ]
 
     # -- helpers ------------------------------------------------------------
 
