@@ -78,7 +78,7 @@ def default_scope(request: HttpRequest) -> Scope | None:
     legacy = legacy_principal_of(user)
     if legacy is not None and _holds(request, legacy, location):
         # A retry of a request 0.2 stored: answer it from that record. Costs
-        # one store read per keyed request of such users (see docs/upgrading.md).
+        # one store read per keyed request of such users (docs/security.md).
         principal = legacy
     return Scope(principal=principal, location=location)
 
