@@ -31,7 +31,7 @@ from django.utils.crypto import salted_hmac
 
 from idempotency_django import problems
 from idempotency_django.conf import idempotency_settings
-from idempotency_django.marks import EXEMPT_ATTRIBUTE
+from idempotency_django.marks import EXEMPT_ATTRIBUTE, OPTIONS_ATTRIBUTE
 from idempotency_django.routes import match_of
 from idempotency_django.scope import default_scope, principal_of
 
@@ -272,6 +272,7 @@ def ready_body(request: HttpRequest) -> HttpResponseBase | None:
     if (
         settings_.ANONYMOUS != "session"
         and settings_.SCOPE_FUNCTION is default_scope
+        and not _scopes_itself(match.func)
         and principal_of(getattr(request, "user", None)) is None
     ):
         return None
@@ -280,6 +281,13 @@ def ready_body(request: HttpRequest) -> HttpResponseBase | None:
     except BodyTooLarge as exc:
         return exc.answer(request)
     return None
+
+
+def _scopes_itself(view: Any) -> bool:
+    """A view under ``@idempotent(scope=...)``: its scope may name an anonymous client."""
+    view_class = getattr(view, "view_class", None)
+    handlers = [view, getattr(view_class, "dispatch", None)]
+    return any(getattr(getattr(h, OPTIONS_ATTRIBUTE, None), "scope", None) for h in handlers)
 
 
 def body_chunks(request: HttpRequest) -> Iterator[bytes]:

@@ -72,8 +72,10 @@ class IdempotencyMiddleware:
     async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
         # No transaction spans an await: under ASGI the view's own
         # ATOMIC_REQUESTS block commits before the response is stored.
-        if is_keyed(request) and (refused := await sync_to_async(ready_body)(request)):
-            return refused
+        if is_keyed(request):
+            refused = await sync_to_async(ready_body)(request)
+            if refused is not None:
+                return refused
         protected = protected_view(request)
         if protected is None:
             response: HttpResponseBase = await self.get_response(request)

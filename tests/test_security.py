@@ -33,6 +33,7 @@ from idempotency_django.conf import DEFAULTS
 from idempotency_django.decorators import idempotent
 from idempotency_django.fingerprint import BODY_COPY_ATTRIBUTE, FINGERPRINT_SALT
 from idempotency_django.models import IdempotencyRecord, WebhookDelivery
+from idempotency_django.scope import Scope
 from idempotency_django.stores import RecordKey, RequestInfo, StoredResponse, get_store
 from idempotency_django.webhooks import (
     check_receiver_namespaces,
@@ -117,7 +118,20 @@ def client_invoice(request: Any) -> Response:
     return Response({"id": invoice.pk, "iban": f"IBAN-of-{request.META['HTTP_X_CLIENT']}"}, 201)
 
 
+def api_key_scope(request: HttpRequest) -> Scope | None:
+    """A scope that names anonymous clients: the middleware cannot tell who they are."""
+    api_key = request.headers.get("X-Api-Key")
+    return Scope(principal=f"api-key:{api_key}") if api_key else None
+
+
+@idempotent(scope=api_key_scope)
+def api_key_upload(request: HttpRequest) -> HttpResponse:
+    upload = Booking.objects.create(slot=f"upload-{len(request.FILES['attachment'].read())}")
+    return JsonResponse({"id": upload.pk}, status=201)
+
+
 urlpatterns = [
+    path("sec/upload/", api_key_upload),
     path("sec/stripe/<str:token>/", stripe_receiver),
     path("sec/svix/<str:token>/", svix_receiver),
     path("tenants/<slug:tenant>/hooks/", tenant_receiver),
@@ -319,6 +333,25 @@ def test_a_keyed_body_over_the_limit_is_413_and_never_read(alice_client: Client,
     assert not response.wsgi_request._read_started
     assert Booking.objects.count() == 0
     assert IdempotencyRecord.objects.count() == 0
+
+
+@pytest.mark.django_db
+@here
+def test_a_view_with_its_own_scope_still_gets_its_body_copied(temp_dir: Path) -> None:
+    """Its scope may name an anonymous client, so the body is readied before CSRF reads it."""
+    client = Client(enforce_csrf_checks=True)
+    secret = "a" * 32
+    client.cookies["csrftoken"] = secret
+
+    def send() -> Any:
+        data = {"csrfmiddlewaretoken": secret, "attachment": SimpleUploadedFile("a.bin", BIG)}
+        return client.post("/sec/upload/", data, HTTP_IDEMPOTENCY_KEY="up", HTTP_X_API_KEY="k1")
+
+    first = send()
+    assert first.status_code == 201, first.content[:300]
+    assert send()["Idempotency-Replayed"] == "true"
+    assert runs("upload-") == 1
+    assert list(temp_dir.iterdir()) == []
 
 
 def test_the_body_limit_is_a_checked_setting() -> None:
