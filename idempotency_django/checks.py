@@ -35,7 +35,7 @@ POSITIVE_INTEGERS = (
     "WEBHOOK_FALLBACK_BUCKET",
 )
 #: Positive integers, or None for "no limit".
-OPTIONAL_LIMITS = ("MAX_STORED_BODY", "MAX_KEYS_PER_PRINCIPAL")
+OPTIONAL_LIMITS = ("MAX_STORED_BODY", "MAX_KEYS_PER_PRINCIPAL", "MAX_FINGERPRINTED_BODY")
 
 
 @checks.register(checks.Tags.compatibility)

@@ -45,8 +45,12 @@ DEFAULTS: dict[str, Any] = {
     # retry gets 409 idempotency_response_not_stored). None: no limit.
     "MAX_STORED_BODY": 1024 * 1024,
     # Live keys one principal may hold; a new key beyond it gets 429
-    # idempotency_too_many_keys. None: no limit.
-    "MAX_KEYS_PER_PRINCIPAL": None,
+    # idempotency_too_many_keys. None: no limit. With MAX_STORED_BODY it bounds
+    # what one principal can put in the store (1,000 x 1 MiB at most).
+    "MAX_KEYS_PER_PRINCIPAL": 1000,
+    # Bytes: a keyed request with a larger body gets 413
+    # idempotency_body_too_large before any of it is read. None: no limit.
+    "MAX_FINGERPRINTED_BODY": 10 * 1024 * 1024,
     # False: keep 2xx/3xx only (HyphaBase). True: keep 4xx too, except the
     # statuses in NEVER_RETAINED_CLIENT_ERRORS (Hodoflow).
     "RETAIN_CLIENT_ERRORS": False,
@@ -102,18 +106,12 @@ DEFAULTS: dict[str, Any] = {
     # record: set it when a trusted proxy sets the header. None: no request id.
     "REQUEST_ID_HEADER": None,
     # -- Webhook delivery deduplication (a separate contract) --------------
-    # Headers that carry a sender's stable delivery id, tried in order after
-    # Idempotency-Key: (header, source name).
-    "WEBHOOK_ID_HEADERS": (
-        ("webhook-id", "standard-webhooks"),
-        ("svix-id", "svix"),
-        ("X-GitHub-Delivery", "github"),
-        ("X-Shopify-Webhook-Id", "shopify"),
-        ("X-Shopify-Event-Id", "shopify"),
-        ("I-Twilio-Idempotency-Token", "twilio"),
-    ),
+    # The one header that carries a sender's delivery id, for receivers that
+    # name none themselves (e.g. "webhook-id"). None: no header counts.
+    "WEBHOOK_ID_HEADER": None,
     # Dotted path to a function(request) -> str | None reading an id from the
-    # body, e.g. "idempotency_django.webhooks.stripe_event_id". None: no body id.
+    # body, e.g. "idempotency_django.webhooks.stripe_event_id", for receivers
+    # that name no id and when WEBHOOK_ID_HEADER is None. None: no body id.
     "WEBHOOK_BODY_ID_FUNCTION": None,
     # Seconds an accepted delivery's identity is kept (7 days).
     "WEBHOOK_RETENTION": 7 * 24 * 3600,

@@ -19,7 +19,7 @@ from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from idempotency_django.conf import header, idempotency_settings
-from idempotency_django.fingerprint import prepare_body
+from idempotency_django.fingerprint import ready_body
 from idempotency_django.marks import EXEMPT_ATTRIBUTE, PROTECTED_ATTRIBUTE
 from idempotency_django.phases import ViewOptions, protect, roll_back_open_transactions
 
@@ -103,7 +103,7 @@ class IdempotentMixin:
         # (SessionAuthentication's CSRF check) or a parser can consume it.
         settings = idempotency_settings
         if request.method in settings.METHODS and header(request, settings.HEADER) is not None:
-            prepare_body(request)
+            ready_body(request)  # a body over the limit is answered 413 when the key is claimed
         return super().initialize_request(request, *args, **kwargs)  # type: ignore[misc,no-any-return]
 
 

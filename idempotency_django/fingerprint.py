@@ -1,5 +1,11 @@
 """What makes two requests "the same request": method, full path and raw body.
 
+Fingerprints are keyed with ``SECRET_KEY`` (HMAC-SHA256, as Django's
+``salted_hmac``): staff who can read them in the admin cannot test guesses
+of a body with few possible values (a PIN, an amount). A fingerprint made
+under a key in ``SECRET_KEY_FALLBACKS``, or the plain SHA-256 that 0.2 kept,
+still names the same request: see :class:`Fingerprint`.
+
 The body must be read for its fingerprint before anything else parses it
 (the CSRF check reads ``request.POST``, DRF's parsers read the stream), and
 without taking it from them. :func:`prepare_body` makes that possible for
@@ -9,34 +15,97 @@ as needed.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import hmac
 import json
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from django.conf import settings
 from django.core.handlers.wsgi import LimitedStream
 from django.http import HttpRequest
+from django.http.response import HttpResponseBase
+from django.utils.crypto import salted_hmac
+
+from idempotency_django import problems
+from idempotency_django.conf import idempotency_settings
+from idempotency_django.marks import EXEMPT_ATTRIBUTE, OPTIONS_ATTRIBUTE
+from idempotency_django.routes import match_of
+from idempotency_django.scope import default_scope, principal_of
 
 #: Where a body too large to keep in memory was copied (see :func:`prepare_body`).
 BODY_COPY_ATTRIBUTE = "_idempotency_body_copy"
 CHUNK_SIZE = 64 * 1024
+FINGERPRINT_SALT = "idempotency_django.fingerprint"
+
+
+class Fingerprint(str):
+    """A keyed fingerprint, which knows the other values that name the same request.
+
+    Those are computed only when a store finds a record whose fingerprint
+    differs (:func:`same_request`), so a first request or a replay under the
+    current key costs one digest.
+    """
+
+    _others: Callable[[], tuple[str, ...]] | None = None
+
+    @functools.cached_property
+    def alternatives(self) -> tuple[str, ...]:
+        """Digests of the same parts under ``SECRET_KEY_FALLBACKS``, then 0.2's plain SHA-256."""
+        return self._others() if self._others is not None else ()
+
+
+def same_request(stored: str, fingerprint: str) -> bool:
+    """Whether a record's ``stored`` fingerprint names the request ``fingerprint`` came from."""
+    if hmac.compare_digest(stored.encode(), fingerprint.encode()):
+        return True
+    others = getattr(fingerprint, "alternatives", ())
+    return any(hmac.compare_digest(stored.encode(), other.encode()) for other in others)
+
+
+def keyed_digest(parts: Callable[[], Iterable[bytes]]) -> Fingerprint:
+    """HMAC-SHA256 of ``parts()`` with ``SECRET_KEY``, as the admin's body digest is keyed.
+
+    ``parts`` is called again, only if needed, for the digests that also count:
+    under each key of ``SECRET_KEY_FALLBACKS`` and, for records 0.2 wrote, unkeyed.
+    """
+    fingerprint = Fingerprint(_digest(parts(), [_mac(settings.SECRET_KEY)])[0])
+
+    def others() -> tuple[str, ...]:
+        hashers = [_mac(secret) for secret in settings.SECRET_KEY_FALLBACKS]
+        return _digest(parts(), [*hashers, hashlib.sha256()])
+
+    fingerprint._others = others
+    return fingerprint
+
+
+def _mac(secret: str | bytes) -> Any:
+    return salted_hmac(FINGERPRINT_SALT, b"", secret=secret, algorithm="sha256")
+
+
+def _digest(parts: Iterable[bytes], hashers: list[Any]) -> tuple[str, ...]:
+    for part in parts:
+        for hasher in hashers:
+            hasher.update(part)
+    return tuple(hasher.hexdigest() for hasher in hashers)
 
 
 def default_fingerprint(request: HttpRequest) -> str:
-    """SHA-256 over the method, the path with its query string, and the body bytes.
+    """A keyed digest of the method, the path with its query string, and the body bytes.
 
     Only the digest is kept; the body itself is never stored.
     """
-    digest = hashlib.sha256()
-    digest.update(request.method.encode("ascii") if request.method else b"")
-    digest.update(b"\n")
-    digest.update(request.get_full_path().encode("utf-8", "surrogateescape"))
-    digest.update(b"\n")
-    for chunk in body_chunks(request):
-        digest.update(chunk)
-    return digest.hexdigest()
+
+    def parts() -> Iterator[bytes]:
+        yield request.method.encode("ascii") if request.method else b""
+        yield b"\n"
+        yield request.get_full_path().encode("utf-8", "surrogateescape")
+        yield b"\n"
+        yield from body_chunks(request)
+
+    return keyed_digest(parts)
 
 
 #: Which parts of a request count, for people (the OpenAPI description).
@@ -76,13 +145,16 @@ class JSONFingerprint:
             kept = {name: document[name] for name in self.only if name in document}
         else:
             kept = {name: value for name, value in document.items() if name not in self.ignore}
-        digest = hashlib.sha256()
-        digest.update(request.method.encode("ascii") if request.method else b"")
-        digest.update(b"\n")
-        digest.update(request.get_full_path().encode("utf-8", "surrogateescape"))
-        digest.update(b"\njson\n")  # never equal to a raw body's digest
-        digest.update(json.dumps(kept, sort_keys=True, separators=(",", ":")).encode())
-        return digest.hexdigest()
+        canonical = json.dumps(kept, sort_keys=True, separators=(",", ":")).encode()
+
+        def parts() -> Iterator[bytes]:
+            yield request.method.encode("ascii") if request.method else b""
+            yield b"\n"
+            yield request.get_full_path().encode("utf-8", "surrogateescape")
+            yield b"\njson\n"  # never equal to a raw body's digest
+            yield canonical
+
+        return keyed_digest(parts)
 
     def __repr__(self) -> str:
         fields = self.only or self.ignore
@@ -124,6 +196,9 @@ def prepare_body(request: HttpRequest) -> None:
     if getattr(request, "_read_started", False):
         return  # consumed by someone else: request.body will say so
     length = _content_length(request)
+    cap = idempotency_settings.MAX_FINGERPRINTED_BODY
+    if cap is not None and length > cap:
+        raise BodyTooLarge(cap)
     limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
     if limit is None or length <= limit:
         request.body  # noqa: B018  (Django reads it once and keeps it)
@@ -145,6 +220,74 @@ def prepare_body(request: HttpRequest) -> None:
     replacement: Any = LimitedStream(copy, length - remaining)  # type: ignore[arg-type]
     request._stream = replacement
     setattr(request, BODY_COPY_ATTRIBUTE, copy)
+    _close_with_request(request, copy)
+
+
+def _close_with_request(request: HttpRequest, copy: Any) -> None:
+    """Delete the copy when the response is closed, not when the request is collected.
+
+    Django's handlers register ``request.close`` with the response after the
+    middleware chain returns; a request kept alive (by a reference cycle, a
+    test client's ``wsgi_request``) would otherwise keep the file on disk.
+    """
+    closes_request = request.close
+
+    def close() -> None:
+        copy.close()
+        closes_request()
+
+    request.close = close  # type: ignore[method-assign]
+
+
+class BodyTooLarge(Exception):
+    """A keyed request's body is over ``MAX_FINGERPRINTED_BODY``: nothing of it was read."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(limit)
+        self.limit = limit
+
+    def answer(self, request: HttpRequest) -> HttpResponseBase:
+        return problems.problem(
+            request,
+            413,
+            problems.BODY_TOO_LARGE,
+            f"A request with an idempotency key may have a body of at most {self.limit} bytes.",
+        )
+
+
+def ready_body(request: HttpRequest) -> HttpResponseBase | None:
+    """For the middleware: ready the body of a keyed request that will be fingerprinted.
+
+    Nothing is read for a URL that resolves to no view, a view exempt from
+    the protection or a request nobody can be scoped to yet (an anonymous one
+    under the default scope): those are answered (404, 401, 403, a run
+    without protection) without the body being copied. A DRF view's token
+    authentication comes later; its body is readied when the key is claimed.
+    Returns the 413 answer for a body over ``MAX_FINGERPRINTED_BODY``.
+    """
+    match = match_of(request)
+    if match is None or getattr(match.func, EXEMPT_ATTRIBUTE, False):
+        return None
+    settings_ = idempotency_settings
+    if (
+        settings_.ANONYMOUS != "session"
+        and settings_.SCOPE_FUNCTION is default_scope
+        and not _scopes_itself(match.func)
+        and principal_of(getattr(request, "user", None)) is None
+    ):
+        return None
+    try:
+        prepare_body(request)
+    except BodyTooLarge as exc:
+        return exc.answer(request)
+    return None
+
+
+def _scopes_itself(view: Any) -> bool:
+    """A view under ``@idempotent(scope=...)``: its scope may name an anonymous client."""
+    view_class = getattr(view, "view_class", None)
+    handlers = [view, getattr(view_class, "dispatch", None)]
+    return any(getattr(getattr(h, OPTIONS_ATTRIBUTE, None), "scope", None) for h in handlers)
 
 
 def body_chunks(request: HttpRequest) -> Iterator[bytes]:

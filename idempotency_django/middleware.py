@@ -28,7 +28,7 @@ from django.http.response import HttpResponseBase
 from django.urls import ResolverMatch
 
 from idempotency_django.conf import header, idempotency_settings
-from idempotency_django.fingerprint import prepare_body
+from idempotency_django.fingerprint import ready_body
 from idempotency_django.marks import EXEMPT_ATTRIBUTE, PROTECTED_ATTRIBUTE, is_drf_view
 from idempotency_django.phases import ViewOptions, arun, begin, run, run_to_the_end
 from idempotency_django.routes import match_of
@@ -58,8 +58,8 @@ class IdempotencyMiddleware:
     def __call__(self, request: HttpRequest) -> Any:
         if self.async_mode:
             return self.__acall__(request)
-        if is_keyed(request):
-            prepare_body(request)  # before any CSRF check or parser reads it
+        if is_keyed(request) and (refused := ready_body(request)) is not None:
+            return refused  # before any CSRF check or parser reads the body
         protected = protected_view(request)
         if protected is None:
             return self.get_response(request)
@@ -68,7 +68,9 @@ class IdempotencyMiddleware:
 
     async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
         if is_keyed(request):
-            await sync_to_async(prepare_body)(request)
+            refused = await sync_to_async(ready_body)(request)
+            if refused is not None:
+                return refused
         protected = protected_view(request)
         if protected is None:
             response: HttpResponseBase = await self.get_response(request)

@@ -62,7 +62,7 @@ from idempotency_django.conf import (
     header,
     idempotency_settings,
 )
-from idempotency_django.fingerprint import prepare_body
+from idempotency_django.fingerprint import BodyTooLarge, prepare_body
 from idempotency_django.keys import InvalidKey, parse_key
 from idempotency_django.routes import match_of
 from idempotency_django.scope import MAX_LOCATION_LENGTH, Scope, session_scope
@@ -323,6 +323,8 @@ def begin(
             problems.BODY_UNAVAILABLE,
             "The request body was consumed before it could be fingerprinted.",
         )
+    except BodyTooLarge as exc:
+        return exc.answer(request)
     info = RequestInfo(
         method=str(request.method),
         path=request.path,

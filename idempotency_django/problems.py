@@ -28,6 +28,10 @@ BODY_UNAVAILABLE = "idempotency_body_unavailable"
 AUTHENTICATION_REQUIRED = "idempotency_authentication_required"
 RESPONSE_NOT_STORED = "idempotency_response_not_stored"
 TOO_MANY_KEYS = "idempotency_too_many_keys"
+BODY_TOO_LARGE = "idempotency_body_too_large"
+
+#: RFC 9110's names where Python's differ by version (3.13 renamed 413's).
+TITLES = {413: "Content Too Large"}
 
 
 def problem(
@@ -58,7 +62,7 @@ def problem_members(status: int, code: str, detail: str, **extensions: Any) -> d
     base = idempotency_settings.PROBLEM_TYPE_BASE
     return {
         "type": f"{base}{code}" if base else "about:blank",
-        "title": HTTPStatus(status).phrase,
+        "title": TITLES.get(status) or HTTPStatus(status).phrase,
         "status": status,
         "code": code,
         "detail": detail,

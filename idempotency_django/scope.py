@@ -6,11 +6,15 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
+from django.db import DEFAULT_DB_ALIAS
 from django.http import HttpRequest
 
 from idempotency_django.conf import header, idempotency_settings
+from idempotency_django.keys import InvalidKey, parse_key
 
 MAX_LOCATION_LENGTH = 255
+#: Starts the name of a user that is not a model; a model's label never does.
+OBJECT_PREFIX = "class:"
 
 
 @dataclass(frozen=True)
@@ -22,15 +26,40 @@ class Scope:
 
 
 def principal_of(user: Any) -> str | None:
-    """``app_label.model:pk`` for an authenticated user, None for anyone else."""
+    """A name for an authenticated user that no other user shares; None for anyone else.
+
+    ``app_label.model:pk`` for a model user of the default database (as 0.2
+    named every model user, so its records keep replaying),
+    ``app_label.model@alias:pk`` for one of another database (user 1 of two
+    tenant databases are two people), ``class:module.QualName:pk`` for a
+    user object that is not a model (two ``ApiClient`` classes in two modules
+    are two kinds of client).
+    """
     if user is None or not getattr(user, "is_authenticated", False):
         return None
     pk = getattr(user, "pk", None)
     if pk is None:
         return None
     meta = getattr(user, "_meta", None)
-    label = meta.label_lower if meta is not None else type(user).__qualname__
-    return f"{label}:{pk}"
+    if meta is None:
+        kind = type(user)
+        return f"{OBJECT_PREFIX}{kind.__module__}.{kind.__qualname__}:{pk}"
+    alias = getattr(getattr(user, "_state", None), "db", None) or DEFAULT_DB_ALIAS
+    if alias == DEFAULT_DB_ALIAS:
+        return f"{meta.label_lower}:{pk}"
+    return f"{meta.label_lower}@{alias}:{pk}"
+
+
+def legacy_principal_of(user: Any) -> str | None:
+    """The name 0.2 gave a user that is not a model (its bare class name), else None.
+
+    Only these names changed for users 0.2 could name (a model user of
+    another database was named as one of the default database, and that name
+    now belongs to the latter alone: it cannot be looked up for the former).
+    """
+    if getattr(user, "_meta", None) is not None or principal_of(user) is None:
+        return None
+    return f"{type(user).__qualname__}:{user.pk}"
 
 
 def default_scope(request: HttpRequest) -> Scope | None:
@@ -41,10 +70,30 @@ def default_scope(request: HttpRequest) -> Scope | None:
     authentication resolved (a session user, a token's user, ...).
     Returns None for an anonymous request.
     """
-    principal = principal_of(getattr(request, "user", None))
+    user = getattr(request, "user", None)
+    principal = principal_of(user)
     if principal is None:
         return None
-    return Scope(principal=principal, location=location_of(request))
+    location = location_of(request)
+    legacy = legacy_principal_of(user)
+    if legacy is not None and _holds(request, legacy, location):
+        # A retry of a request 0.2 stored: answer it from that record. Costs
+        # one store read per keyed request of such users (docs/security.md).
+        principal = legacy
+    return Scope(principal=principal, location=location)
+
+
+def _holds(request: HttpRequest, principal: str, location: str) -> bool:
+    from idempotency_django.stores import RecordKey, StoreUnavailable, get_store
+
+    raw_key = header(request, idempotency_settings.HEADER)
+    if raw_key is None:
+        return False
+    try:
+        key = parse_key(raw_key)
+        return get_store().peek(RecordKey(principal, location, key)) is not None
+    except (InvalidKey, StoreUnavailable):
+        return False  # the claim answers these itself
 
 
 def session_scope(request: HttpRequest) -> Scope | None:

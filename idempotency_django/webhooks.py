@@ -1,12 +1,12 @@
 """Webhook delivery deduplication: a separate contract from the Idempotency-Key one.
 
-Senders retry deliveries. Each delivery is identified by a stable id
-(``Idempotency-Key``, a provider header, an id read from the body, or a
-time-bucketed hash of the trigger token and raw body) and accepted once per
-trigger; a duplicate gets ``202 {"status": "duplicate"}`` and the view does
-not run. Unlike the key contract there is no fingerprint comparison and no
-replay of the stored response: a delivery id names one event, whatever the
-body.
+Senders retry deliveries. Each delivery is identified by the one id its
+receiver names (a header, an id read from the body, or an id its verifier
+hands over), or without one by a time-bucketed hash of the receiver's
+namespace and raw body, and accepted once per namespace; a duplicate gets
+``202 {"status": "duplicate"}`` and the view does not run. Unlike the key
+contract there is no fingerprint comparison and no replay of the stored
+response: a delivery id names one event, whatever the body.
 
 The claim, the takeover of abandoned reservations and the expiry are the
 stores' own (records of kind "webhook"), so both stores serve both contracts.
@@ -19,16 +19,17 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from asgiref.sync import iscoroutinefunction
 from django.conf import settings as django_settings
+from django.core import checks
 from django.http import HttpRequest, JsonResponse
 from django.http.response import HttpResponseBase
-from django.urls import Resolver404, resolve
+from django.urls import Resolver404, URLPattern, URLResolver, get_resolver, resolve
 from django.utils.crypto import salted_hmac
 
 from idempotency_django import problems
@@ -47,6 +48,7 @@ from idempotency_django.stores import (
 
 __all__ = [
     "DeliveryAttempt",
+    "DeliveryIdMissing",
     "DeliveryIdentity",
     "RedactTriggerURLs",
     "begin_delivery",
@@ -65,6 +67,9 @@ TRIGGER_PREFIX = "webhook:"
 IN_PROGRESS = "webhook_delivery_in_progress"
 RECEIVER_ATTRIBUTE = "idempotency_webhook_receiver"
 FALLBACK_SOURCE = "fallback"
+FALLBACK_SALT = "idempotency_django.webhooks.fallback"
+#: Set on a receiver: True when it names its namespace itself.
+NAMESPACE_ATTRIBUTE = "idempotency_webhook_namespace"
 
 
 @dataclass(frozen=True)
@@ -87,36 +92,65 @@ def trigger_digest(route: str, token: str, secret: str | bytes | None = None) ->
     ).hexdigest()
 
 
+#: Source names of the headers providers document as their delivery id.
+PROVIDER_SOURCES = {
+    "idempotency-key": "idempotency-key",
+    "webhook-id": "standard-webhooks",
+    "svix-id": "svix",
+    "x-github-delivery": "github",
+    "x-shopify-webhook-id": "shopify",
+    "x-shopify-event-id": "shopify",
+    "i-twilio-idempotency-token": "twilio",
+}
+ID_MISSING = "webhook_delivery_id_missing"
+
+
+class DeliveryIdMissing(ValueError):
+    """The receiver names a header as its delivery id, and the delivery has none."""
+
+
 def delivery_identities(
     request: HttpRequest,
-    token: str,
+    namespace: str,
     *,
+    id_header: str | None = None,
     body_id: Callable[[HttpRequest], str | None] | None = None,
     now: float | None = None,
 ) -> tuple[DeliveryIdentity, DeliveryIdentity | None]:
     """The identity to claim, and for the fallback the previous bucket's to check.
 
+    Only the identity the receiver names counts (``id_header``, else
+    ``body_id``, else ``WEBHOOK_ID_HEADER``, else ``WEBHOOK_BODY_ID_FUNCTION``):
+    any other header is ignored, so nobody can make a captured delivery new
+    again by adding one the signature does not cover.
+
     Raises :class:`~idempotency_django.keys.InvalidKey` for a malformed
-    ``Idempotency-Key``.
+    ``Idempotency-Key`` named as the id, :class:`DeliveryIdMissing` when the
+    named header is absent.
     """
     settings = idempotency_settings
-    raw_key = request.headers.get(settings.HEADER)
-    if raw_key is not None:
-        return DeliveryIdentity(parse_key(raw_key), "idempotency-key"), None
-    for header, source in settings.WEBHOOK_ID_HEADERS:
-        value = str(request.headers.get(header, "")).strip()
-        if value:
-            return DeliveryIdentity(_storable(value), source), None
-    read_body_id = body_id or settings.WEBHOOK_BODY_ID_FUNCTION
-    if read_body_id is not None:
-        found = read_body_id(request)
+    if id_header is None and body_id is None:
+        id_header = settings.WEBHOOK_ID_HEADER
+        body_id = None if id_header else settings.WEBHOOK_BODY_ID_FUNCTION
+    if id_header:
+        value = str(request.headers.get(id_header, "")).strip()
+        if not value:
+            # A fallback here would let anyone re-run a captured delivery by
+            # dropping the header: refuse instead.
+            raise DeliveryIdMissing(f"This receiver identifies deliveries by {id_header}.")
+        source = PROVIDER_SOURCES.get(id_header.lower(), "header")
+        if source == "idempotency-key":
+            return DeliveryIdentity(parse_key(value), source), None
+        return DeliveryIdentity(_storable(value), source), None
+    if body_id is not None:
+        found = body_id(request)
         if found:
             return DeliveryIdentity(_storable(str(found)), "body"), None
     bucket_size = int(settings.WEBHOOK_FALLBACK_BUCKET)
     bucket = int((time.time() if now is None else now) // bucket_size)
     return (
-        _fallback_identity(token, request.body, bucket),
-        _fallback_identity(token, request.body, bucket - 1),
+        _fallback_identity(namespace, request, bucket),
+        _fallback_identity(namespace, request, bucket - 1),
     )
 
 
@@ -136,24 +170,39 @@ def deduplicate_webhook(
     view: Any = None,
     *,
     retention: int | None = None,
+    id_header: str | None = None,
     body_id: Callable[[HttpRequest], str | None] | None = None,
+    namespace: str | Callable[[HttpRequest], str] | None = None,
     token_kwarg: str | None = None,
 ) -> Any:
     """Accept each delivery to a webhook receiver view once.
 
     Works on a function view, below ``@api_view``, and on a view method such
-    as ``post``. ``retention`` defaults to ``WEBHOOK_RETENTION``, ``body_id``
-    to ``WEBHOOK_BODY_ID_FUNCTION``, ``token_kwarg`` to ``WEBHOOK_TOKEN_KWARG``.
+    as ``post``. Name the one delivery id the receiver trusts: ``id_header``
+    (a header the sender's signature covers), or ``body_id`` (a function of
+    the request: an id read from the signed body, or one the verifier set on
+    the request); by default ``WEBHOOK_ID_HEADER``, then
+    ``WEBHOOK_BODY_ID_FUNCTION``. Every other header is ignored.
+
+    Deliveries are deduplicated per URL pattern and all its keyword arguments
+    (a tenant, a trigger token), or per ``namespace`` when given (a string,
+    or a function of the request). ``retention`` defaults to
+    ``WEBHOOK_RETENTION``; ``token_kwarg`` is accepted for compatibility and
+    changes nothing: every keyword argument counts.
     """
+    if id_header is not None and body_id is not None:
+        raise TypeError("Name one delivery id: id_header or body_id, not both.")
 
     def decorate(func: ViewT) -> ViewT:
         def begin_phase(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-            kwarg = token_kwarg or idempotency_settings.WEBHOOK_TOKEN_KWARG
+            request = find_request(args)
+            if namespace is not None:
+                space = namespace(request) if callable(namespace) else namespace
+                trigger = "\x1enamespace\x1e" + str(space)
+            else:
+                trigger = _kwargs_namespace(kwargs)
             return begin_delivery(
-                find_request(args),
-                str(kwargs.get(kwarg, "")),
-                retention=retention,
-                body_id=body_id,
+                request, trigger, retention=retention, body_id=body_id, id_header=id_header
             )
 
         if iscoroutinefunction(func):
@@ -171,9 +220,22 @@ def deduplicate_webhook(
 
         setattr(wrapper, PROTECTED_ATTRIBUTE, True)  # the middleware leaves it alone
         setattr(wrapper, RECEIVER_ATTRIBUTE, True)  # RedactTriggerURLs knows its URL is secret
+        # The system check warns about a receiver whose URL gives it no namespace.
+        setattr(wrapper, NAMESPACE_ATTRIBUTE, namespace is not None)
         return wrapper  # type: ignore[return-value]
 
     return decorate if view is None else decorate(view)
+
+
+def _kwargs_namespace(kwargs: dict[str, Any]) -> str:
+    """Every URL keyword argument, so that two tenants' receivers never share deliveries.
+
+    A URL whose only argument is ``WEBHOOK_TOKEN_KWARG`` keeps the namespace
+    0.2 gave it (the token itself), so its accepted deliveries stay duplicates.
+    """
+    if set(kwargs) == {idempotency_settings.WEBHOOK_TOKEN_KWARG}:
+        return str(next(iter(kwargs.values())))
+    return "".join(f"\x1e{name}\x1f{kwargs[name]}" for name in sorted(kwargs))
 
 
 def begin_delivery(
@@ -182,21 +244,28 @@ def begin_delivery(
     *,
     retention: int | None = None,
     body_id: Callable[[HttpRequest], str | None] | None = None,
+    id_header: str | None = None,
 ) -> DeliveryAttempt | HttpResponseBase:
-    """Phase 1 for a webhook delivery: a :class:`DeliveryAttempt`, or the answer to send."""
+    """Phase 1 for a webhook delivery: a :class:`DeliveryAttempt`, or the answer to send.
+
+    ``token`` is the receiver's namespace: its trigger token, or all its URL
+    keyword arguments.
+    """
     settings = idempotency_settings
     match = getattr(request, "resolver_match", None)
     route = str(match.route) if match is not None else ""
     # Deliveries accepted before a SECRET_KEY rotation were recorded under
-    # the old key's digest: they are still duplicates.
-    triggers = [
-        trigger_digest(route, token, secret)
-        for secret in (django_settings.SECRET_KEY, *django_settings.SECRET_KEY_FALLBACKS)
-    ]
+    # the old key's digests: they are still duplicates.
+    secrets = (django_settings.SECRET_KEY, *django_settings.SECRET_KEY_FALLBACKS)
+    triggers = [trigger_digest(route, token, secret) for secret in secrets]
     try:
-        identity, previous = delivery_identities(request, token, body_id=body_id)
+        identity, previous = delivery_identities(
+            request, token, id_header=id_header, body_id=body_id
+        )
     except InvalidKey as exc:
         return problems.problem(request, 400, problems.KEY_INVALID, str(exc))
+    except DeliveryIdMissing as exc:
+        return problems.problem(request, 400, ID_MISSING, str(exc))
     info = RequestInfo(
         method=str(request.method),
         path=route,  # the URL pattern, never the URL: it holds the token
@@ -212,9 +281,21 @@ def begin_delivery(
         trigger=triggers[0],
         retention=int(settings.WEBHOOK_RETENTION if retention is None else retention),
     )
-    earlier = [RecordKey(TRIGGER_PREFIX + t, "", identity.delivery_id) for t in triggers[1:]]
-    if previous is not None:
-        earlier += [RecordKey(TRIGGER_PREFIX + t, "", previous.delivery_id) for t in triggers]
+    if previous is None:
+        earlier = [RecordKey(TRIGGER_PREFIX + t, "", identity.delivery_id) for t in triggers[1:]]
+    else:
+        # A fallback id is keyed too: under an old secret it was another id.
+        bucket = int(identity.delivery_id.split(":")[1])
+        earlier = [
+            RecordKey(
+                TRIGGER_PREFIX + trigger,
+                "",
+                _fallback_identity(token, request, b, secret).delivery_id,
+            )
+            for trigger, secret in zip(triggers, secrets, strict=True)
+            for b in (bucket, bucket - 1)
+            if (trigger, b) != (triggers[0], bucket)
+        ]
     try:
         for key in earlier:
             held = attempt.store.peek(key)
@@ -364,34 +445,90 @@ def _receiver_route(path: str, urlconf: str | None = None) -> str | None:
 
 def _is_receiver(view: Callable[..., Any]) -> bool:
     """A resolved view decorated with :func:`deduplicate_webhook`, or a class view's handler."""
-    if _marked(view):
-        return True
+    return _receiver_handler(view) is not None
+
+
+def _receiver_handler(view: Callable[..., Any]) -> Any:
+    """The function :func:`deduplicate_webhook` decorated behind ``view``, or None."""
+    found = _marked(view)
+    if found is not None:
+        return found
     view_class = getattr(view, "view_class", None) or getattr(view, "cls", None)
     if view_class is None:
-        return False
+        return None
     names = [*getattr(view_class, "http_method_names", ()), *getattr(view, "actions", {}).values()]
-    return any(_marked(getattr(view_class, name, None)) for name in names)
+    for name in names:
+        found = _marked(getattr(view_class, name, None))
+        if found is not None:
+            return found
+    return None
 
 
-def _marked(handler: Any) -> bool:
+def _marked(handler: Any) -> Any:
     if getattr(handler, RECEIVER_ATTRIBUTE, False):
-        return True
+        return handler
     # @api_view keeps the decorated function only in its handler's closure.
     for cell in getattr(handler, "__closure__", None) or ():
         try:
             if getattr(cell.cell_contents, RECEIVER_ATTRIBUTE, False):
-                return True
+                return cell.cell_contents
         except ValueError:  # an empty cell
             continue
-    return False
+    return None
 
 
-def _fallback_identity(token: str, body: bytes, bucket: int) -> DeliveryIdentity:
-    digest = hashlib.sha256()
-    for part in (token.encode(), str(bucket).encode(), body):
-        digest.update(len(part).to_bytes(8, "big"))
-        digest.update(part)
-    return DeliveryIdentity(f"{FALLBACK_SOURCE}:{bucket}:{digest.hexdigest()}", FALLBACK_SOURCE)
+@checks.register(checks.Tags.urls)
+def check_receiver_namespaces(**kwargs: Any) -> list[checks.CheckMessage]:
+    """A receiver whose URL has no keyword argument shares one namespace with every sender.
+
+    Two senders (or two tenants) posting to it with the same delivery id would
+    make each other's deliveries "duplicates", and the fallback identity has
+    no secret token in it.
+    """
+    try:
+        patterns = get_resolver().url_patterns
+    except Exception:  # a broken URLconf is Django's own check to report
+        return []
+    return [
+        checks.Warning(
+            f"The webhook receiver at {route!r} has no namespace: its URL has no keyword "
+            "argument (a trigger token, a tenant) and it names no namespace.",
+            hint="Put a trigger token in its URL (hooks/<str:token>/), or pass "
+            "@deduplicate_webhook(namespace=...).",
+            id="idempotency_django.W030",
+        )
+        for route, view, has_kwargs in _walk(patterns, "", False)
+        if not has_kwargs
+        and (handler := _receiver_handler(view)) is not None
+        and not getattr(handler, NAMESPACE_ATTRIBUTE, False)
+    ]
+
+
+def _walk(patterns: Any, prefix: str, has_kwargs: bool) -> Iterator[tuple[str, Any, bool]]:
+    for entry in patterns:
+        pattern = entry.pattern
+        fixed = getattr(entry, "default_kwargs", None) or getattr(entry, "default_args", None)
+        here = has_kwargs or bool(pattern.regex.groupindex) or bool(fixed)
+        if isinstance(entry, URLResolver):
+            yield from _walk(entry.url_patterns, prefix + str(pattern), here)
+        elif isinstance(entry, URLPattern):
+            yield prefix + str(pattern), entry.callback, here
+
+
+def _fallback_identity(
+    namespace: str, request: HttpRequest, bucket: int, secret: str | bytes | None = None
+) -> DeliveryIdentity:
+    """A keyed digest of the namespace, the bucket and the raw body.
+
+    Keyed with ``secret`` (by default ``SECRET_KEY``): a plain hash of a body
+    with few possible values, shown to staff in the admin, would say which one
+    it was to anyone who hashes the candidates.
+    """
+    mac = salted_hmac(FALLBACK_SALT, b"", secret=secret, algorithm="sha256")
+    for part in (namespace.encode(), str(bucket).encode(), request.body):
+        mac.update(len(part).to_bytes(8, "big"))
+        mac.update(part)
+    return DeliveryIdentity(f"{FALLBACK_SOURCE}:{bucket}:{mac.hexdigest()}", FALLBACK_SOURCE)
 
 
 def _storable(delivery_id: str) -> str:

@@ -90,9 +90,13 @@ def redis_store_settings(
 
 
 def stored_entries(client: redis.Redis | None = None) -> dict[bytes, bytes]:
-    """Every key and value the store wrote (under the default prefix)."""
+    """Every record the store wrote (under the default prefix), not the principals' key indexes."""
     client = client or raw_client()
-    return {key: client.get(key) or b"" for key in client.scan_iter(match="idempotency:*")}
+    return {
+        key: client.get(key) or b""
+        for key in client.scan_iter(match="idempotency:*")
+        if b":principal:" not in key
+    }
 
 
 #: No persistence and no daemon: the process is the server, and killing it loses everything.

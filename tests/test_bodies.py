@@ -14,8 +14,10 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client, override_settings
 from django.test.client import encode_multipart
+from django.utils.crypto import salted_hmac
 from django.utils.http import urlencode
 
+from idempotency_django.fingerprint import FINGERPRINT_SALT
 from idempotency_django.models import IdempotencyRecord
 from tests.testapp.models import Booking
 
@@ -130,7 +132,7 @@ def test_an_upload_over_the_memory_limit_works_with_a_key(browser: Browser, url:
 
 @override_settings(DATA_UPLOAD_MAX_MEMORY_SIZE=MEMORY_LIMIT)
 def test_the_fingerprint_of_a_large_body_is_the_one_of_its_bytes(browser: Browser) -> None:
-    """Streaming changes nothing: sha256(method, path, body), as for any body, as in 0.1."""
+    """Streaming changes nothing: HMAC-SHA256(method, path, body), as for any body."""
     body = encode_multipart("a-boundary", {"slot": "fp", "attachment": upload()})
     assert len(body) > MEMORY_LIMIT
     response = browser.client.post(
@@ -141,7 +143,8 @@ def test_the_fingerprint_of_a_large_body_is_the_one_of_its_bytes(browser: Browse
         HTTP_X_CSRFTOKEN=browser.csrf,
     )
     assert response.status_code == 201
-    expected = hashlib.sha256(b"POST\n/plain/form/?x=1\n" + body).hexdigest()
+    message = b"POST\n/plain/form/?x=1\n" + body
+    expected = salted_hmac(FINGERPRINT_SALT, message, algorithm="sha256").hexdigest()
     assert IdempotencyRecord.objects.get().fingerprint == expected
 
 

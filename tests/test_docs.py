@@ -80,7 +80,7 @@ PROBLEM_CODES = sorted(
         for name, value in vars(problems).items()
         if name.isupper() and isinstance(value, str) and value.startswith("idempotency_")
     }
-    | {webhooks.IN_PROGRESS}
+    | {webhooks.IN_PROGRESS, webhooks.ID_MISSING}
 )
 
 
@@ -235,7 +235,7 @@ def test_errors_page_documents_every_problem_code() -> None:
         match = re.match(r"HTTP/1\.1 (\d{3}) (.+)$", status_line)
         assert match, status_line
         status = int(match[1])
-        assert match[2] == HTTPStatus(status).phrase
+        assert match[2] in {HTTPStatus(status).phrase, problems.TITLES.get(status)}
         blank = rest.index("")
         headers = dict(line.split(": ", 1) for line in rest[:blank])
         problem = json.loads("\n".join(rest[blank + 1 :]))
@@ -494,6 +494,19 @@ def test_errors_page_shows_what_the_library_answers(
         )
         actual[problems.TOO_MANY_KEYS] = post(
             alice_client, "/plain/bookings/", {"slot": "e"}, "new"
+        )
+
+    with override_settings(ROOT_URLCONF="tests.urls"):  # a receiver without a verifier
+        actual[webhooks.ID_MISSING] = client.post(
+            "/hooks/trg_1/", body, content_type="application/json"
+        )
+    with override_settings(IDEMPOTENCY={"MAX_FINGERPRINTED_BODY": 10485760}):
+        actual[problems.BODY_TOO_LARGE] = alice_client.post(
+            "/plain/bookings/",
+            b"{}",
+            content_type="application/json",
+            HTTP_IDEMPOTENCY_KEY="huge",
+            CONTENT_LENGTH="10485761",
         )
 
     # A Redis store pointed at a port nobody listens on: a real outage.

@@ -136,8 +136,12 @@ def test_djangos_request_and_csrf_lines_show_a_receivers_route(
         Client().post(
             f"/api/hooks/{token}/", "{}", content_type="application/json", HTTP_IDEMPOTENCY_KEY=","
         )
-        Client().post(f"/hooks/{token}/?fail=404", "{}", content_type="application/json")
-        Client().post(f"/hooks/{odd_token}/?fail=400", "{}", content_type="application/json")
+        Client().post(
+            f"/hooks/{token}/?fail=404", "{}", content_type="application/json", HTTP_WEBHOOK_ID="m"
+        )
+        Client().post(
+            f"/hooks/{odd_token}/?fail=400", "{}", "application/json", HTTP_WEBHOOK_ID="m"
+        )
         Client().post("/plain/bookings/?status=400", "{}", content_type="application/json")
     messages = [(r.name, r.getMessage()) for r in caplog.records if r.name.startswith("django")]
     assert messages == [
@@ -371,10 +375,17 @@ def test_no_secret_in_any_log_line_of_a_real_server(
                 hook, body, **csrf, **{"Idempotency-Key": f"{found['key delivery']},"}
             ),
             "no trailing slash": post(hook.rstrip("/"), body, **csrf),
-            "DRF receiver": post(f"/api/hooks/{found['trigger token']}/", body),
-            "DRF duplicate": post(f"/api/hooks/{found['trigger token']}/", body),
+            "DRF receiver": post(
+                f"/api/hooks/{found['trigger token']}/", body, **{"svix-id": delivery + "-6"}
+            ),
+            "DRF duplicate": post(
+                f"/api/hooks/{found['trigger token']}/", body, **{"svix-id": delivery + "-6"}
+            ),
             "async receiver": post(
-                f"/hooks/async/{found['trigger token']}/", body, **csrf, **key("delivery")
+                f"/hooks/async/{found['trigger token']}/",
+                body,
+                **csrf,
+                **{"webhook-id": delivery + "-7"},
             ),
             "nowhere": post("/log-sentinel/"),
         }

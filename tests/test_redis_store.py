@@ -128,20 +128,21 @@ def test_a_stored_value_holds_no_key_credential_or_cookie(alice_client: Client) 
     assert not names & {"set-cookie", "authorization", "cookie", "x-debug-only"}
 
 
-def test_round_trips_per_claim_and_replay(alice_client: Client) -> None:
-    """Counted by the server: a first request sends 2 commands, a replay 1.
+@pytest.mark.parametrize(("limit", "first"), [(None, 2), (1000, 3)])
+def test_round_trips_per_claim_and_replay(alice_client: Client, limit: Any, first: int) -> None:
+    """Counted by the server: a first request sends 2 commands (3 with the key limit), a replay 1.
 
     (commandstats also counts the GET and SET the scripts run inside Redis.)
     """
     with private_redis_server() as (_process, port):
         caches = caches_with(private=redis_cache(f"redis://127.0.0.1:{port}/0"))
-        with redis_store_settings(alias="private", caches=caches):
+        with redis_store_settings(alias="private", caches=caches, MAX_KEYS_PER_PRINCIPAL=limit):
             server = redis.Redis(port=port)
             post(alice_client, key="warm-up")  # loads the scripts once
             post(alice_client, key="warm-up")
             server.config_resetstat()
             assert post(alice_client, key="measured").status_code == 201
-            assert _round_trips(server) == 2  # claim, complete
+            assert _round_trips(server) == first  # claim, (count_keys,) complete
             server.config_resetstat()
             assert post(alice_client, key="measured")["Idempotency-Replayed"] == "true"
             assert _round_trips(server) == 1  # claim, which returns the response
@@ -155,7 +156,8 @@ def _round_trips(server: redis.Redis) -> int:
         if not name.startswith(("cmdstat_info", "cmdstat_config"))
     }
     # The store itself only ever sends EVALSHA; the rest ran inside the scripts.
-    assert set(calls) <= {"evalsha", "get", "set", "del", "publish"}, calls
+    in_scripts = {"get", "set", "del", "publish", "time", "zadd", "zcard", "zrange"}
+    assert set(calls) <= {"evalsha", "pexpire", "zremrangebyscore", *in_scripts}, calls
     return calls["evalsha"]
 
 

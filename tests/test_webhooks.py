@@ -20,6 +20,8 @@ from tests.testapp.models import Booking
 
 TOKEN = "trg_9f8e7d6c5b4a-secret-token"
 URL = f"/hooks/{TOKEN}/"
+#: A receiver that names no delivery id: the settings' or the fallback.
+FALLBACK_URL = f"/hooks/fallback/{TOKEN}/"
 BODY = json.dumps({"event": "order.paid", "order": 4471})
 
 
@@ -33,18 +35,29 @@ def runs() -> int:
 
 @pytest.mark.django_db
 @pytest.mark.parametrize(
-    ("header", "source"),
+    ("name", "header", "source"),
     [
-        ("HTTP_IDEMPOTENCY_KEY", "idempotency-key"),
-        ("HTTP_WEBHOOK_ID", "standard-webhooks"),
-        ("HTTP_SVIX_ID", "svix"),
-        ("HTTP_X_GITHUB_DELIVERY", "github"),
-        ("HTTP_X_SHOPIFY_WEBHOOK_ID", "shopify"),
-        ("HTTP_X_SHOPIFY_EVENT_ID", "shopify"),
-        ("HTTP_I_TWILIO_IDEMPOTENCY_TOKEN", "twilio"),
+        ("Idempotency-Key", "HTTP_IDEMPOTENCY_KEY", "idempotency-key"),
+        ("webhook-id", "HTTP_WEBHOOK_ID", "standard-webhooks"),
+        ("svix-id", "HTTP_SVIX_ID", "svix"),
+        ("X-GitHub-Delivery", "HTTP_X_GITHUB_DELIVERY", "github"),
+        ("X-Shopify-Webhook-Id", "HTTP_X_SHOPIFY_WEBHOOK_ID", "shopify"),
+        ("X-Shopify-Event-Id", "HTTP_X_SHOPIFY_EVENT_ID", "shopify"),
+        ("I-Twilio-Idempotency-Token", "HTTP_I_TWILIO_IDEMPOTENCY_TOKEN", "twilio"),
+        ("X-Paddle-Event-Id", "HTTP_X_PADDLE_EVENT_ID", "header"),
     ],
 )
-def test_each_delivery_header_deduplicates(client: Client, header: str, source: str) -> None:
+def test_each_delivery_header_deduplicates(
+    client: Client, name: str, header: str, source: str
+) -> None:
+    with override_settings(IDEMPOTENCY={"WEBHOOK_ID_HEADER": name}):
+        _deduplicates_by(client, header, source)
+
+
+def _deduplicates_by(client: Client, header: str, source: str) -> None:
+    def deliver(client: Client, body: str = BODY, **headers: str):  # type: ignore[no-untyped-def]
+        return client.post(FALLBACK_URL, body, content_type="application/json", **headers)
+
     first = deliver(client, **{header: "delivery-1"})
     assert first.status_code == 202
     assert first.json()["status"] == "accepted"
@@ -62,12 +75,24 @@ def test_each_delivery_header_deduplicates(client: Client, header: str, source: 
 
 
 @pytest.mark.django_db
-def test_idempotency_key_wins_over_provider_headers(client: Client) -> None:
+def test_only_the_named_header_counts(client: Client) -> None:
     deliver(client, HTTP_IDEMPOTENCY_KEY="k", HTTP_WEBHOOK_ID="a")
     assert (
         deliver(client, HTTP_IDEMPOTENCY_KEY="k", HTTP_WEBHOOK_ID="b").json()["status"]
-        == "duplicate"
+        == "accepted"
     )
+    assert deliver(client, HTTP_IDEMPOTENCY_KEY="z", HTTP_WEBHOOK_ID="a").json() == {
+        "status": "duplicate"
+    }
+
+
+@pytest.mark.django_db
+def test_a_missing_named_header_is_400_and_nothing_runs(client: Client) -> None:
+    response = deliver(client, HTTP_SVIX_ID="a")
+    assert response.status_code == 400
+    assert response["Content-Type"] == "application/problem+json"
+    assert response.json()["code"] == "webhook_delivery_id_missing"
+    assert runs() == 0
 
 
 @pytest.mark.django_db
@@ -76,17 +101,17 @@ def test_idempotency_key_wins_over_provider_headers(client: Client) -> None:
 )
 def test_body_id_hook_reads_stripe_event_id(client: Client) -> None:
     event = {"id": "evt_1NG8Du2eZvKYlo2CUI79vXWy", "object": "event", "type": "charge.succeeded"}
-    deliver(client, body=json.dumps(event))
+    deliver(client, FALLBACK_URL, body=json.dumps(event))
     retried = {**event, "request": {"retry": 1}}
-    assert deliver(client, body=json.dumps(retried)).json()["status"] == "duplicate"
+    assert deliver(client, FALLBACK_URL, body=json.dumps(retried)).json()["status"] == "duplicate"
     assert WebhookDelivery.objects.get().source == "body"
 
 
 @pytest.mark.django_db
 def test_fallback_hash_catches_a_short_retry(client: Client) -> None:
-    deliver(client)
-    assert deliver(client).json()["status"] == "duplicate"
-    assert deliver(client, body='{"other": 1}').json()["status"] == "accepted"
+    deliver(client, FALLBACK_URL)
+    assert deliver(client, FALLBACK_URL).json()["status"] == "duplicate"
+    assert deliver(client, FALLBACK_URL, body='{"other": 1}').json()["status"] == "accepted"
     delivery = WebhookDelivery.objects.order_by("pk").first()
     assert delivery is not None and delivery.source == "fallback"
     assert TOKEN not in delivery.key and BODY not in delivery.key
@@ -98,18 +123,18 @@ BOUNDARY = datetime(2026, 12, 2, 12, 0, 0, tzinfo=timezone.utc)  # a multiple of
 @pytest.mark.django_db
 def test_fallback_retry_across_a_bucket_boundary_is_caught(client: Client) -> None:
     with time_machine.travel(BOUNDARY - timedelta(seconds=1), tick=False):
-        assert deliver(client).json()["status"] == "accepted"
+        assert deliver(client, FALLBACK_URL).json()["status"] == "accepted"
     with time_machine.travel(BOUNDARY + timedelta(seconds=1), tick=False):
-        assert deliver(client).json()["status"] == "duplicate"
+        assert deliver(client, FALLBACK_URL).json()["status"] == "duplicate"
     assert runs() == 1
 
 
 @pytest.mark.django_db
 def test_fallback_protects_short_retries_only(client: Client) -> None:
     with time_machine.travel(BOUNDARY, tick=False):
-        deliver(client)
+        deliver(client, FALLBACK_URL)
     with time_machine.travel(BOUNDARY + timedelta(seconds=601), tick=False):
-        assert deliver(client).json()["status"] == "accepted"
+        assert deliver(client, FALLBACK_URL).json()["status"] == "accepted"
     assert runs() == 2
 
 
@@ -184,8 +209,9 @@ def test_drf_receiver(client: Client) -> None:
 
 
 @pytest.mark.django_db
+@override_settings(IDEMPOTENCY={"WEBHOOK_ID_HEADER": "Idempotency-Key"})
 def test_invalid_idempotency_key_is_400(client: Client) -> None:
-    response = deliver(client, HTTP_IDEMPOTENCY_KEY="x" * 300)
+    response = deliver(client, FALLBACK_URL, HTTP_IDEMPOTENCY_KEY="x" * 300)
     assert response.status_code == 400
     assert runs() == 0
 
@@ -224,11 +250,12 @@ def test_no_token_url_or_body_is_stored_or_logged(
     client: Client, caplog: pytest.LogCaptureFixture
 ) -> None:
     with caplog.at_level(logging.DEBUG, logger="idempotency_django"):
-        deliver(client)
-        deliver(client)
+        deliver(client, FALLBACK_URL)
+        deliver(client, FALLBACK_URL)
         deliver(client, HTTP_WEBHOOK_ID="msg_s")
     assert "duplicate" in caplog.text
     assert TOKEN not in caplog.text and URL not in caplog.text and "order.paid" not in caplog.text
+    assert FALLBACK_URL not in caplog.text
     for row in IdempotencyRecord.objects.values():
         dumped = repr(row)
         assert TOKEN not in dumped
@@ -254,9 +281,9 @@ def test_redis_store_deduplicates_deliveries_once_under_concurrency() -> None:
         assert deliver(Client(), HTTP_WEBHOOK_ID="msg_r").json() == {"status": "duplicate"}
         # The fallback's previous-bucket check works on Redis too.
         with time_machine.travel(BOUNDARY - timedelta(seconds=1), tick=False):
-            assert deliver(Client()).json()["status"] == "accepted"
+            assert deliver(Client(), FALLBACK_URL).json()["status"] == "accepted"
         with time_machine.travel(BOUNDARY + timedelta(seconds=1), tick=False):
-            assert deliver(Client()).json()["status"] == "duplicate"
+            assert deliver(Client(), FALLBACK_URL).json()["status"] == "duplicate"
         stored = b"".join(raw_client().get(key) or b"" for key in raw_client().keys("*"))
         assert TOKEN.encode() not in stored
         assert b"order.paid" not in stored
@@ -283,7 +310,10 @@ def test_the_token_stays_out_of_djangos_request_log(
 def test_async_receiver_runs_each_delivery_once(async_client: AsyncClient) -> None:
     async def deliver_async() -> Any:
         return await async_client.post(
-            f"/hooks/async/{TOKEN}/", BODY, content_type="application/json", HTTP_WEBHOOK_ID="a1"
+            f"/hooks/async/{TOKEN}/",
+            BODY,
+            content_type="application/json",
+            headers={"webhook-id": "a1"},
         )
 
     first, second = async_to_sync(deliver_async)(), async_to_sync(deliver_async)()
@@ -298,12 +328,13 @@ def test_deliveries_stay_duplicates_after_a_secret_key_rotation(
     client: Client, headers: dict[str, str]
 ) -> None:
     """Accepted under the old SECRET_KEY, found again once it is in SECRET_KEY_FALLBACKS."""
+    url = URL if headers else FALLBACK_URL
     with override_settings(SECRET_KEY="the-old-secret-key-" + "x" * 40):
-        assert deliver(client, **headers).json()["status"] == "accepted"
+        assert deliver(client, url, **headers).json()["status"] == "accepted"
     rotated = {"SECRET_KEY": "the-new-secret-key-" + "y" * 40}
     with override_settings(**rotated, SECRET_KEY_FALLBACKS=["the-old-secret-key-" + "x" * 40]):
-        assert deliver(client, **headers).json() == {"status": "duplicate"}
+        assert deliver(client, url, **headers).json() == {"status": "duplicate"}
     with override_settings(**rotated, SECRET_KEY_FALLBACKS=[]):
         # Without the old key nothing links the two: the same delivery runs again.
-        assert deliver(client, **headers).json()["status"] == "accepted"
+        assert deliver(client, url, **headers).json()["status"] == "accepted"
     assert runs() == 2

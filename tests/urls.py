@@ -37,6 +37,7 @@ urlpatterns = [
     path("async/decorated/", views.decorated_async_booking),
     path("async/failing/", views.async_failing_booking),
     path("hooks/<str:token>/", views.webhook_receiver),
+    path("hooks/fallback/<str:token>/", views.fallback_webhook_receiver),
     path("hooks/async/<str:token>/", views.async_webhook_receiver),
     path("api/hooks/<str:token>/", views.drf_webhook_receiver),
     path("api/", include(router.urls)),

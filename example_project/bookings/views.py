@@ -75,7 +75,7 @@ def plain_create_booking(request):
 # --8<-- [start:webhook]
 @csrf_exempt  # a sender has no CSRF token; verify its signature instead (see below)
 @require_POST
-@deduplicate_webhook
+@deduplicate_webhook(id_header="webhook-id")  # the one delivery id this receiver trusts
 def webhook_receiver(request, token):
     """Each delivery starts one run; a duplicate gets 202 {"status": "duplicate"}."""
     try:

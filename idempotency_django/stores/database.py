@@ -43,6 +43,7 @@ from django.db import (
 )
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from idempotency_django.fingerprint import same_request
 from idempotency_django.keys import readable_value
 from idempotency_django.models import IdempotencyRecord
 from idempotency_django.stores.base import (
@@ -348,7 +349,7 @@ def _datetime(connection: BaseDatabaseWrapper, value: Any) -> datetime:
 
 def _answer(row: _Row, request: RequestInfo) -> Claim:
     """What a live record another request made answers ``request``."""
-    if row.fingerprint != request.fingerprint:
+    if not same_request(row.fingerprint, request.fingerprint):
         return Claim(Outcome.REUSED)
     if row.state == IN_PROGRESS:
         return Claim(Outcome.IN_PROGRESS)

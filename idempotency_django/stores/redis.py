@@ -125,7 +125,8 @@ local function head_of(value)
 end
 """
 
-# KEYS[1] the entry; ARGV: fingerprint, the reservation's value, lock timeout (ms).
+# KEYS[1] the entry; ARGV: fingerprint, the reservation's value, lock timeout (ms),
+# then other fingerprints of the same request (under SECRET_KEY_FALLBACKS, 0.2's).
 # Returns {"claimed"}, {"in_progress"}, {"reused"} or {"replay", value}.
 CLAIM_SCRIPT = (
     _LUA_HEAD
@@ -134,7 +135,11 @@ local value = redis.call('GET', KEYS[1])
 if value then
   local head = head_of(value)
   if head then
-    if head['fp'] ~= ARGV[1] then
+    local same = head['fp'] == ARGV[1]
+    for i = 4, #ARGV do
+      same = same or head['fp'] == ARGV[i]
+    end
+    if not same then
       return {'reused'}
     end
     if head['state'] == 'in_progress' then
@@ -306,6 +311,19 @@ class RedisStore(BaseStore):
             _milliseconds(lock_timeout),
         )
         outcome = _text(reply[0])
+        others = getattr(request.fingerprint, "alternatives", ())
+        if outcome == "reused" and others:
+            # Computed only now: most claims never need them.
+            reply = self._run(
+                "claim",
+                CLAIM_SCRIPT,
+                self.redis_key(key),
+                request.fingerprint,
+                _reservation(token, request.fingerprint),
+                _milliseconds(lock_timeout),
+                *others,
+            )
+            outcome = _text(reply[0])
         if outcome == "claimed":
             return Claim(Outcome.CLAIMED, token=token)
         if outcome == "reused":
@@ -468,6 +486,8 @@ class RedisStore(BaseStore):
                     id="idempotency_django.W021",
                 )
             )
+        if not any(message.level >= checks.ERROR for message in messages):
+            messages.extend(self._check_eviction(where))
         user_settings = getattr(settings, "IDEMPOTENCY", None)
         if isinstance(user_settings, dict) and user_settings.get("ATOMIC"):
             messages.append(
@@ -480,6 +500,34 @@ class RedisStore(BaseStore):
                 )
             )
         return messages
+
+    def _check_eviction(self, where: str) -> list[checks.CheckMessage]:
+        """W022 when the server may evict live records to make room.
+
+        Every record has a TTL, so ``volatile-*`` policies may evict them as
+        readily as ``allkeys-*``: an evicted reservation or stored response
+        lets a retry run the work again. Only ``noeviction`` makes a full
+        server refuse writes instead (the claim then answers 503 and nothing
+        runs). Without ``maxmemory`` nothing is evicted, whatever the policy.
+        A server that cannot be reached is not this check's to report.
+        """
+        try:
+            memory = self.client().info("memory")
+        except Exception:  # down, or INFO refused: nothing to tell
+            return []
+        policy = _text(memory.get("maxmemory_policy", "noeviction"))
+        if policy == "noeviction" or not int(memory.get("maxmemory", 0) or 0):
+            return []
+        return [
+            checks.Warning(
+                f"{where}, whose Redis server evicts keys when full (maxmemory-policy "
+                f"{policy!r}): a live reservation or stored response can be evicted, and "
+                "the retry it should have answered then runs the work again.",
+                hint="Give the store a Redis with maxmemory-policy noeviction (a full "
+                "server then answers 503 and nothing runs), or no maxmemory.",
+                id="idempotency_django.W022",
+            )
+        ]
 
     # -- helpers ------------------------------------------------------------
 

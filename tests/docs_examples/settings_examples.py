@@ -16,7 +16,8 @@ IDEMPOTENCY = {
     "RETENTION": 86400,
     "WAIT_FOR_IN_PROGRESS": 0,
     "MAX_STORED_BODY": 1024 * 1024,
-    "MAX_KEYS_PER_PRINCIPAL": None,
+    "MAX_KEYS_PER_PRINCIPAL": 1000,
+    "MAX_FINGERPRINTED_BODY": 10 * 1024 * 1024,
     "RETAIN_CLIENT_ERRORS": False,
     "REQUIRED": False,
     "REQUIRED_PATHS": (),
@@ -45,14 +46,7 @@ IDEMPOTENCY = {
     "DRF_EXCEPTION_HANDLER": False,
     "REPLAY_HOOK": None,
     "REQUEST_ID_HEADER": None,
-    "WEBHOOK_ID_HEADERS": (
-        ("webhook-id", "standard-webhooks"),
-        ("svix-id", "svix"),
-        ("X-GitHub-Delivery", "github"),
-        ("X-Shopify-Webhook-Id", "shopify"),
-        ("X-Shopify-Event-Id", "shopify"),
-        ("I-Twilio-Idempotency-Token", "twilio"),
-    ),
+    "WEBHOOK_ID_HEADER": None,
     "WEBHOOK_BODY_ID_FUNCTION": None,
     "WEBHOOK_RETENTION": 7 * 24 * 3600,
     "WEBHOOK_FALLBACK_BUCKET": 300,
@@ -94,13 +88,9 @@ IDEMPOTENCY = {
 STRICT = IDEMPOTENCY
 
 # --8<-- [start:webhook_headers]
-from idempotency_django.conf import DEFAULTS  # noqa: E402
-
 IDEMPOTENCY = {
-    "WEBHOOK_ID_HEADERS": (
-        *DEFAULTS["WEBHOOK_ID_HEADERS"],  # keep the built-in providers...
-        ("X-Paddle-Event-Id", "paddle"),  # ...and add yours: (header, source name)
-    ),
+    # For receivers that name no id: the one header every sender you use signs.
+    "WEBHOOK_ID_HEADER": "webhook-id",
 }
 # --8<-- [end:webhook_headers]
 

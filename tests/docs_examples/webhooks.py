@@ -54,7 +54,7 @@ def verify_standard_webhook(secret):
 @csrf_exempt
 @require_POST
 @verify_standard_webhook(WEBHOOK_SECRET)  # first: only a genuine delivery...
-@deduplicate_webhook  # ...may claim its webhook-id
+@deduplicate_webhook(id_header="webhook-id")  # ...may claim its signed webhook-id
 def standard_receiver(request, token):
     run = Booking.objects.create(slot="standard-webhook-run")
     return JsonResponse({"status": "accepted", "run_id": run.pk}, status=202)

@@ -180,9 +180,19 @@ def fragile_booking(request: HttpRequest) -> HttpResponse:
     return JsonResponse({"id": booking.pk}, status=201)
 
 
-@deduplicate_webhook
+@deduplicate_webhook(id_header="webhook-id")
 def webhook_receiver(request: HttpRequest, token: str) -> HttpResponse:
     """Each accepted delivery starts one run (a Booking row)."""
+    return _webhook_run(request, token)
+
+
+@deduplicate_webhook
+def fallback_webhook_receiver(request: HttpRequest, token: str) -> HttpResponse:
+    """Names no id: WEBHOOK_ID_HEADER, WEBHOOK_BODY_ID_FUNCTION or the fallback."""
+    return _webhook_run(request, token)
+
+
+def _webhook_run(request: HttpRequest, token: str) -> HttpResponse:
     _apply_test_controls(request)
     if request.GET.get("fail"):
         return JsonResponse({"status": "failed"}, status=int(request.GET["fail"]))
@@ -193,13 +203,13 @@ def webhook_receiver(request: HttpRequest, token: str) -> HttpResponse:
 @api_view(["POST"])
 @permission_classes([AllowAny])
 @authentication_classes([])
-@deduplicate_webhook(retention=3600)
+@deduplicate_webhook(retention=3600, id_header="svix-id")
 def drf_webhook_receiver(request, token):  # type: ignore[no-untyped-def]
     run = Booking.objects.create(slot="drf-webhook-run")
     return Response({"status": "accepted", "run_id": run.pk}, status=202)
 
 
-@deduplicate_webhook
+@deduplicate_webhook(id_header="webhook-id")
 async def async_webhook_receiver(request: HttpRequest, token: str) -> HttpResponse:
     run = await Booking.objects.acreate(slot="async-webhook-run")
     return JsonResponse({"status": "accepted", "run_id": run.pk}, status=202)
