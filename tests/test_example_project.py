@@ -36,6 +36,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import servers
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MANAGE = REPO_ROOT / "example_project" / "manage.py"
 PASSWORD = "password"
@@ -129,18 +131,13 @@ def serving(command: list[str], env: dict[str, str], tmp_dir: Path, port: int) -
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
-                    break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    log.flush()
-                    raise RuntimeError(
-                        "the example server did not start:\n" + (tmp_dir / "server.log").read_text()
-                    ) from None
-                time.sleep(0.1)
+        # Any HTTP answer: a gunicorn master accepts connections before a worker serves them.
+        servers.wait_until(
+            lambda: servers.status(f"{base}/api/bookings/") is not None,
+            process,
+            what="the example server",
+            log=tmp_dir / "server.log",
+        )
         yield base
     finally:
         process.terminate()
