@@ -9,6 +9,7 @@ only the process exiting, or no answer by a deadline, fails the test.
 from __future__ import annotations
 
 import http.client
+import socket
 import subprocess
 import time
 import urllib.error
@@ -20,6 +21,12 @@ from pathlib import Path
 #: used as soon as it answers. A busy 2-core laptop has taken over 30 s to boot
 #: two gunicorns of three workers each.
 START_SECONDS = 180.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def status(url: str, headers: Mapping[str, str] | None = None, timeout: float = 5) -> int | None:
