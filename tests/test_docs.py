@@ -513,3 +513,23 @@ def test_errors_page_shows_what_the_library_answers(
             assert int(response["Retry-After"]) > 0
         else:
             assert response.get("Retry-After") == headers.get("Retry-After"), code
+
+
+# -- one story for the middleware's place ----------------------------------------
+
+#: How pages described the middleware before it stopped calling the view: last, after
+#: CsrfViewMiddleware. The truth (middleware.py, checks.py): anywhere after
+#: AuthenticationMiddleware, which is the one order system check E001 reports.
+STALE_PLACEMENT = re.compile(
+    r"middleware\W+(?:\*\*)?last\b|\blast in `MIDDLEWARE`|calls the view itself"
+    r"|after `CsrfViewMiddleware`|\[last\]\(guarantees",
+    re.I,
+)
+
+
+@pytest.mark.parametrize(
+    "page", [*PAGES, REPO_ROOT / "README.md"], ids=[*(p.name for p in PAGES), "README.md"]
+)
+def test_every_page_tells_one_story_of_the_middleware_place(page: Path) -> None:
+    text = " ".join(page.read_text().split())
+    assert not STALE_PLACEMENT.findall(text), page.name
