@@ -19,6 +19,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import socket
 import sqlite3
 import subprocess
@@ -344,6 +345,33 @@ def test_patch_and_delete_are_idempotent(server: str) -> None:
     redeleted = call(server, "DELETE", path, key="booking-8891-cancel")
     assert redeleted.status == 204 and redeleted.replayed  # not 404
     assert call(server, "DELETE", path, key="booking-8891-cancel-2").status == 404
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
+def test_a_multipart_retry_from_curl_replays(server: str, tmp_path: Path) -> None:
+    """curl -F picks a new boundary for every request: the retry is the same form."""
+    ticket = tmp_path / "ticket.txt"
+    ticket.write_bytes(b"seat 12A\r\n")
+
+    def curl_form(slot: str) -> tuple[str, str]:
+        command = ["curl", "-sS", "-i", "-v", "-X", "POST", f"{server}/api/bookings/"]
+        command += ["-u", f"alice:{PASSWORD}", "-H", "Idempotency-Key: mp-1"]
+        command += ["-F", f"slot={slot}", "-F", "customer=Dana"]
+        command += ["-F", f"ticket=@{ticket};type=text/plain"]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=True)
+        boundary = re.search(
+            r"^> Content-Type: multipart/form-data; boundary=(\S+)", done.stderr, re.M
+        )
+        assert boundary, done.stderr
+        status = done.stdout.split(" ", 2)[1]
+        replayed = "Idempotency-Replayed: true" in done.stdout
+        return boundary[1], status + (" replayed" if replayed else "")
+
+    first_boundary, first = curl_form("2026-08-01T09:00:00Z")
+    retry_boundary, retry = curl_form("2026-08-01T09:00:00Z")
+    _, changed = curl_form("2026-08-02T09:00:00Z")
+    assert first_boundary != retry_boundary
+    assert (first, retry, changed) == ("201", "201 replayed", "409")
 
 
 def test_plain_view_with_session_and_csrf(server: str) -> None:
