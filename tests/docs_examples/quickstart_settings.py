@@ -30,3 +30,17 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
 }
 # --8<-- [end:drf]
+
+# --8<-- [start:logging]
+# A library does not configure logging (Django's convention): without these lines its
+# decision lines, at INFO, go nowhere.
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {
+        # Also idempotency_django.webhooks and idempotency_django.client, its children.
+        "idempotency_django": {"handlers": ["console"], "level": "INFO"},
+    },
+}
+# --8<-- [end:logging]
