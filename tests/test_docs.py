@@ -69,6 +69,8 @@ OTHERS_PAGES = {p.name for p in PAGES} - MY_PAGES | {"stores.md", "operating.md"
 INCLUDE_LANGUAGES = {"python", "py", "pycon", "js", "javascript"}
 SNIPPET = re.compile(r'^\s*-{1,}8<-{1,}\s+"(?P<path>[^":]+)(?::(?P<section>[\w-]+))?"\s*$')
 FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>`{3,}|~{3,})\s*(?P<lang>[\w+-]*)")
+#: A Sphinx cross-reference role as it renders when nothing resolves it (":func:`x`").
+SPHINX_ROLE = re.compile(r":(?:py:)?(?:func|class|meth|data|mod|attr|exc|obj|const):(?:<code>|`)")
 #: Routes of the example project that curl examples may call.
 EXAMPLE_ROUTES = re.compile(r"^/(api/bookings/(\d+/)?|plain/bookings/|hooks/[\w-]+/)$")
 STANDARD_MEMBERS = {"type", "title", "status", "code", "detail"}
@@ -138,6 +140,13 @@ def test_mkdocs_build_strict(tmp_path: Path) -> None:
     quickstart = (site / "quickstart" / "index.html").read_text()
     assert "BookingViewSet" in quickstart  # the snippet was included
     assert "--8&lt;--" not in quickstart and "--8<--" not in quickstart
+    # Docstrings are Markdown for mkdocstrings: a Sphinx role renders as literal text.
+    raw_roles = {
+        f"{page.relative_to(site)}: {role}"
+        for page in site.rglob("*.html")
+        for role in SPHINX_ROLE.findall(page.read_text())
+    }
+    assert not raw_roles, sorted(raw_roles)
 
 
 # -- code blocks ----------------------------------------------------------------
