@@ -542,3 +542,16 @@ STALE_PLACEMENT = re.compile(
 def test_every_page_tells_one_story_of_the_middleware_place(page: Path) -> None:
     text = " ".join(page.read_text().split())
     assert not STALE_PLACEMENT.findall(text), page.name
+
+
+def test_the_readme_says_what_plain_pytest_uses() -> None:
+    """Every program the suite looks for on this machine (shutil.which, Chromium), every
+    local server it reaches, and how long the run takes are in the README's Development."""
+    readme = (REPO_ROOT / "README.md").read_text()
+    development = readme.split("## Development", 1)[1].split("\n## ", 1)[0]
+    sources = "\n".join(path.read_text() for path in (REPO_ROOT / "tests").rglob("*.py"))
+    programs = set(re.findall(r'shutil\.which\("([\w-]+)"\)', sources)) - {"redis-cli"}
+    assert {"curl", "redis-server"} <= programs
+    for needed in [*programs, "/usr/bin/chromium", "127.0.0.1:5432", "127.0.0.1:6379"]:
+        assert needed in development, needed
+    assert re.search(r"`pytest` took \d+ min \d+ s", development)
