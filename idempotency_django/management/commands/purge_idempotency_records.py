@@ -60,14 +60,14 @@ def _duration(value: str) -> timedelta:
 class Command(BaseCommand):
     #: Seconds between progress lines at the default verbosity: a short purge (cron's
     #: usual run) prints only its totals, and a long one still shows it is working.
-    progress_interval = 10.0
+    progress_interval = 5.0
 
     help = (
         "Delete expired completed idempotency records and abandoned reservations "
         "(past their takeover time), in small batches. Live reservations and "
         "unexpired records are never touched. With --principal or --user, delete "
         "every record of that principal instead, live or not. A long purge prints its "
-        "running total every few seconds; -v 2 prints every batch."
+        "running total every 5 seconds; -v 2 prints every batch."
     )
 
     def add_arguments(self, parser: ArgumentParser) -> None:
