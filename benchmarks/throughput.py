@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import http.client
 import json
 import os
 import shutil
@@ -72,14 +73,15 @@ def gunicorn(server: Server, port: int, workers: int) -> Iterator[None]:
         process = subprocess.Popen(command, env=env, stdout=out, stderr=out)
     server.base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 180
         while True:
             if process.poll() is not None or time.monotonic() > deadline:
                 raise SystemExit(f"gunicorn did not start; see {log}")
             try:
                 urllib.request.urlopen(f"{server.base}/ready/", timeout=2).read()
                 break
-            except (urllib.error.URLError, ConnectionError):
+            # TimeoutError too (a worker still booting), and a cut status line.
+            except (OSError, http.client.HTTPException):
                 time.sleep(0.2)
         yield
     finally:

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
+#: The one place the version is written (pyproject.toml reads it). A ``.dev0``
+#: version is unreleased: the changelog's "Unreleased" section is what it will be.
+__version__ = "0.2.0.dev0"
 
 __all__ = ["ViewOptions", "__version__", "idempotency_exempt", "idempotent", "lookup"]
 

@@ -26,22 +26,25 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.contrib.admin.models import DELETION, LogEntry
-from django.contrib.admin.utils import flatten_fieldsets
+from django.contrib.admin.utils import flatten_fieldsets, unquote
 from django.contrib.admin.views.main import ChangeList
 from django.contrib.contenttypes.models import ContentType
+from django.core.exceptions import PermissionDenied
 from django.db import models, transaction
 from django.db.models import Q, QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
 from django.utils import formats, timezone
-from django.utils.html import format_html
-from django.utils.safestring import SafeString
+from django.utils.html import conditional_escape, format_html
+from django.utils.safestring import SafeString, mark_safe
 from django.utils.timesince import timesince, timeuntil
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
 from idempotency_django.admin_display import (
     BODY_DISPLAY_LIMIT,
+    TOKEN_MAX_LENGTH,
     principal_usernames,
     principals_of_users,
     render_body,
@@ -49,6 +52,7 @@ from idempotency_django.admin_display import (
     render_header_names,
     render_headers,
     render_principal,
+    render_token,
 )
 from idempotency_django.admin_filters import (
     EXPIRED,
@@ -364,6 +368,70 @@ class IdempotencyRecordAdmin(ExpiringRecordAdmin):
             (_("Stored response"), {"fields": response}),
         )
 
+    # -- the record's page: a readable title, and releasing a reservation from it --
+
+    def record_title(self, obj: IdempotencyRecord) -> str:
+        """``order-1001-move by alice at hotel-lisbon``: the key and whose it is, in words."""
+        who = self._username(obj) or obj.principal
+        if len(who) > TOKEN_MAX_LENGTH:
+            who = who[: TOKEN_MAX_LENGTH - 1] + "…"
+        if obj.location:
+            return gettext("%(key)s by %(who)s at %(location)s") % {
+                "key": obj.key,
+                "who": who,
+                "location": obj.location,
+            }
+        return gettext("%(key)s by %(who)s") % {"key": obj.key, "who": who}
+
+    def render_change_form(
+        self,
+        request: HttpRequest,
+        context: dict[str, Any],
+        add: bool = False,
+        change: bool = False,
+        form_url: str = "",
+        obj: Any = None,
+    ) -> HttpResponse:
+        if obj is not None:
+            context["subtitle"] = self.record_title(obj)
+            context["can_release"] = obj.state == State.IN_PROGRESS and self.has_delete_permission(
+                request, obj
+            )
+        return super().render_change_form(request, context, add, change, form_url, obj)
+
+    def get_urls(self) -> list[URLPattern]:
+        opts = self.model._meta
+        release = path(
+            "<path:object_id>/release/",
+            self.admin_site.admin_view(self.release_view),
+            name=f"{opts.app_label}_{opts.model_name}_release",
+        )
+        # First: the admin's own "<path:object_id>/" would take ".../release/" too.
+        return [release, *super().get_urls()]
+
+    def release_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """The record page's "Release this reservation": the release action's confirmation
+        for this one record (GET), then the release (its form's POST)."""
+        obj = self.get_object(request, unquote(object_id))
+        opts = self.model._meta
+        changelist = reverse(f"admin:{opts.app_label}_{opts.model_name}_changelist")
+        if obj is None:
+            self.message_user(request, _("The record is gone."), messages.WARNING)
+            return HttpResponseRedirect(changelist)
+        if not self.has_delete_permission(request, obj):
+            raise PermissionDenied
+        if request.method not in ("GET", "POST"):
+            return HttpResponseNotAllowed(["GET", "POST"])
+        selected = self.get_queryset(request).filter(pk=obj.pk)
+        response = self.release_reservations(request, selected)
+        if response is not None:
+            return response
+        if not self.model._base_manager.filter(pk=obj.pk).exists():
+            return HttpResponseRedirect(changelist)  # released: its page is gone
+        return HttpResponseRedirect(
+            reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[obj.pk])
+        )
+
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         # Webhook deliveries share the table; they have their own page.
         records: QuerySet[Any] = (
@@ -395,11 +463,11 @@ class IdempotencyRecordAdmin(ExpiringRecordAdmin):
         principal = render_principal(obj.principal, self._username(obj))
         if not obj.location:
             return principal
-        return format_html(
-            '{}<br><span class="quiet">{}</span>',
-            principal,
-            _("location: %(location)s") % {"location": obj.location},
-        )
+        # The translated text escaped, the location a token that never breaks inside.
+        located = conditional_escape(gettext("location: %(location)s")) % {
+            "location": render_token(obj.location)
+        }
+        return format_html('{}<br><span class="quiet">{}</span>', principal, mark_safe(located))
 
     def _username(self, obj: IdempotencyRecord) -> str | None:
         # The changelist sets principal_username for its whole page at once.
@@ -414,7 +482,7 @@ class IdempotencyRecordAdmin(ExpiringRecordAdmin):
 
     @admin.display(description=_("request"), ordering="path")
     def request_display(self, obj: IdempotencyRecord) -> SafeString:
-        return format_html("{} {}", obj.method, obj.path)
+        return format_html("{} {}", render_token(obj.method), render_token(obj.path, "/"))
 
     @admin.display(description=_("state"), ordering="state")
     def outcome_display(self, obj: IdempotencyRecord) -> SafeString:

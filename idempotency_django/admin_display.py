@@ -21,7 +21,7 @@ from django.db.models import Q
 from django.db.models.functions import Lower
 from django.utils.crypto import salted_hmac
 from django.utils.html import format_html, format_html_join
-from django.utils.safestring import SafeString
+from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext_lazy as _
 
 __all__ = [
@@ -36,6 +36,7 @@ __all__ = [
     "render_header_names",
     "render_headers",
     "render_principal",
+    "render_token",
 ]
 
 #: Bodies longer than this are shown cut, with a note.
@@ -45,6 +46,8 @@ BINARY_PREVIEW = 32
 #: Hex digits of a body's digest shown without the permission: enough to
 #: tell stored bodies apart at a glance.
 BODY_DIGEST_LENGTH = 12
+#: The longest value :func:`render_token` keeps on one line.
+TOKEN_MAX_LENGTH = 16
 #: Salt of the keyed body digest (see :func:`body_digest`).
 BODY_DIGEST_SALT = "idempotency_django.admin.body_digest"
 
@@ -216,7 +219,36 @@ def principals_of_users(term: str) -> list[str]:
 
 
 def render_principal(principal: str, username: str | None) -> SafeString:
-    """``alice (auth.user:1)`` for a principal naming a user, the principal alone otherwise."""
+    """``alice (auth.user:1)`` for a principal naming a user, the principal alone otherwise.
+
+    Each part is a :func:`render_token`, so a narrow column breaks between them only.
+    """
     if username is None:
-        return format_html("{}", principal)
-    return format_html('{} <span class="quiet">({})</span>', username, principal)
+        return render_token(principal)
+    return format_html(
+        '{} <span class="quiet">{}</span>', render_token(username), render_token(f"({principal})")
+    )
+
+
+def render_token(text: str, breaks_after: str = "") -> SafeString:
+    """A value read whole (a username, ``(auth.user:1)``, a method) in a list column:
+    never broken across lines, so "alice (auth.user:1" / ")" cannot happen.
+
+    With ``breaks_after`` (``/`` for a path) the value may break after those characters,
+    each part kept whole. Only a part longer than :data:`TOKEN_MAX_LENGTH` (a digest
+    principal), which would widen its column past a 1280 px window, may break anywhere.
+    """
+    parts: list[str] = [""]
+    for character in text:
+        parts[-1] += character
+        if character in breaks_after:
+            parts.append("")
+    return format_html_join(
+        mark_safe("<wbr>"),
+        '<span class="{}">{}</span>',
+        (
+            ("idempotency-token" if len(part) <= TOKEN_MAX_LENGTH else "idempotency-long", part)
+            for part in parts
+            if part
+        ),
+    )

@@ -62,7 +62,7 @@ def idempotent(
     not kept. ``wait_for_in_progress``: seconds a duplicate waits for the
     request it duplicates. ``fingerprint`` and ``scope``: functions (or dotted
     paths) used instead of ``FINGERPRINT_FUNCTION`` and ``SCOPE_FUNCTION``, for
-    example :func:`~idempotency_django.fingerprint.json_fields`. Each defaults
+    example [`json_fields`][idempotency_django.fingerprint.json_fields]. Each defaults
     to the ``IDEMPOTENCY`` setting.
     """
     options = ViewOptions(

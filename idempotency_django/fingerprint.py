@@ -28,6 +28,7 @@ from django.core.handlers.wsgi import LimitedStream
 from django.http import HttpRequest
 from django.http.response import HttpResponseBase
 from django.utils.crypto import salted_hmac
+from django.utils.http import parse_header_parameters
 
 from idempotency_django import problems
 from idempotency_django.conf import idempotency_settings
@@ -103,15 +104,127 @@ def default_fingerprint(request: HttpRequest) -> str:
         yield b"\n"
         yield request.get_full_path().encode("utf-8", "surrogateescape")
         yield b"\n"
-        yield from body_chunks(request)
+        yield from canonical_body(request)
 
     return keyed_digest(parts)
 
 
 #: Which parts of a request count, for people (the OpenAPI description).
 default_fingerprint.description = (  # type: ignore[attr-defined]
-    "the method, the path with its query string and the exact body bytes"
+    "the method, the path with its query string and the exact body bytes "
+    "(a multipart/form-data body: its parts, whatever its boundary)"
 )
+
+
+def canonical_body(request: HttpRequest) -> Iterator[bytes]:
+    """The body as the fingerprint sees it: the raw bytes, except for multipart.
+
+    A ``multipart/form-data`` body becomes :func:`multipart_canonical_form`: curl,
+    browsers' ``FormData`` and most clients pick a new random boundary for every
+    request, so a retry's bytes differ although nothing the user sent did. A body
+    that does not parse as multipart is its raw bytes, as any other body.
+    """
+    django_request = _django_request(request)
+    params = django_request.content_params or {}
+    boundary = params.get("boundary", "") if _is_multipart(request) else ""
+    if boundary:
+        try:
+            form = multipart_canonical_form(body_chunks(request), boundary.encode("latin-1"))
+        except (MalformedMultipart, UnicodeEncodeError):
+            pass
+        else:
+            yield from form
+            return
+    yield from body_chunks(request)
+
+
+class MalformedMultipart(ValueError):
+    """The body is not the multipart its Content-Type says: it counts byte for byte."""
+
+
+def multipart_canonical_form(chunks: Iterable[bytes], boundary: bytes) -> list[bytes]:
+    """One line per part, in order: its name, filename, content type and transfer
+    encoding (the headers Django's parser acts on) and the SHA-256 of its content.
+
+    The boundary, the preamble and the epilogue (which Django ignores) and the
+    order or case of a part's headers are left out, so two encodings of the same form
+    are one request; a different value, file, filename or part order is another.
+    The content is hashed as it streams, so a large upload is never held in memory.
+    Raises :class:`MalformedMultipart` where Django's parser would not find the parts.
+    """
+    delimiter = b"\r\n--" + boundary
+    lines = [b"multipart/form-data\n"]
+    buffer = b"\r\n"  # so the first delimiter is found like every other
+    stream = iter(chunks)
+    content: hashlib._Hash | None = None  # the part being read; None before the first
+    headers: dict[str, str] = {}
+    while True:
+        found = buffer.find(delimiter)
+        if found < 0:
+            chunk = next(stream, None)
+            if chunk is None:
+                raise MalformedMultipart("no closing delimiter")
+            if content is not None and len(buffer) > len(delimiter):
+                keep = len(delimiter) - 1  # the start of a delimiter split by a chunk
+                content.update(buffer[:-keep])
+                buffer = buffer[-keep:]
+            elif content is None and len(buffer) > len(delimiter):
+                buffer = buffer[-(len(delimiter) - 1) :]  # the preamble does not count
+            buffer += chunk
+            continue
+        if content is not None:
+            content.update(buffer[:found])
+            lines.append(_part_line(headers, content.hexdigest()))
+        buffer = buffer[found + len(delimiter) :]
+        while len(buffer) < 2:
+            chunk = next(stream, None)
+            if chunk is None:
+                raise MalformedMultipart("the body ends inside a delimiter")
+            buffer += chunk
+        if buffer.startswith(b"--"):
+            return lines  # the closing delimiter: what follows is the epilogue
+        head_end = buffer.find(b"\r\n\r\n")
+        while head_end < 0:
+            chunk = next(stream, None)
+            if chunk is None:
+                raise MalformedMultipart("a part without the end of its headers")
+            buffer += chunk
+            head_end = buffer.find(b"\r\n\r\n")
+        headers = _part_headers(buffer[:head_end])
+        buffer = buffer[head_end + 4 :]
+        content = hashlib.sha256()
+
+
+def _part_headers(block: bytes) -> dict[str, str]:
+    """A part's headers by lowercase name; the first line is the rest of the delimiter
+    line (transport padding), never a header."""
+    headers = {}
+    for line in block.split(b"\r\n")[1:]:
+        name, colon, value = line.partition(b":")
+        if not colon:
+            raise MalformedMultipart("a header line without a colon")
+        headers[name.strip().lower().decode("latin-1")] = value.strip().decode("latin-1")
+    return headers
+
+
+def _part_line(headers: dict[str, str], content: str) -> bytes:
+    kind, parameters = parse_header_parameters(headers.get("content-disposition", ""))
+    if kind.lower() != "form-data" or "name" not in parameters:
+        raise MalformedMultipart("a part without a form-data name")
+    content_type, type_parameters = parse_header_parameters(headers.get("content-type", ""))
+    described = [
+        parameters["name"],
+        parameters.get("filename"),
+        content_type.lower(),
+        sorted((name.lower(), value) for name, value in type_parameters.items()),
+        headers.get("content-transfer-encoding", "").lower(),
+        content,
+    ]
+    return json.dumps(described, separators=(",", ":")).encode() + b"\n"
+
+
+def _is_multipart(request: HttpRequest) -> bool:
+    return _django_request(request).content_type == "multipart/form-data"
 
 
 class JSONFingerprint:

@@ -65,6 +65,12 @@ class PurgeKind:
     filter: FilterBuilder
     #: The column batches are ordered by (indexed).
     order_by: str = "expires_at"
+    #: ``description`` for one row.
+    singular: str = ""
+
+    def count(self, number: int) -> str:
+        """``number`` rows of this kind, in words: "1 completed record", "2 completed records"."""
+        return f"{number:,} {self.singular if number == 1 and self.singular else self.description}"
 
 
 def _completed_and_dead(now: datetime, cutoff: datetime | None) -> Q:
@@ -91,9 +97,27 @@ def abandoned_filter(now: datetime, cutoff: datetime | None) -> Q:
 
 #: What a purge deletes, in order.
 KINDS: tuple[PurgeKind, ...] = (
-    PurgeKind("completed", "completed records", IdempotencyRecord, completed_filter),
-    PurgeKind("deliveries", "webhook deliveries", IdempotencyRecord, deliveries_filter),
-    PurgeKind("abandoned", "abandoned reservations", IdempotencyRecord, abandoned_filter),
+    PurgeKind(
+        "completed",
+        "completed records",
+        IdempotencyRecord,
+        completed_filter,
+        singular="completed record",
+    ),
+    PurgeKind(
+        "deliveries",
+        "webhook deliveries",
+        IdempotencyRecord,
+        deliveries_filter,
+        singular="webhook delivery",
+    ),
+    PurgeKind(
+        "abandoned",
+        "abandoned reservations",
+        IdempotencyRecord,
+        abandoned_filter,
+        singular="abandoned reservation",
+    ),
 )
 
 _DURATION = re.compile(r"^\s*(\d+)\s*([smhdw])\s*$", re.IGNORECASE)

@@ -2,7 +2,8 @@
 
 The decisions on requests are sent with ``sender`` = the store class and
 these keyword arguments: ``request``, ``key_digest`` (never the key itself),
-and the ones listed per signal. :data:`purged` and :data:`evicted`, about
+and the ones listed per signal. [`purged`][idempotency_django.signals.purged] and
+[`evicted`][idempotency_django.signals.evicted], about
 records the database store holds, are sent by ``IdempotencyRecord``.
 """
 

@@ -16,10 +16,10 @@ def lookup(
     """The state of ``key`` for ``user`` (or ``principal``) in ``location``, or None.
 
     None when the key is free or its entry expired. Otherwise its
-    :class:`~idempotency_django.stores.KeyState`: ``state`` ("in_progress"
+    [`KeyState`][idempotency_django.stores.base.KeyState]: ``state`` ("in_progress"
     or "completed"), the stored ``status``, and ``expires_in`` seconds. The
     stored body is never returned. Raises
-    :class:`~idempotency_django.stores.StoreUnavailable` when the store fails.
+    ``idempotency_django.stores.StoreUnavailable`` when the store fails.
     """
     if principal is None:
         principal = principal_of(user)

@@ -11,7 +11,9 @@ uses it gets two fixtures:
     through pytest-django's ``settings`` fixture.
 
 The helpers work without pytest too (in a Django ``TestCase``, say):
-:func:`assert_idempotent`, :func:`clear_store` and :func:`idempotency_disabled`.
+[`assert_idempotent`][idempotency_django.testing.assert_idempotent],
+[`clear_store`][idempotency_django.testing.clear_store] and
+[`idempotency_disabled`][idempotency_django.testing.idempotency_disabled].
 
 pytest loads this module in every project the package is installed in, Django
 project or not, before Django is configured: nothing from Django is imported
@@ -78,7 +80,7 @@ def assert_idempotent(
     bytes or text; a dict (or list) is JSON-encoded for a JSON ``content_type``,
     multipart-encoded for ``multipart/form-data`` and form-encoded otherwise.
     ``other_data`` defaults to ``data`` (a dict, or none) with one more field,
-    :data:`OTHER_REQUEST_FIELD`; pass it for any other ``data``, or when the view's
+    ``OTHER_REQUEST_FIELD``; pass it for any other ``data``, or when the view's
     fingerprint ignores that field. ``extra`` goes to ``client.generic`` (WSGI
     environ entries such as ``HTTP_X_CSRFTOKEN``, ``headers=``, ``secure=``).
     """

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -19,6 +20,7 @@ from django.utils.text import capfirst
 from idempotency_django import admin as record_admin
 from idempotency_django.admin_display import (
     BODY_DISPLAY_LIMIT,
+    TOKEN_MAX_LENGTH,
     body_digest,
     principal_usernames,
     render_body,
@@ -92,6 +94,10 @@ def records() -> dict[str, IdempotencyRecord]:
     }
 
 
+def without_tags(html: str) -> str:
+    return re.sub(r"<[^>]+>", "", html)
+
+
 def headings(response: Any) -> list[str]:
     """The changelist's column headings, as Django's admin renders them."""
     columns = result_headers(response.context["cl"])
@@ -114,9 +120,19 @@ def test_changelist_columns(admin_client: Client, records: dict[str, Idempotency
     assert "in progress" in content and "completed" in content and "expired" in content
     # The state column carries the stored status, and the request its method.
     assert 'completed <span class="quiet">422</span>' in content
-    assert "PUT /plain/bookings/" in content
+    assert "PUT /plain/bookings/" in without_tags(content)
+    # Each part a token that never breaks inside, a path only after its slashes.
+    assert (
+        '<span class="idempotency-token">PUT</span> <span class="idempotency-token">/</span><wbr>'
+        '<span class="idempotency-token">plain/</span><wbr>'
+        '<span class="idempotency-token">bookings/</span>' in content
+    )
     # The scope: the principal, and the location under it when there is one.
-    assert 'user:2<br><span class="quiet">location: shop-7</span>' in content
+    assert (
+        '<span class="idempotency-token">user:2</span><br>'
+        '<span class="quiet">location: <span class="idempotency-token">shop-7</span></span>'
+        in content
+    )
     # Times are relative, with the full date and time on hover.
     assert ">now</time>" in content and ">3\xa0days ago</time>" in content
     assert ">in 23\xa0hours</time>" in content
@@ -521,16 +537,23 @@ def test_principals_are_shown_as_the_users_they_name(admin_client: Client) -> No
     IdempotencyRecordFactory(key="k-padded", principal=f"auth.user:0{carol.pk}")
     IdempotencyRecordFactory(key="k-long", principal="sha256:" + "ab" * 32)
     content = admin_client.get(reverse(CHANGELIST)).content.decode()
-    named = f'carol <span class="quiet">(auth.user:{carol.pk})</span>'
+    named = (
+        '<span class="idempotency-token">carol</span> <span class="quiet">'
+        f'<span class="idempotency-token">(auth.user:{carol.pk})</span></span>'
+    )
     assert content.count(named) == 1
     for raw in [
         "auth.user:987654",
         f"testapp.booking:{carol.pk}",
         "auth.user:not-a-number",
         f"auth.user:0{carol.pk}",
-        "sha256:" + "ab" * 32,
     ]:
-        assert f'<td class="field-scope_display">{raw}</td>' in content, raw
+        css = "idempotency-token" if len(raw) <= TOKEN_MAX_LENGTH else "idempotency-long"
+        token = f'<span class="{css}">{raw}</span>'
+        assert f'<td class="field-scope_display">{token}</td>' in content, raw
+    # Too long for one line of its column: it may break.
+    long = '<span class="idempotency-long">sha256:' + "ab" * 32 + "</span>"
+    assert f'<td class="field-scope_display">{long}</td>' in content
     assert named in admin_client.get(change_url(record)).content.decode()
 
 
@@ -542,7 +565,7 @@ def test_changelist_names_the_users_of_a_page_in_one_query(admin_client: Client)
             IdempotencyRecordFactory(principal=f"auth.user:{user.pk}")
         with CaptureQueriesContext(connection) as queries:
             content = admin_client.get(reverse(CHANGELIST)).content.decode()
-        assert all(f"{user.username} <span" in content for user in users)
+        assert all(f">{user.username}</span> <span" in content for user in users)
         return len(queries.captured_queries)
 
     assert queries_for(1) == queries_for(12)
@@ -607,8 +630,11 @@ def test_delete_principal_records_asks_then_deletes_all_of_theirs(
     ]
     content = response.content.decode()
     assert "Delete all 7 records?" in content
-    assert f'carol <span class="quiet">({principal})</span>: 5 records' in content
-    assert "svc:reports: 2 records" in content
+    assert (
+        '<span class="idempotency-token">carol</span> <span class="quiet">'
+        f'<span class="idempotency-token">({principal})</span></span>: 5 records' in content
+    )
+    assert '<span class="idempotency-token">svc:reports</span>: 2 records' in content
     assert IdempotencyRecord.objects.count() == 9
 
     response = admin_client.post(reverse(CHANGELIST), {**data, "post": "yes"}, follow=True)
@@ -773,3 +799,65 @@ def test_delete_principal_records_covers_a_bounded_number_of_principals(
     expected = f"belong to {most + 1} principals; select the records of at most {most}"
     assert expected in response.content.decode()
     assert IdempotencyRecord.objects.count() == most + 1
+
+
+# -- the record's page: its title, and releasing a reservation from it ----------------
+
+
+def release_url(record: IdempotencyRecord) -> str:
+    return reverse("admin:idempotency_django_idempotencyrecord_release", args=[record.pk])
+
+
+def test_the_record_page_is_titled_with_the_key_and_the_username(admin_client: Client) -> None:
+    alice = User.objects.create_user("alice")
+    record = IdempotencyRecordFactory(key="order-1001-move", principal=f"auth.user:{alice.pk}")
+    content = admin_client.get(change_url(record)).content.decode()
+    assert "<title>order-1001-move by alice | View idempotency record |" in content
+    assert "<h2>order-1001-move by alice</h2>" in content
+    assert f"(auth.user:{alice.pk}, -)" not in content
+    located = IdempotencyRecordFactory(key="k-2", principal="svc:billing", location="hotel-porto")
+    assert (
+        "<h2>k-2 by svc:billing at hotel-porto</h2>"
+        in admin_client.get(change_url(located)).content.decode()
+    )
+
+
+def test_a_reservation_is_released_from_its_page_after_confirmation(
+    admin_client: Client, admin_user: User
+) -> None:
+    record = IdempotencyRecordFactory(key="stuck", in_progress=True)
+    page = admin_client.get(change_url(record)).content.decode()
+    assert f'href="{release_url(record)}" class="release-link"' in page
+
+    confirmation = admin_client.get(release_url(record))
+    assert confirmation.status_code == 200
+    assert "Release this reservation?" in confirmation.content.decode()
+    assert IdempotencyRecord.objects.filter(pk=record.pk).exists()
+
+    released = admin_client.post(release_url(record), {"post": "yes"}, follow=True)
+    assert released.redirect_chain[-1][0] == reverse(CHANGELIST)
+    assert "Released 1 reservation." in released.content.decode()
+    assert not IdempotencyRecord.objects.filter(pk=record.pk).exists()
+    entry = LogEntry.objects.get(action_flag=DELETION)
+    assert (entry.user_id, entry.change_message) == (admin_user.pk, "Released stuck reservation.")
+
+
+def test_a_completed_record_has_no_release_link_and_is_not_released(
+    admin_client: Client,
+) -> None:
+    record = IdempotencyRecordFactory(key="done", status_code=201)
+    assert "release-link" not in admin_client.get(change_url(record)).content.decode()
+    answer = admin_client.post(release_url(record), {"post": "yes"}, follow=True)
+    assert answer.redirect_chain[-1][0] == change_url(record)
+    assert "None of the selected records is a reservation." in answer.content.decode()
+    assert IdempotencyRecord.objects.filter(pk=record.pk).exists()
+
+
+def test_releasing_from_the_page_needs_the_delete_permission(viewer_client: Client) -> None:
+    record = IdempotencyRecordFactory(key="stuck", in_progress=True)
+    assert "release-link" not in viewer_client.get(change_url(record)).content.decode()
+    assert viewer_client.get(release_url(record)).status_code == 403
+    assert viewer_client.post(release_url(record), {"post": "yes"}).status_code == 403
+    assert IdempotencyRecord.objects.filter(pk=record.pk).exists()
+    assert Client().post(release_url(record), {"post": "yes"}).status_code == 302  # to login
+    assert IdempotencyRecord.objects.filter(pk=record.pk).exists()

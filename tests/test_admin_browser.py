@@ -18,6 +18,8 @@ from django.contrib.auth.models import Permission, User
 from django.test import override_settings
 from django.utils import timezone
 
+from idempotency_django.admin_display import TOKEN_MAX_LENGTH
+from idempotency_django.models import IdempotencyRecord
 from tests.browser import CHROMIUM, CHROMIUM_ARGS, publish_screenshot
 from tests.factories import IdempotencyRecordFactory
 
@@ -137,6 +139,36 @@ def assert_list_fits(page: Any, *headers: str) -> None:
         assert box["x"] >= 0 and box["x"] + box["width"] <= WIDTH, (header, box)
 
 
+def assert_tokens_unbroken(page: Any) -> None:
+    """Every word of the principal and request columns is on one line ("alice",
+    "(auth.user:1)", "POST", "/api/bookings/"): the columns break between words only.
+    A word the admin lets break (longer than TOKEN_MAX_LENGTH: a digest principal, a
+    timestamp in a path) is exempt."""
+    broken = page.evaluate(
+        """(longest) => {
+            const broken = [];
+            const cells = document.querySelectorAll(
+                '#result_list .field-scope_display, #result_list .field-request_display');
+            for (const cell of cells) {
+                const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+                for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+                    for (const match of node.data.matchAll(/\\S+/g)) {
+                        if (match[0].length > longest) continue;
+                        const range = document.createRange();
+                        range.setStart(node, match.index);
+                        range.setEnd(node, match.index + match[0].length);
+                        const tops = new Set([...range.getClientRects()].map(r => r.top));
+                        if (tops.size > 1) broken.push(match[0]);
+                    }
+                }
+            }
+            return broken;
+        }""",
+        TOKEN_MAX_LENGTH,
+    )
+    assert broken == [], broken
+
+
 @pytest.mark.django_db(transaction=True)
 def test_admin_in_a_browser(admin_static: None, live_server: Any, tmp_path: Path) -> None:
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
@@ -147,6 +179,7 @@ def test_admin_in_a_browser(admin_static: None, live_server: Any, tmp_path: Path
     viewer = User.objects.create_user("viewer", password="viewer-password", is_staff=True)
     viewer.user_permissions.add(Permission.objects.get(codename="view_idempotencyrecord"))
     record = make_records()
+    stuck = IdempotencyRecord.objects.get(key="c41d7a22-0e0b-4f8e-a1c3-55b0d2e7f4aa")
     base = live_server.url
     shots: dict[str, Path] = {}
 
@@ -179,9 +212,11 @@ def test_admin_in_a_browser(admin_static: None, live_server: Any, tmp_path: Path
             assert "Release selected stuck reservations" in actions
             assert "Delete all records of the selected records' principals" in actions
             assert_list_fits(page, "Created", "Expires")
+            assert_tokens_unbroken(page)
             # Collapsed (the admin remembers it), the columns have room to breathe.
             page.click("#toggle-nav-sidebar")
             assert_list_fits(page, "Created", "Expires")
+            assert_tokens_unbroken(page)
             screenshot(page, "admin-changelist.png")
 
             page.fill("#searchbar", "alice")
@@ -196,7 +231,22 @@ def test_admin_in_a_browser(admin_static: None, live_server: Any, tmp_path: Path
             assert "/api/bookings/4182/" in page.inner_text(".idempotency-headers")
             assert record.token not in page.content()
             assert page.locator("input[name=_save]").count() == 0
+            assert page.title().startswith(f"{record.key} by alice at hotel-lisbon |")
+            assert "(auth.user:" not in page.inner_text("div.breadcrumbs")
+            assert page.locator(".release-link").count() == 0  # completed: nothing to release
             screenshot(page, "admin-record.png", full_page=True)
+
+            # A reservation in progress: released from its own page, after confirmation.
+            page.goto(f"{base}{RECORDS}{stuck.pk}/change/")
+            page.click("text=Release this reservation")
+            page.wait_for_selector(".release-list")
+            assert "Release this reservation?" in page.inner_text("#content")
+            assert "still within its takeover window" in page.inner_text("#content")
+            screenshot(page, "admin-release-confirmation.png")
+            page.click("input[value='Yes, release']")
+            page.wait_for_selector("#result_list")
+            assert "Released 1 reservation." in page.inner_text(".messagelist")
+            assert stuck.key not in page.inner_text("#result_list")
 
             page.goto(f"{base}{DELIVERIES}")
             page.wait_for_selector("#result_list")

@@ -8,7 +8,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -23,6 +22,7 @@ from django.db import connection
 from django.test import AsyncClient
 
 from idempotency_django.models import IdempotencyRecord
+from tests import servers
 from tests.testapp.models import Booking
 
 BODY = json.dumps({"slot": "2026-07-30T09:00:00Z"})
@@ -143,15 +143,7 @@ def uvicorn_server(transactional_db: None) -> Iterator[str]:
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                    break
-            except OSError:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise RuntimeError("uvicorn did not start") from None
-                time.sleep(0.1)
+        servers.wait_until(lambda: servers.status(url) is not None, server, what="uvicorn")
         yield url
     finally:
         server.terminate()

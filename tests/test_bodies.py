@@ -131,8 +131,10 @@ def test_an_upload_over_the_memory_limit_works_with_a_key(browser: Browser, url:
 
 
 @override_settings(DATA_UPLOAD_MAX_MEMORY_SIZE=MEMORY_LIMIT)
-def test_the_fingerprint_of_a_large_body_is_the_one_of_its_bytes(browser: Browser) -> None:
-    """Streaming changes nothing: HMAC-SHA256(method, path, body), as for any body."""
+def test_the_fingerprint_of_a_multipart_body_is_the_one_of_its_parts(browser: Browser) -> None:
+    """HMAC-SHA256(method, path, canonical form): one line per part, its name, filename,
+    content type and the SHA-256 of its content; streamed when the body is over the memory
+    limit."""
     body = encode_multipart("a-boundary", {"slot": "fp", "attachment": upload()})
     assert len(body) > MEMORY_LIMIT
     response = browser.client.post(
@@ -143,9 +145,103 @@ def test_the_fingerprint_of_a_large_body_is_the_one_of_its_bytes(browser: Browse
         HTTP_X_CSRFTOKEN=browser.csrf,
     )
     assert response.status_code == 201
-    message = b"POST\n/plain/form/?x=1\n" + body
+    parts = [
+        ["slot", None, "", [], "", hashlib.sha256(b"fp").hexdigest()],
+        ["attachment", "slots.bin", "application/octet-stream", [], "", sha256(UPLOAD)],
+    ]
+    canonical = b"multipart/form-data\n" + b"".join(
+        json.dumps(part, separators=(",", ":")).encode() + b"\n" for part in parts
+    )
+    message = b"POST\n/plain/form/?x=1\n" + canonical
     expected = salted_hmac(FINGERPRINT_SALT, message, algorithm="sha256").hexdigest()
     assert IdempotencyRecord.objects.get().fingerprint == expected
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def post_multipart(browser: Browser, url: str, boundary: str, data: dict, key: str):  # type: ignore[no-untyped-def,type-arg]
+    """A multipart body as curl -F or a browser's FormData sends it, with this boundary."""
+    return browser.client.post(
+        url,
+        encode_multipart(boundary, data),
+        content_type=f"multipart/form-data; boundary={boundary}",
+        HTTP_IDEMPOTENCY_KEY=key,
+        HTTP_X_CSRFTOKEN=browser.csrf,
+    )
+
+
+@pytest.mark.parametrize("limit", [None, MEMORY_LIMIT], ids=["in-memory", "streamed"])
+@pytest.mark.parametrize("url", ["/plain/form/", "/api/form/"])
+def test_a_multipart_retry_with_a_new_boundary_replays(
+    browser: Browser, url: str, limit: int | None
+) -> None:
+    """curl, FormData and most clients pick a new boundary per request: a retry of the
+    same form must replay, and the same key with another value is still refused."""
+    with override_settings(DATA_UPLOAD_MAX_MEMORY_SIZE=limit or 2_621_440):
+        form = {"slot": "2026-07-30T09:00:00Z", "attachment": upload()}
+        first = post_multipart(browser, url, "------------------------a1b2c3", form, "mp-1")
+        assert first.status_code == 201, first.content[:300]
+        form["attachment"] = upload()
+        retry = post_multipart(browser, url, "----WebKitFormBoundaryZ9", form, "mp-1")
+        assert retry.status_code == 201, retry.content[:300]
+        assert retry["Idempotency-Replayed"] == "true"
+        assert retry.content == first.content
+        changed = {"slot": "2026-07-31T09:00:00Z", "attachment": upload()}
+        reused = post_multipart(browser, url, "------------------------d4e5f6", changed, "mp-1")
+        assert reused.status_code == 409
+        assert reused.json()["code"] == "idempotency_key_reused"
+    assert Booking.objects.count() == 1
+
+
+@pytest.mark.parametrize(
+    ("other", "why"),
+    [
+        ({"attachment": ("other.bin", UPLOAD)}, "filename"),
+        ({"attachment": ("slots.bin", UPLOAD + b"!")}, "content"),
+        ({"attachment": ("slots.bin", UPLOAD), "extra": "x"}, "one more part"),
+    ],
+    ids=["filename", "content", "extra-part"],
+)
+def test_a_different_part_is_a_different_request(
+    browser: Browser,
+    other: dict,
+    why: str,  # type: ignore[type-arg]
+) -> None:
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    def form(fields: dict) -> dict:  # type: ignore[type-arg]
+        return {
+            "slot": "2026-07-30T09:00:00Z",
+            **{
+                name: SimpleUploadedFile(value[0], value[1]) if isinstance(value, tuple) else value
+                for name, value in fields.items()
+            },
+        }
+
+    first = post_multipart(
+        browser, "/plain/form/", "b-1", form({"attachment": ("slots.bin", UPLOAD)}), "mp-2"
+    )
+    assert first.status_code == 201
+    second = post_multipart(browser, "/plain/form/", "b-2", form(other), "mp-2")
+    assert second.status_code == 409, why
+
+
+def test_a_body_that_is_not_the_multipart_it_claims_counts_byte_for_byte() -> None:
+    """No closing delimiter: Django would not find the parts, so neither does the
+    fingerprint; the raw bytes count, boundary and all."""
+    from django.test import RequestFactory
+
+    from idempotency_django.fingerprint import default_fingerprint
+
+    body = b'--b-1\r\nContent-Disposition: form-data; name="slot"\r\n\r\nfp'
+    request = RequestFactory().post(
+        "/plain/form/", body, content_type="multipart/form-data; boundary=b-1"
+    )
+    message = b"POST\n/plain/form/\n" + body
+    expected = salted_hmac(FINGERPRINT_SALT, message, algorithm="sha256").hexdigest()
+    assert default_fingerprint(request) == expected
 
 
 def test_a_body_without_a_key_is_left_alone(browser: Browser) -> None:

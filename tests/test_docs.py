@@ -69,6 +69,8 @@ OTHERS_PAGES = {p.name for p in PAGES} - MY_PAGES | {"stores.md", "operating.md"
 INCLUDE_LANGUAGES = {"python", "py", "pycon", "js", "javascript"}
 SNIPPET = re.compile(r'^\s*-{1,}8<-{1,}\s+"(?P<path>[^":]+)(?::(?P<section>[\w-]+))?"\s*$')
 FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>`{3,}|~{3,})\s*(?P<lang>[\w+-]*)")
+#: A Sphinx cross-reference role as it renders when nothing resolves it (":func:`x`").
+SPHINX_ROLE = re.compile(r":(?:py:)?(?:func|class|meth|data|mod|attr|exc|obj|const):(?:<code>|`)")
 #: Routes of the example project that curl examples may call.
 EXAMPLE_ROUTES = re.compile(r"^/(api/bookings/(\d+/)?|plain/bookings/|hooks/[\w-]+/)$")
 STANDARD_MEMBERS = {"type", "title", "status", "code", "detail"}
@@ -138,6 +140,13 @@ def test_mkdocs_build_strict(tmp_path: Path) -> None:
     quickstart = (site / "quickstart" / "index.html").read_text()
     assert "BookingViewSet" in quickstart  # the snippet was included
     assert "--8&lt;--" not in quickstart and "--8<--" not in quickstart
+    # Docstrings are Markdown for mkdocstrings: a Sphinx role renders as literal text.
+    raw_roles = {
+        f"{page.relative_to(site)}: {role}"
+        for page in site.rglob("*.html")
+        for role in SPHINX_ROLE.findall(page.read_text())
+    }
+    assert not raw_roles, sorted(raw_roles)
 
 
 # -- code blocks ----------------------------------------------------------------
@@ -526,3 +535,36 @@ def test_errors_page_shows_what_the_library_answers(
             assert int(response["Retry-After"]) > 0
         else:
             assert response.get("Retry-After") == headers.get("Retry-After"), code
+
+
+# -- one story for the middleware's place ----------------------------------------
+
+#: How pages described the middleware before it stopped calling the view: last, after
+#: CsrfViewMiddleware. The truth (middleware.py, checks.py): anywhere after
+#: AuthenticationMiddleware, which is the one order system check E001 reports.
+STALE_PLACEMENT = re.compile(
+    r"middleware\W+(?:\*\*)?last\b|\blast in `MIDDLEWARE`|calls the view itself"
+    r"|after `CsrfViewMiddleware`|\[last\]\(guarantees",
+    re.I,
+)
+
+
+@pytest.mark.parametrize(
+    "page", [*PAGES, REPO_ROOT / "README.md"], ids=[*(p.name for p in PAGES), "README.md"]
+)
+def test_every_page_tells_one_story_of_the_middleware_place(page: Path) -> None:
+    text = " ".join(page.read_text().split())
+    assert not STALE_PLACEMENT.findall(text), page.name
+
+
+def test_the_readme_says_what_plain_pytest_uses() -> None:
+    """Every program the suite looks for on this machine (shutil.which, Chromium), every
+    local server it reaches, and how long the run takes are in the README's Development."""
+    readme = (REPO_ROOT / "README.md").read_text()
+    development = readme.split("## Development", 1)[1].split("\n## ", 1)[0]
+    sources = "\n".join(path.read_text() for path in (REPO_ROOT / "tests").rglob("*.py"))
+    programs = set(re.findall(r'shutil\.which\("([\w-]+)"\)', sources)) - {"redis-cli"}
+    assert {"curl", "redis-server"} <= programs
+    for needed in [*programs, "/usr/bin/chromium", "127.0.0.1:5432", "127.0.0.1:6379"]:
+        assert needed in development, needed
+    assert re.search(r"`pytest` took \d+ min \d+ s", development)

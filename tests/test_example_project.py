@@ -19,6 +19,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import socket
 import sqlite3
 import subprocess
@@ -35,6 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests import servers
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MANAGE = REPO_ROOT / "example_project" / "manage.py"
@@ -129,18 +132,13 @@ def serving(command: list[str], env: dict[str, str], tmp_dir: Path, port: int) -
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
-                    break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    log.flush()
-                    raise RuntimeError(
-                        "the example server did not start:\n" + (tmp_dir / "server.log").read_text()
-                    ) from None
-                time.sleep(0.1)
+        # Any HTTP answer: a gunicorn master accepts connections before a worker serves them.
+        servers.wait_until(
+            lambda: servers.status(f"{base}/api/bookings/") is not None,
+            process,
+            what="the example server",
+            log=tmp_dir / "server.log",
+        )
         yield base
     finally:
         process.terminate()
@@ -347,6 +345,33 @@ def test_patch_and_delete_are_idempotent(server: str) -> None:
     redeleted = call(server, "DELETE", path, key="booking-8891-cancel")
     assert redeleted.status == 204 and redeleted.replayed  # not 404
     assert call(server, "DELETE", path, key="booking-8891-cancel-2").status == 404
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
+def test_a_multipart_retry_from_curl_replays(server: str, tmp_path: Path) -> None:
+    """curl -F picks a new boundary for every request: the retry is the same form."""
+    ticket = tmp_path / "ticket.txt"
+    ticket.write_bytes(b"seat 12A\r\n")
+
+    def curl_form(slot: str) -> tuple[str, str]:
+        command = ["curl", "-sS", "-i", "-v", "-X", "POST", f"{server}/api/bookings/"]
+        command += ["-u", f"alice:{PASSWORD}", "-H", "Idempotency-Key: mp-1"]
+        command += ["-F", f"slot={slot}", "-F", "customer=Dana"]
+        command += ["-F", f"ticket=@{ticket};type=text/plain"]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=True)
+        boundary = re.search(
+            r"^> Content-Type: multipart/form-data; boundary=(\S+)", done.stderr, re.M
+        )
+        assert boundary, done.stderr
+        status = done.stdout.split(" ", 2)[1]
+        replayed = "Idempotency-Replayed: true" in done.stdout
+        return boundary[1], status + (" replayed" if replayed else "")
+
+    first_boundary, first = curl_form("2026-08-01T09:00:00Z")
+    retry_boundary, retry = curl_form("2026-08-01T09:00:00Z")
+    _, changed = curl_form("2026-08-02T09:00:00Z")
+    assert first_boundary != retry_boundary
+    assert (first, retry, changed) == ("201", "201 replayed", "409")
 
 
 def test_plain_view_with_session_and_csrf(server: str) -> None:

@@ -442,3 +442,20 @@ def test_no_secret_in_any_log_line_of_a_real_server(
     if kind == "runserver":
         assert 'INFO django.server "POST hooks/<str:token>/ HTTP/1.1" 202' in logged
         assert 'INFO django.server "POST hooks/<str:token>/ HTTP/1.1" 301' in logged
+
+
+def test_operating_md_lists_every_decision_event_at_its_level() -> None:
+    """docs/operating.md's table of events and levels is the one the code logs."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    source = (root / "idempotency_django" / "phases.py").read_text()
+    logged = set(re.findall(r"logging\.(INFO|WARNING|ERROR),\s*\"(\w+)\"", source))
+    page = (root / "docs" / "operating.md").read_text()
+    documented = {
+        (level, event)
+        for level, events in re.findall(r"^\| `(INFO|WARNING|ERROR)` \| (.+) \|$", page, re.M)
+        for event in re.findall(r"`(\w+)`", events)
+    }
+    assert logged and documented == logged

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from idempotency_django import __version__
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pytest brings tomli on Python 3.10
@@ -29,6 +31,33 @@ else:  # pytest brings tomli on Python 3.10
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
+
+
+def test_the_version_is_written_in_one_place_and_the_changelog_agrees() -> None:
+    """pyproject.toml reads __version__; a .devN version is unreleased, so the changelog
+    has one Unreleased section on top and upgrading.md calls that version unreleased."""
+    assert "version" not in PYPROJECT["project"]
+    assert PYPROJECT["project"]["dynamic"] == ["version"]
+    assert PYPROJECT["tool"]["setuptools"]["dynamic"]["version"] == {
+        "attr": "idempotency_django.__version__"
+    }
+    release = re.fullmatch(r"(\d+\.\d+\.\d+)(\.dev\d+)?", __version__)
+    assert release, __version__
+    changelog = (REPO_ROOT / "CHANGELOG.md").read_text()
+    sections = re.findall(r"^## \[([^\]]+)\](.*)$", changelog, re.M)
+    upgrading = (REPO_ROOT / "docs" / "upgrading.md").read_text()
+    if release[2]:
+        assert [name for name, _ in sections].count("Unreleased") == 1
+        assert sections[0][0] == "Unreleased"
+        assert f"{release[1]} (unreleased)" in upgrading
+        assert f"`{__version__}`" in changelog
+    else:
+        assert sections[0][0] == release[1] and re.match(r" - \d{4}-\d{2}-\d{2}$", sections[0][1])
+    released = {name for name, _ in sections[1:]}
+    for heading in re.findall(r"^## From ([\d.]+) to ([\d.]+)(.*)$", upgrading, re.M):
+        assert heading[0] in released, heading
+        assert heading[1] in released or "(unreleased)" in heading[2], heading
+
 
 pytest.importorskip("build", reason="the build package is missing (pip install -e '.[dev]')")
 
@@ -105,14 +134,15 @@ def test_the_wheel_has_every_file_of_the_package(dists: dict[str, Path | str]) -
     assert package_files() <= names
     assert {n.split("/", 1)[0] for n in names} == {
         "idempotency_django",
-        "idempotency_django-0.1.0.dist-info",
+        f"idempotency_django-{__version__}.dist-info",
     }
-    assert "idempotency_django-0.1.0.dist-info/licenses/LICENSE" in names
+    assert f"idempotency_django-{__version__}.dist-info/licenses/LICENSE" in names
 
 
 def test_the_wheel_metadata_is_a_releases(dists: dict[str, Path | str]) -> None:
     metadata = wheel_metadata(Path(dists["wheel"]))
     assert metadata["Name"] == "idempotency-django"
+    assert metadata["Version"] == __version__
     assert metadata["License-Expression"] == "MIT"
     assert metadata["License-File"] == "LICENSE"
     assert not [c for c in metadata.get_all("Classifier", []) if c.startswith("License ::")]

@@ -1,8 +1,10 @@
 from __future__ import annotations
 
 import io
+import re
 import threading
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +15,9 @@ from django.test import override_settings
 from django.utils import timezone
 
 from idempotency_django import purge as purge_module
+from idempotency_django.management.commands.purge_idempotency_records import (
+    Command as PurgeCommand,
+)
 from idempotency_django.models import IdempotencyRecord
 from idempotency_django.purge import KINDS, parse_duration, purge, purge_principal
 from tests.factories import IdempotencyRecordFactory
@@ -56,8 +61,8 @@ def test_factory_defaults_and_traits() -> None:
 def test_deletes_expired_and_abandoned_only(mixed: dict[str, IdempotencyRecord]) -> None:
     output = run()
     assert remaining() == {"live", "reserved"}
-    assert "Deleted 1 completed records (database 'default')." in output
-    assert "Deleted 1 abandoned reservations (database 'default')." in output
+    assert "Deleted 1 completed record (database 'default')." in output
+    assert "Deleted 1 abandoned reservation (database 'default')." in output
 
 
 def test_purge_function_returns_counts_per_kind(mixed: dict[str, IdempotencyRecord]) -> None:
@@ -153,7 +158,7 @@ def test_dry_run_deletes_nothing(mixed: dict[str, IdempotencyRecord]) -> None:
     output = run("--dry-run")
     assert IdempotencyRecord.objects.count() == 6
     assert "Would delete 3 completed records" in output
-    assert "Would delete 1 abandoned reservations" in output
+    assert "Would delete 1 abandoned reservation" in output
     assert "Dry run: nothing was deleted." in output
     assert purge(dry_run=True) == {"completed": 3, "abandoned": 1, "deliveries": 0}
     assert IdempotencyRecord.objects.count() == 6
@@ -182,13 +187,13 @@ def test_older_than_overrides_retention_but_spares_live_reservations() -> None:
     output = run("--older-than", "2h")
     assert remaining() == {"recent", "old-created-recently-completed", "old-reservation"}
     assert "Deleted 2 completed records" in output
-    assert "Deleted 1 abandoned reservations" in output
+    assert "Deleted 1 abandoned reservation" in output
 
 
 def test_older_than_dry_run() -> None:
     now = timezone.now()
     IdempotencyRecordFactory(created_at=now - timedelta(days=8), expires_at=now + timedelta(days=1))
-    assert "Would delete 1 completed records" in run("--older-than", "7d", "--dry-run")
+    assert "Would delete 1 completed record" in run("--older-than", "7d", "--dry-run")
     assert "Would delete 0 completed records" in run("--dry-run")
     assert IdempotencyRecord.objects.count() == 1
 
@@ -417,7 +422,7 @@ def test_user_option_resolves_the_username(alice: Any) -> None:
     IdempotencyRecordFactory(key="hers", principal=f"auth.user:{alice.pk}")
     IdempotencyRecordFactory(key="kept", principal="auth.user:987654")
     output = run("--user", "alice")
-    assert f"Deleted 1 records of principal 'auth.user:{alice.pk}'" in output
+    assert f"Deleted 1 record of principal 'auth.user:{alice.pk}'" in output
     assert remaining() == {"kept"}
 
 
@@ -505,3 +510,56 @@ def test_purge_principal_is_exact_under_a_case_insensitive_collation() -> None:
     finally:
         with connection.cursor() as cursor:
             cursor.execute(alter % "utf8mb4_bin")
+
+
+# -- what the command prints while it works ---------------------------------------
+
+
+def run_with_progress(interval: float, *args: str) -> str:
+    command = PurgeCommand()
+    command.progress_interval = interval
+    out = io.StringIO()
+    call_command(command, *args, stdout=out)
+    return out.getvalue()
+
+
+def test_a_long_purge_prints_its_running_total() -> None:
+    """At the default verbosity, a line per progress_interval: here every batch."""
+    IdempotencyRecordFactory.create_batch(25, expired=True)
+    output = run_with_progress(0, "--batch-size", "10")
+    totals = re.findall(
+        r"^  completed records: ([\d,]+) completed records? so far \(", output, re.M
+    )
+    assert totals == ["10", "20", "25"], output
+    assert re.search(r"so far \([\d,]+ rows/s\)$", output, re.M)
+    assert "Deleted 25 completed records (database 'default')." in output
+
+
+def test_a_short_purge_prints_only_its_totals() -> None:
+    IdempotencyRecordFactory.create_batch(25, expired=True)
+    output = run("--batch-size", "10")
+    assert "so far" not in output
+    assert output.count("\n") == 3, output
+
+
+def test_every_batch_at_verbosity_2_with_the_running_total() -> None:
+    IdempotencyRecordFactory.create_batch(25, expired=True)
+    output = run("--batch-size", "10", "-v", "2")
+    assert "completed records: deleted a batch of 10, 20 completed records so far" in output
+
+
+def test_counts_of_one_are_singular() -> None:
+    IdempotencyRecordFactory(expired=True)
+    output = run("-v", "0")
+    assert "Deleted 1 completed record (database 'default')." in output
+    assert "Deleted 0 webhook deliveries (database 'default')." in output
+
+
+def test_help_and_docs_say_the_same_of_the_batch_size() -> None:
+    parser = PurgeCommand().create_parser("manage.py", COMMAND)
+    help_text = " ".join(parser.format_help().split())
+    operating = (Path(__file__).resolve().parent.parent / "docs" / "operating.md").read_text()
+    row = re.search(r"^\| `--batch-size N` \| `(\d+)` \| (.+?) \|$", operating, re.M)
+    assert row, "docs/operating.md documents --batch-size"
+    assert f"{row[2].rstrip('.')} (default {row[1]})" in help_text
+    assert "per batch" in help_text and "per statement" not in help_text

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +24,7 @@ from django.urls import include, path
 from rest_framework.routers import SimpleRouter
 
 from idempotency_django.conf import DEFAULTS
+from tests import servers as servers_module
 from tests.docs_examples import quickstart_settings, quickstart_views
 from tests.testapp.models import Booking
 
@@ -100,3 +103,110 @@ def test_the_viewset_replays_a_retry(alice: User) -> None:
     assert answers[1]["Idempotency-Replayed"] == "true"
     assert answers[1].content == answers[0].content
     assert Booking.objects.count() == 1
+
+
+# -- docs/quickstart.md: a fresh project from its blocks, and its curl walkthrough -------
+
+QUICKSTART = REPO_ROOT / "docs" / "quickstart.md"
+BLOCK = re.compile(r'^```(\w+)(?: title="([^"]+)")?\n(.*?)^```', re.M | re.S)
+INCLUDE = re.compile(r'^--8<-- "([^":]+):([\w-]+)"$')
+
+
+def walkthrough() -> list[tuple[str, str]]:
+    """("file", path) and its text, or ("command", line), for every block of the
+    quickstart's walkthrough in page order; included sections are read from their files."""
+    page = QUICKSTART.read_text()
+    match = re.search(r"<!-- walkthrough: start -->(.*)<!-- walkthrough: end -->", page, re.S)
+    assert match, "docs/quickstart.md has no walkthrough markers"
+    steps: list[tuple[str, str]] = []
+    for lang, title, body in BLOCK.findall(match[1]):
+        if lang == "python":
+            assert title, "a python block of the walkthrough names its file (title=...)"
+            include = INCLUDE.match(body.strip())
+            assert include, f"{title}: not a snippet include"
+            text = (REPO_ROOT / include[1]).read_text()
+            found = re.search(
+                rf"# --8<-- \[start:{include[2]}\]\n(.*?)# --8<-- \[end:{include[2]}\]", text, re.S
+            )
+            assert found, f"{include[1]} has no section {include[2]}"
+            steps.append((title, found[1]))
+        else:
+            assert lang == "console", lang
+            for line in body.replace("\\\n", " ").splitlines():
+                steps.append(("command", " ".join(line.split())))
+    return steps
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
+@pytest.mark.skipif(
+    os.environ.get("TEST_DATABASE", "sqlite") != "sqlite",
+    reason="the fresh project has its own SQLite database: once per CI run",
+)
+def test_the_quickstart_pasted_into_a_fresh_project(tmp_path: Path) -> None:
+    """Every block of docs/quickstart.md's walkthrough, pasted in order into an empty
+    directory; the server it starts is real (runserver), and so is curl."""
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    port = servers_module.free_port()
+    replies: list[str] = []
+    server = None
+
+    def run(command: str) -> str:
+        done = subprocess.run(
+            ["bash", "-c", command.replace("127.0.0.1:8000", f"127.0.0.1:{port}")],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, f"{command}\n{done.stdout}{done.stderr}"
+        return done.stdout
+
+    steps = walkthrough()
+    assert next(s for s in steps if s[0] == "command")[1].startswith("django-admin startproject")
+    try:
+        for kind, text in steps:
+            if kind != "command":
+                target = tmp_path / kind
+                mode = "a" if target.name == "settings.py" else "w"
+                with target.open(mode) as file:
+                    file.write("\n" + text if mode == "a" else text)
+            elif text.endswith("manage.py runserver"):
+                log = (tmp_path / "server.log").open("w")
+                server = subprocess.Popen(
+                    [*shlex.split(text), "--noreload", f"127.0.0.1:{port}"],
+                    cwd=tmp_path,
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+                servers_module.wait_until(
+                    lambda: servers_module.status(f"http://127.0.0.1:{port}/api/") is not None,
+                    server,
+                    what="runserver",
+                    log=tmp_path / "server.log",
+                )
+            elif text.startswith("curl"):
+                # The page sends its first request twice ("exactly the same request again").
+                replies += [run(text) for _ in range(1 if replies else 2)]
+            else:
+                run(text)
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait(10)
+
+    first, again, changed, listing = replies
+    assert first.startswith("HTTP/1.1 201") and "Idempotency-Replayed" not in first, first
+    assert again.startswith("HTTP/1.1 201") and "Idempotency-Replayed: true" in again, again
+    assert first.split("\n\n", 1)[1] == again.split("\n\n", 1)[1]
+    assert changed.startswith("HTTP/1.1 409") and "idempotency_key_reused" in changed, changed
+    bookings = json.loads(listing)
+    assert [b["customer"] for b in bookings] == ["Dana Whitfield"], bookings
+    # The page's LOGGING turned the decision lines on, as docs/operating.md shows them.
+    log = (tmp_path / "server.log").read_text()
+    events = re.findall(r"^idempotency event=(\w+) method=POST route=api/bookings/\$? ", log, re.M)
+    assert events == ["reserved", "stored", "replayed", "conflict"], log
+    assert re.search(r"event=conflict .*key_digest=[0-9a-f]{16} .*code=idempotency_key_reused", log)

@@ -108,7 +108,7 @@ class BaseStore(ABC):
 
     Name a subclass by dotted path in ``IDEMPOTENCY["STORE"]``; its
     ``STORE_OPTIONS`` are passed to ``__init__``. Every method is atomic on
-    its own and raises :class:`StoreUnavailable` when the store fails; times
+    its own and raises ``StoreUnavailable`` when the store fails; times
     are the store's own clock.
     """
 
@@ -130,7 +130,7 @@ class BaseStore(ABC):
         CLAIMED when the key is free, expired, or held by a reservation older
         than ``lock_timeout`` seconds; REPLAY when a live completed record has
         the same fingerprint; REUSED when it has another; IN_PROGRESS when a
-        live reservation holds it. Raises :class:`StoreUnavailable`.
+        live reservation holds it. Raises ``StoreUnavailable``.
         """
 
     @abstractmethod
@@ -172,7 +172,8 @@ class BaseStore(ABC):
         Called just before the view's transaction commits when the store is
         not part of it. False when another request took the key over: the
         work must then roll back. A reservation that expired without anyone
-        claiming the key since is made again, as :meth:`complete` would.
+        claiming the key since is made again, as
+        [`complete`][idempotency_django.stores.base.BaseStore.complete] would.
         """
 
     @abstractmethod

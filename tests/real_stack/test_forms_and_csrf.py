@@ -5,16 +5,21 @@ The form view is a plain Django view, protected by the middleware.
 
 from __future__ import annotations
 
+from io import StringIO
+from typing import Any
 from urllib.parse import urlencode
 
 import pytest
 from django.contrib.auth.models import User
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
 from django.test import Client
 from django.test.client import MULTIPART_CONTENT
 
 from idempotency_django.models import IdempotencyRecord
 from tests.real_stack.clients import browser, csrf_token_of
+from tests.real_stack.middleware import IDEMPOTENCY, STARTPROJECT
 from tests.testapp.models import Booking
 
 FORM = "/real/form/"
@@ -94,6 +99,40 @@ def test_a_post_that_csrf_rejects_runs_nothing_and_leaves_the_key_free(
     assert accepted.status_code == 201
     assert "Idempotency-Replayed" not in accepted
     assert Booking.objects.count() == 1
+
+
+# -- where the middleware goes: what docs/troubleshooting.md says, checked ---------------
+
+CSRF = "django.middleware.csrf.CsrfViewMiddleware"
+AUTHENTICATION = "django.contrib.auth.middleware.AuthenticationMiddleware"
+
+
+def placed(order: list[str]) -> list[str]:
+    """``startproject``'s list with these middlewares in this relative order."""
+    rest = [m for m in STARTPROJECT if m not in order]
+    return rest[:2] + order + rest[2:]
+
+
+def test_before_csrf_passes_the_check_and_csrf_still_rejects(settings: Any, alice: User) -> None:
+    """The middleware never calls the view, so CSRF's process_view runs whichever comes
+    first: listed before CsrfViewMiddleware there is nothing to report and nothing lost."""
+    settings.MIDDLEWARE = placed([AUTHENTICATION, IDEMPOTENCY, CSRF])
+    call_command("check", "--fail-level", "WARNING", stdout=StringIO())
+    client = browser("alice", "alice-password")
+    rejected = post_urlencoded(client, "not-the-token", "order-1")
+    assert rejected.status_code == 403
+    assert not IdempotencyRecord.objects.exists()
+    token = csrf_token_of(client, FORM)
+    first, retry = (post_urlencoded(client, token, "order-1") for _ in range(2))
+    assert first.status_code == retry.status_code == 201, first.content
+    assert retry["Idempotency-Replayed"] == "true"
+    assert Booking.objects.count() == 1
+
+
+def test_before_authentication_is_reported_by_the_check(settings: Any) -> None:
+    settings.MIDDLEWARE = placed([IDEMPOTENCY, CSRF, AUTHENTICATION])
+    with pytest.raises(SystemCheckError, match=r"idempotency_django\.E001"):
+        call_command("check", stdout=StringIO(), stderr=StringIO())
 
 
 # -- the same browser posting JSON to a DRF view (session authentication enforces CSRF) --

@@ -7,6 +7,7 @@ instead, e.g. on account deletion.
 
 from __future__ import annotations
 
+import time
 from argparse import ArgumentParser, ArgumentTypeError
 from datetime import timedelta
 from typing import Any
@@ -57,11 +58,16 @@ def _duration(value: str) -> timedelta:
 
 
 class Command(BaseCommand):
+    #: Seconds between progress lines at the default verbosity: a short purge (cron's
+    #: usual run) prints only its totals, and a long one still shows it is working.
+    progress_interval = 5.0
+
     help = (
         "Delete expired completed idempotency records and abandoned reservations "
         "(past their takeover time), in small batches. Live reservations and "
         "unexpired records are never touched. With --principal or --user, delete "
-        "every record of that principal instead, live or not."
+        "every record of that principal instead, live or not. A long purge prints its "
+        "running total every 5 seconds; -v 2 prints every batch."
     )
 
     def add_arguments(self, parser: ArgumentParser) -> None:
@@ -69,7 +75,7 @@ class Command(BaseCommand):
             "--batch-size",
             type=_positive_int,
             default=DEFAULT_BATCH_SIZE,
-            help=f"Rows deleted per statement (default {DEFAULT_BATCH_SIZE}).",
+            help=f"Rows deleted per batch (default {DEFAULT_BATCH_SIZE}).",
         )
         parser.add_argument(
             "--dry-run",
@@ -139,9 +145,21 @@ class Command(BaseCommand):
             self._purge_principal(principal, using, options)
             return
 
+        totals: dict[str, int] = {}
+        started = last_line = time.monotonic()
+
         def progress(kind: PurgeKind, deleted: int) -> None:
-            if verbosity >= 2:
-                self.stdout.write(f"  {kind.description}: deleted a batch of {deleted}")
+            nonlocal last_line
+            totals[kind.label] = totals.get(kind.label, 0) + deleted
+            now = time.monotonic()
+            if verbosity >= 2 or (verbosity >= 1 and now - last_line >= self.progress_interval):
+                last_line = now
+                rate = sum(totals.values()) / max(now - started, 1e-6)
+                batch = f"deleted a batch of {deleted:,}, " if verbosity >= 2 else ""
+                self.stdout.write(
+                    f"  {kind.description}: {batch}{kind.count(totals[kind.label])} so far "
+                    f"({rate:,.0f} rows/s)"
+                )
 
         try:
             counts = purge(
@@ -156,9 +174,10 @@ class Command(BaseCommand):
             raise CommandError(f"Purge failed on database {using!r}: {exc}") from exc
 
         verb = "Would delete" if dry_run else "Deleted"
-        kinds = {kind.label: kind.description for kind in KINDS}
-        for label, description in kinds.items():
-            self.stdout.write(f"{verb} {counts.get(label, 0)} {description} (database {using!r}).")
+        for kind in KINDS:
+            self.stdout.write(
+                f"{verb} {kind.count(counts.get(kind.label, 0))} (database {using!r})."
+            )
         if dry_run:
             self.stdout.write("Dry run: nothing was deleted.")
 
@@ -199,8 +218,9 @@ class Command(BaseCommand):
         except Error as exc:
             raise CommandError(f"Purge failed on database {using!r}: {exc}") from exc
         verb = "Would delete" if options["dry_run"] else "Deleted"
+        records = "record" if count == 1 else "records"
         self.stdout.write(
-            f"{verb} {count} records of principal {principal!r} (database {using!r})."
+            f"{verb} {count:,} {records} of principal {principal!r} (database {using!r})."
         )
         if options["dry_run"]:
             self.stdout.write("Dry run: nothing was deleted.")
