@@ -3,7 +3,7 @@
 Fingerprints are keyed with ``SECRET_KEY`` (HMAC-SHA256, as Django's
 ``salted_hmac``): staff who can read them in the admin cannot test guesses
 of a body with few possible values (a PIN, an amount). A fingerprint made
-under a key in ``SECRET_KEY_FALLBACKS``, or the plain SHA-256 that 0.2 kept,
+under a key in ``SECRET_KEY_FALLBACKS``, or the plain SHA-256 that 0.1 kept,
 still names the same request: see :class:`Fingerprint`.
 
 The body must be read for its fingerprint before anything else parses it
@@ -54,7 +54,7 @@ class Fingerprint(str):
 
     @functools.cached_property
     def alternatives(self) -> tuple[str, ...]:
-        """Digests of the same parts under ``SECRET_KEY_FALLBACKS``, then 0.2's plain SHA-256."""
+        """Digests of the same parts under ``SECRET_KEY_FALLBACKS``, then 0.1's plain SHA-256."""
         return self._others() if self._others is not None else ()
 
 
@@ -70,7 +70,7 @@ def keyed_digest(parts: Callable[[], Iterable[bytes]]) -> Fingerprint:
     """HMAC-SHA256 of ``parts()`` with ``SECRET_KEY``, as the admin's body digest is keyed.
 
     ``parts`` is called again, only if needed, for the digests that also count:
-    under each key of ``SECRET_KEY_FALLBACKS`` and, for records 0.2 wrote, unkeyed.
+    under each key of ``SECRET_KEY_FALLBACKS`` and, for records 0.1 wrote, unkeyed.
     """
     fingerprint = Fingerprint(_digest(parts(), [_mac(settings.SECRET_KEY)])[0])
 

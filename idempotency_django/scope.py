@@ -28,7 +28,7 @@ class Scope:
 def principal_of(user: Any) -> str | None:
     """A name for an authenticated user that no other user shares; None for anyone else.
 
-    ``app_label.model:pk`` for a model user of the default database (as 0.2
+    ``app_label.model:pk`` for a model user of the default database (as 0.1
     named every model user, so its records keep replaying),
     ``app_label.model@alias:pk`` for one of another database (user 1 of two
     tenant databases are two people), ``class:module.QualName:pk`` for a
@@ -51,9 +51,9 @@ def principal_of(user: Any) -> str | None:
 
 
 def legacy_principal_of(user: Any) -> str | None:
-    """The name 0.2 gave a user that is not a model (its bare class name), else None.
+    """The name 0.1 gave a user that is not a model (its bare class name), else None.
 
-    Only these names changed for users 0.2 could name (a model user of
+    Only these names changed for users 0.1 could name (a model user of
     another database was named as one of the default database, and that name
     now belongs to the latter alone: it cannot be looked up for the former).
     """
@@ -77,7 +77,7 @@ def default_scope(request: HttpRequest) -> Scope | None:
     location = location_of(request)
     legacy = legacy_principal_of(user)
     if legacy is not None and _holds(request, legacy, location):
-        # A retry of a request 0.2 stored: answer it from that record. Costs
+        # A retry of a request 0.1 stored: answer it from that record. Costs
         # one store read per keyed request of such users (docs/security.md).
         principal = legacy
     return Scope(principal=principal, location=location)

@@ -231,7 +231,7 @@ def _kwargs_namespace(kwargs: dict[str, Any]) -> str:
     """Every URL keyword argument, so that two tenants' receivers never share deliveries.
 
     A URL whose only argument is ``WEBHOOK_TOKEN_KWARG`` keeps the namespace
-    0.2 gave it (the token itself), so its accepted deliveries stay duplicates.
+    0.1 gave it (the token itself), so its accepted deliveries stay duplicates.
     """
     if set(kwargs) == {idempotency_settings.WEBHOOK_TOKEN_KWARG}:
         return str(next(iter(kwargs.values())))

@@ -1,7 +1,7 @@
 """Issue 24's findings, each reproduced through the real stack and a real store.
 
 Every test here failed on 0d3b924 (the reason is in its docstring), except
-the ones that say they keep 0.2's records working.
+the ones that say they keep 0.1's records working.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ class ApiClient:
         self.pk = pk
 
 
-#: Another module's class of the same name: 0.2 named both "ApiClient:<pk>".
+#: Another module's class of the same name: 0.1 named both "ApiClient:<pk>".
 PartnerApiClient = type("ApiClient", (ApiClient,), {"__module__": "tests.partner_auth"})
 
 
@@ -462,8 +462,8 @@ def write_the_0_2_way(principal: str, key: str, path_: str, body: bytes, answer:
 
 
 @here
-def test_records_written_by_0_2_keep_replaying(client: Client, store: str) -> None:
-    """Upgrade: a retry of a request 0.2 stored is answered from that record."""
+def test_records_written_by_0_1_keep_replaying(client: Client, store: str) -> None:
+    """Upgrade: a retry of a request 0.1 stored is answered from that record."""
     body = json.dumps({"amount": 10}).encode()
     write_the_0_2_way("ApiClient:7", "inv-old", "/sec/invoices/", body, b'{"id": 99}')
     replay = invoice(client, "ours", key="inv-old")
@@ -485,7 +485,7 @@ def test_a_default_database_users_0_2_record_keeps_replaying(
     other = alice_client.post(
         "/plain/bookings/", b'{"slot": "b"}', "application/json", HTTP_IDEMPOTENCY_KEY="old"
     )
-    assert other.status_code == 409  # a 0.2 record still tells another body apart
+    assert other.status_code == 409  # a 0.1 record still tells another body apart
 
 
 # -- 6. digests keyed with the server's secret --------------------------------------

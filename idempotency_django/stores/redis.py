@@ -126,7 +126,7 @@ end
 """
 
 # KEYS[1] the entry; ARGV: fingerprint, the reservation's value, lock timeout (ms),
-# then other fingerprints of the same request (under SECRET_KEY_FALLBACKS, 0.2's).
+# then other fingerprints of the same request (under SECRET_KEY_FALLBACKS, 0.1's).
 # Returns {"claimed"}, {"in_progress"}, {"reused"} or {"replay", value}.
 CLAIM_SCRIPT = (
     _LUA_HEAD

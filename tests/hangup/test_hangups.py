@@ -55,14 +55,16 @@ def test_a_client_that_hangs_up_mid_request_gets_the_work_done_once(
         in_parallel(
             *(
                 lambda path=path, slot=slot: browser.hang_up(
-                    f"{path}?delay={VIEW_SECONDS}", key=f"train-{slot}"
+                    f"{path}?delay={VIEW_SECONDS}", key=f"train-{slot}", **delivery(slot)
                 )
                 for name, (path, slot) in VIEWS.items()
             )
         )
         time.sleep(RETRY_AFTER_SECONDS)
         retries = {
-            name: retry_until_settled(browser, f"{path}?delay={VIEW_SECONDS}", f"train-{slot}")
+            name: retry_until_settled(
+                browser, f"{path}?delay={VIEW_SECONDS}", f"train-{slot}", **delivery(slot)
+            )
             for name, (path, slot) in VIEWS.items()
         }
     outcome = {name: (answer(retries[name]), bookings(slot)) for name, (_, slot) in VIEWS.items()}
@@ -78,11 +80,16 @@ def test_a_client_that_hangs_up_mid_request_gets_the_work_done_once(
     assert outcome == expected
 
 
-def retry_until_settled(browser: Browser, path: str, key: str) -> Any:
+def delivery(slot: str) -> dict[str, str]:
+    """The delivery id the webhook receiver trusts (the other views ignore it)."""
+    return {"Webhook-Id": f"delivery-{slot}"}
+
+
+def retry_until_settled(browser: Browser, path: str, key: str, **headers: str) -> Any:
     """Retry as the docs tell clients to: again after ``Retry-After`` while in progress."""
     deadline = time.monotonic() + 20
     while True:
-        response = browser.post(path, key=key)
+        response = browser.post(path, key=key, **headers)
         if response.status != 409 or time.monotonic() > deadline:
             return response
         time.sleep(float(response.headers.get("retry-after", 1)))

@@ -93,7 +93,7 @@ def decorated_sync_booking(request: HttpRequest) -> HttpResponse:
 
 
 @transaction.non_atomic_requests
-@deduplicate_webhook
+@deduplicate_webhook(id_header="Webhook-Id")
 async def async_webhook(request: HttpRequest, token: str) -> HttpResponse:
     """A payment provider's delivery: one payment per delivery."""
     payment = await Booking.objects.acreate(slot="payment")
