@@ -13,6 +13,10 @@ transaction itself, around the claim, ``get_response`` and the completion;
 the view's own ``ATOMIC_REQUESTS`` block becomes a savepoint inside it. So
 the stored response commits with the view's writes (database store), or the
 reservation is checked before they commit (other stores).
+
+Under ASGI a sync view is protected the same way, on one worker thread; an
+async view through :func:`~idempotency_django.phases.arun`. Either runs to
+its end when the client hangs up (:func:`~idempotency_django.phases.run_to_the_end`).
 """
 
 from __future__ import annotations
@@ -64,7 +68,7 @@ class IdempotencyMiddleware:
         if protected is None:
             return self.get_response(request)
         view, options = protected
-        return protect(request, view, options, self.get_response)
+        return run_protected(request, view, options, self.get_response)
 
     async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
         if is_keyed(request):
@@ -82,11 +86,11 @@ class IdempotencyMiddleware:
         # (Django sends it back to this thread) and the completion share one
         # transaction. Run to the end even if the client hangs up.
         get_response = async_to_sync(self.get_response)
-        protected_call = sync_to_async(protect)(request, view, options, get_response)
+        protected_call = sync_to_async(run_protected)(request, view, options, get_response)
         return await run_to_the_end(protected_call)
 
 
-def protect(
+def run_protected(
     request: HttpRequest,
     view: Callable[..., Any],
     options: ViewOptions,

@@ -33,6 +33,10 @@ Transactions decide what "exactly once" means:
   (taken over after ``LOCK_TIMEOUT``) rolls its work back; otherwise the
   response is stored once the work has committed.
 * No transaction: each store call commits on its own.
+
+Whatever the transaction, its outcome decides: a 5xx answer rolls the
+work back with the reservation, a failed COMMIT keeps no answer, and a
+client that hangs up under ASGI cancels nothing (:func:`run_to_the_end`).
 """
 
 from __future__ import annotations
