@@ -10,6 +10,7 @@ import re
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -17,6 +18,8 @@ from http.cookies import SimpleCookie
 from pathlib import Path
 
 from django.db import connection
+
+from tests.servers import free_port, status, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -52,12 +55,6 @@ ASGI_SERVERS = ("uvicorn", "daphne")
 _TOKEN = re.compile(r'name="csrfmiddlewaretoken" value="([^"]+)"')
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @contextlib.contextmanager
 def serve(kind: str, **environment: str) -> Iterator[int]:
     """Run ``kind`` on the test database, with ``environment`` (``HANGUP_*``); yield its port."""
@@ -68,29 +65,24 @@ def serve(kind: str, **environment: str) -> Iterator[int]:
         "TESTS_DB_NAME": str(connection.settings_dict["NAME"]),
         **environment,
     }
-    command = COMMANDS[kind](port)
-    server = subprocess.Popen(
-        [sys.executable, "-m", *command], cwd=ROOT, env=env,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.5):
-                break
-            if time.monotonic() > deadline or server.poll() is not None:
-                server.kill()
-                output = server.communicate()[0].decode(errors="replace")
-                raise RuntimeError(f"{kind} did not start:\n{output}")
-            time.sleep(0.1)
-        yield port
-    finally:
-        server.terminate()
+    with tempfile.TemporaryDirectory() as directory:
+        log = Path(directory) / f"{kind}.log"
+        with log.open("wb") as output:
+            server = subprocess.Popen(
+                [sys.executable, "-m", *COMMANDS[kind](port)],
+                cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT,
+            )  # fmt: skip
         try:
-            server.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+            login_page = f"http://127.0.0.1:{port}/accounts/login/"
+            wait_until(lambda: status(login_page) is not None, server, what=kind, log=log)
+            yield port
+        finally:
+            server.terminate()
+            try:
+                server.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
 
 
 @dataclass
