@@ -1,6 +1,7 @@
 """A store in this process's memory (``BENCH_MEMORY=1``): the library's own cost, no store I/O.
 
-Not a real store: nothing is shared between processes.
+Not a real store: nothing is shared between processes, and it counts no keys per
+principal (``MAX_KEYS_PER_PRINCIPAL`` does not apply to it).
 """
 
 from __future__ import annotations

@@ -414,7 +414,7 @@ class Attempt:
         errs on the side of refusing.
         """
         limit = idempotency_settings.MAX_KEYS_PER_PRINCIPAL
-        if not limit or self.info.kind != "request":
+        if not limit or self.info.kind != "request" or not self.store.counts_keys:
             return None
         lifetime = self.lock_timeout() + self.retention()
         try:

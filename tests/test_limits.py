@@ -10,6 +10,8 @@ from django.test import Client, override_settings
 
 from idempotency_django.checks import check_settings
 from idempotency_django.models import IdempotencyRecord
+from idempotency_django.stores import RecordKey, get_store
+from idempotency_django.stores.database import DatabaseStore
 from tests.redis_helpers import caches_with, raw_client, redis_store_settings, stored_entries
 from tests.testapp.models import Booking
 
@@ -123,3 +125,35 @@ def test_a_principal_of_any_length_is_stored_safely(alice_client: Client, store:
         assert record.principal.startswith("sha256:") and len(record.principal) == 71
     else:
         assert raw_client().dbsize() >= 1
+
+
+class StoreThatCannotCount(DatabaseStore):
+    """A project's own store: it implements the contract, not ``count_keys``."""
+
+    counts_keys = False
+
+    def count_keys(self, key: RecordKey, lifetime: int) -> tuple[int, float | None]:
+        raise NotImplementedError
+
+
+@pytest.mark.django_db
+def test_a_store_that_cannot_count_keys_works_under_the_default_limit(
+    alice_client: Client,
+) -> None:
+    """MAX_KEYS_PER_PRINCIPAL is on by default; a store without ``count_keys`` still serves."""
+    with override_settings(IDEMPOTENCY={"STORE": f"{__name__}.StoreThatCannotCount"}):
+        get_store.cache_clear()
+        try:
+            first = alice_client.post(
+                "/plain/bookings/", "{}", content_type="application/json",
+                HTTP_IDEMPOTENCY_KEY="no-count-1",
+            )  # fmt: skip
+            retry = alice_client.post(
+                "/plain/bookings/", "{}", content_type="application/json",
+                HTTP_IDEMPOTENCY_KEY="no-count-1",
+            )  # fmt: skip
+        finally:
+            get_store.cache_clear()
+    assert (first.status_code, retry.status_code) == (201, 201)
+    assert retry["Idempotency-Replayed"] == "true"
+    assert Booking.objects.count() == 1

@@ -119,6 +119,9 @@ class BaseStore(ABC):
     #: True when the store forgets expired entries by itself (e.g. Redis TTLs),
     #: so the purge command has nothing to do.
     expires_by_itself = False
+    #: True when the store implements :meth:`count_keys`; ``MAX_KEYS_PER_PRINCIPAL``
+    #: applies only then (a store of a project's own need not count).
+    counts_keys = False
 
     def __init__(self, **options: Any) -> None:
         self.options = options

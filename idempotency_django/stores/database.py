@@ -73,6 +73,8 @@ class DatabaseStore(BaseStore):
     stored response commit together; see the module's documentation.
     """
 
+    counts_keys = True
+
     def __init__(self, database: str = DEFAULT_DB_ALIAS, **options: Any) -> None:
         super().__init__(**options)
         self.alias = database

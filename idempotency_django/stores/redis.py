@@ -289,6 +289,7 @@ class RedisStore(BaseStore):
     """Reservations and stored responses as Redis strings that expire by themselves."""
 
     expires_by_itself = True
+    counts_keys = True
 
     def __init__(
         self, cache: str = "default", key_prefix: str = "idempotency", **options: Any
@@ -302,27 +303,24 @@ class RedisStore(BaseStore):
 
     def claim(self, key: RecordKey, request: RequestInfo, lock_timeout: int) -> Claim:
         token = uuid.uuid4().hex
-        reply = self._run(
-            "claim",
-            CLAIM_SCRIPT,
-            self.redis_key(key),
-            request.fingerprint,
-            _reservation(token, request.fingerprint),
-            _milliseconds(lock_timeout),
-        )
-        outcome = _text(reply[0])
-        others = getattr(request.fingerprint, "alternatives", ())
-        if outcome == "reused" and others:
-            # Computed only now: most claims never need them.
-            reply = self._run(
+
+        def run_claim(*other_fingerprints: str) -> Any:
+            return self._run(
                 "claim",
                 CLAIM_SCRIPT,
                 self.redis_key(key),
                 request.fingerprint,
                 _reservation(token, request.fingerprint),
                 _milliseconds(lock_timeout),
-                *others,
+                *other_fingerprints,
             )
+
+        reply = run_claim()
+        outcome = _text(reply[0])
+        others = getattr(request.fingerprint, "alternatives", ())
+        if outcome == "reused" and others:
+            # Computed only now: most claims never need them.
+            reply = run_claim(*others)
             outcome = _text(reply[0])
         if outcome == "claimed":
             return Claim(Outcome.CLAIMED, token=token)
