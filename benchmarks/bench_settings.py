@@ -42,6 +42,11 @@ if os.environ.get("BENCH_SESSIONS") == "cache":
 if os.environ.get("BENCH_MEMORY") == "1":
     IDEMPOTENCY["STORE"] = "bench_memory.MemoryStore"
 
+# BENCH_MAX_KEYS=0 turns MAX_KEYS_PER_PRINCIPAL off (its one count per first request),
+# to compare with a version that did not count by default.
+if "BENCH_MAX_KEYS" in os.environ:
+    IDEMPOTENCY["MAX_KEYS_PER_PRINCIPAL"] = int(os.environ["BENCH_MAX_KEYS"]) or None
+
 PEER = os.environ.get("BENCH_PEER", "")
 if PEER:
     MIDDLEWARE.remove("idempotency_django.middleware.IdempotencyMiddleware")
