@@ -11,16 +11,23 @@ import logging
 import threading
 import time
 import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import requests
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.contrib.sessions.models import Session
+from django.core.management import call_command
+from django.db import connections
+from django.db.models import Model
 from django.test import Client, override_settings
+from django.urls import reverse
 
 from idempotency_django.client import (
     AsyncIdempotentClient,
@@ -30,6 +37,7 @@ from idempotency_django.client import (
     RetryPolicy,
 )
 from idempotency_django.models import IdempotencyRecord
+from tests.factories import IdempotencyRecordFactory
 from tests.servers import free_port
 from tests.testapp.models import Booking
 
@@ -258,3 +266,120 @@ def test_the_client_logs_and_raises_without_the_urls_path_or_query(
     for text in [shown, *ours]:
         assert token not in text and query not in text and "/hooks/" not in text
     assert exhausted.value.error is not None  # the network error is still at hand
+
+
+# -- 8. admin actions under a primary/replica router --------------------------------
+
+
+class ReplicaRouter:
+    """Reads of the records go to the replica, writes to the primary (``default``)."""
+
+    def db_for_read(self, model: type[Model], **hints: Any) -> str | None:
+        return "replica" if model._meta.app_label == "idempotency_django" else None
+
+    def db_for_write(self, model: type[Model], **hints: Any) -> str | None:
+        return "default"
+
+    def allow_relation(self, *args: Any, **hints: Any) -> bool:
+        return True
+
+
+@pytest.fixture
+def replica(tmp_path: Path, transactional_db: None) -> Iterator[str]:
+    """A second database (its own SQLite file; on PostgreSQL/MariaDB a second database).
+
+    The replica is a copy kept in step by the test itself: rows are written to
+    both, as replication would.
+    """
+    base = connections.settings["default"]
+    config = {**base, "NAME": str(tmp_path / "replica.sqlite3")}
+    if base["ENGINE"] != "django.db.backends.sqlite3":
+        config["NAME"] = f"{base['NAME']}_replica"
+        _create_database(config)
+    connections.settings["replica"] = config
+    connection = connections["replica"]
+    # Made, it stays in this thread's connections; out of the settings, the test
+    # case counts it as one made by the test (allowed), not a forbidden alias.
+    del connections.settings["replica"]
+    try:
+        call_command("migrate", "idempotency_django", database="replica", verbosity=0)
+        yield "replica"
+    finally:
+        connection.close()
+        del connections["replica"]
+        if base["ENGINE"] != "django.db.backends.sqlite3":
+            _drop_database(config["NAME"])
+
+
+def _create_database(config: dict[str, Any]) -> None:
+    name = config["NAME"]
+    _drop_database(name)
+    with connections["default"].cursor() as cursor:
+        if connections["default"].vendor == "postgresql":
+            cursor.execute(f'CREATE DATABASE "{name}"')
+        else:
+            cursor.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+
+
+def _drop_database(name: str) -> None:
+    quote = '"' if connections["default"].vendor == "postgresql" else "`"
+    with connections["default"].cursor() as cursor:
+        cursor.execute(f"DROP DATABASE IF EXISTS {quote}{name}{quote}")
+
+
+def on_both(alias: str, **fields: Any) -> IdempotencyRecord:
+    record: IdempotencyRecord = IdempotencyRecordFactory(**fields)
+    record.save(using=alias, force_insert=True)  # replicated
+    return record
+
+
+@pytest.fixture
+def superuser_client(db: None) -> Client:
+    client = Client()
+    client.force_login(User.objects.create_superuser("root", "root@example.com", "pw"))
+    return client
+
+
+CHANGELIST = "admin:idempotency_django_idempotencyrecord_changelist"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_releasing_stuck_reservations_under_a_replica_router_releases_them_on_the_primary(
+    replica: str, superuser_client: Client
+) -> None:
+    """0d3b924 deleted them on the read alias (the replica): success reported, rows kept."""
+    stuck = [
+        on_both(replica, key=f"stuck-{n}", in_progress=True, principal="auth.user:1")
+        for n in range(3)
+    ]
+    selected = [record.pk for record in stuck]
+    with override_settings(DATABASE_ROUTERS=[ReplicaRouter()]):
+        data = {"action": "release_reservations", "_selected_action": selected, "post": "yes"}
+        response = superuser_client.post(reverse(CHANGELIST), data, follow=True)
+    assert response.status_code == 200
+    assert "Released 3 reservations." in response.content.decode()
+    assert IdempotencyRecord.objects.using("default").filter(pk__in=selected).count() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_erasing_a_principal_under_a_replica_router_erases_on_the_primary(
+    replica: str, superuser_client: Client
+) -> None:
+    """0d3b924 purged the read alias: an erasure request that erased nothing on the primary."""
+    theirs = [
+        on_both(replica, key=f"k-{n}", principal="auth.user:77", in_progress=n == 0)
+        for n in range(4)
+    ]
+    on_both(replica, key="other", principal="auth.user:78")
+    data = {
+        "action": "delete_principal_records",
+        "_selected_action": [theirs[1].pk],
+        "post": "yes",
+    }
+    with override_settings(DATABASE_ROUTERS=[ReplicaRouter()]):
+        response = superuser_client.post(reverse(CHANGELIST), data, follow=True)
+    assert response.status_code == 200
+    assert "(4 in all)" in response.content.decode()
+    primary = IdempotencyRecord.objects.using("default")
+    assert not primary.filter(principal="auth.user:77").exists()
+    assert primary.filter(principal="auth.user:78").count() == 1
