@@ -29,6 +29,7 @@ from django.db.models import Model
 from django.test import Client, override_settings
 from django.urls import reverse
 
+from idempotency_django.checks import check_settings
 from idempotency_django.client import (
     AsyncIdempotentClient,
     IdempotentClient,
@@ -37,7 +38,10 @@ from idempotency_django.client import (
     RetryPolicy,
 )
 from idempotency_django.models import IdempotencyRecord
+from tests.checkpoints import Checkpoint
+from tests.concurrency import Background, logged_in_client
 from tests.factories import IdempotencyRecordFactory
+from tests.redis_helpers import ALIAS, redis_store_settings
 from tests.servers import free_port
 from tests.testapp.models import Booking
 
@@ -383,3 +387,127 @@ def test_erasing_a_principal_under_a_replica_router_erases_on_the_primary(
     primary = IdempotencyRecord.objects.using("default")
     assert not primary.filter(principal="auth.user:77").exists()
     assert primary.filter(principal="auth.user:78").count() == 1
+
+
+# -- 10. waiting duplicates ----------------------------------------------------------
+
+PAUSED_BODY = json.dumps({"slot": "2026-07-30T09:00:00Z"})
+
+
+def paused_post(user: User, at: str, key: str) -> Any:
+    return logged_in_client(user).post(
+        f"/plain/paused/?at={at}",
+        PAUSED_BODY,
+        content_type="application/json",
+        HTTP_IDEMPOTENCY_KEY=key,
+    )
+
+
+class Waiters(logging.Handler):
+    """Counts the requests that logged they wait for a key."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.count = 0
+        self.changed = threading.Condition()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if getattr(record, "idempotency", {}).get("event") == "waiting":
+            with self.changed:
+                self.count += 1
+                self.changed.notify_all()
+
+    def wait_for(self, count: int) -> None:
+        with self.changed:
+            assert self.changed.wait_for(lambda: self.count >= count, timeout=20), self.count
+
+
+@pytest.fixture
+def waiters() -> Iterator[Waiters]:
+    handler = Waiters()
+    logger = logging.getLogger("idempotency_django")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    yield handler
+    logger.removeHandler(handler)
+    logger.setLevel(level)
+
+
+@pytest.fixture(params=["database", "redis"])
+def wait_store(request: pytest.FixtureRequest) -> Iterator[dict[str, object]]:
+    if request.param == "redis":
+        with redis_store_settings():
+            yield {"STORE": "redis", "STORE_OPTIONS": {"cache": ALIAS}}
+    else:
+        yield {}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_one_duplicate_waits_per_key_and_the_others_get_409_at_once(
+    alice: User, wait_store: dict[str, object], waiters: Waiters
+) -> None:
+    """0d3b924 let all 3 duplicates wait the full 10 s, each holding a worker thread."""
+    with override_settings(IDEMPOTENCY={**wait_store, "WAIT_FOR_IN_PROGRESS": 10}):
+        with Checkpoint("slow") as slow:
+            first = Background(lambda: paused_post(alice, "slow", "k-slow")).start()
+            slow.wait_until_reached()
+            started = time.monotonic()
+            duplicates = [
+                Background(lambda: paused_post(alice, "slow", "k-slow")).start() for _ in range(3)
+            ]
+            waiters.wait_for(1)
+            deadline = started + 5
+            while sum(not d.is_running() for d in duplicates) < 2 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            answered = [d for d in duplicates if not d.is_running()]
+            took = time.monotonic() - started
+            # The slow request still runs: two duplicates were answered without waiting.
+            assert len(answered) == 2, [d.result for d in answered]
+            assert all(d.result.status_code == 409 for d in answered)
+            assert all(d.result.json()["code"] == "idempotency_key_in_progress" for d in answered)
+            assert took < 5
+            slow.release()
+            assert first.join().status_code == 201
+        waited = [d for d in duplicates if d not in answered]
+    assert waiters.count == 1
+    assert waited[0].join()["Idempotency-Replayed"] == "true"
+    assert Booking.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_at_most_two_duplicates_wait_in_one_process(
+    alice: User, wait_store: dict[str, object], waiters: Waiters
+) -> None:
+    """0d3b924 let a waiter per key (every thread, with enough keys) wait."""
+    with override_settings(IDEMPOTENCY={**wait_store, "WAIT_FOR_IN_PROGRESS": 10}):
+        with Checkpoint("a") as a, Checkpoint("b") as b, Checkpoint("c") as c:
+            firsts = []
+            for name, point in [("a", a), ("b", b), ("c", c)]:
+                firsts.append(
+                    Background(lambda name=name: paused_post(alice, name, f"k-{name}")).start()
+                )
+                point.wait_until_reached()
+            one = Background(lambda: paused_post(alice, "a", "k-a")).start()
+            two = Background(lambda: paused_post(alice, "b", "k-b")).start()
+            waiters.wait_for(2)
+            started = time.monotonic()
+            third = paused_post(alice, "c", "k-c")  # a third waiter: over the bound
+            assert time.monotonic() - started < 5
+            assert third.status_code == 409
+            assert one.is_running() and two.is_running()  # still waiting
+            for point in (a, b, c):
+                point.release()
+            assert [f.join().status_code for f in firsts] == [201, 201, 201]
+        assert one.join()["Idempotency-Replayed"] == "true"
+        assert two.join()["Idempotency-Replayed"] == "true"
+    assert waiters.count == 2
+    assert Booking.objects.count() == 3
+
+
+def test_the_waiter_bounds_are_checked_settings() -> None:
+    for name in ("MAX_WAITERS_PER_KEY", "MAX_WAITERS"):
+        with override_settings(IDEMPOTENCY={name: 0}):
+            assert "idempotency_django.E004" in {m.id for m in check_settings()}
+        with override_settings(IDEMPOTENCY={name: None}):
+            assert check_settings() == []
