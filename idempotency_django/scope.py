@@ -125,6 +125,10 @@ def session_scope(request: HttpRequest) -> Scope | None:
     session = getattr(request, "session", None)
     if session is None:
         return None
+    location = location_of(request)
+    if not valid_location(location):
+        # Refused (400) before anything is looked up: no session is started for it.
+        return Scope(principal="session:", location=location)
     if _named_by_entry(session):
         name = session.get(GUEST_ENTRY)
         if name is None:
@@ -139,7 +143,7 @@ def session_scope(request: HttpRequest) -> Scope | None:
             session.save()  # SessionMiddleware sends its cookie with the response
         name = str(session.session_key)
     digest = hashlib.sha256(name.encode()).hexdigest()
-    return Scope(principal=f"session:{digest}", location=location_of(request))
+    return Scope(principal=f"session:{digest}", location=location)
 
 
 def _named_by_entry(session: Any) -> bool:
@@ -187,6 +191,11 @@ def _quiet_csrf_log() -> Iterator[None]:
         yield
     finally:
         logger.disabled = disabled
+
+
+def valid_location(location: str) -> bool:
+    """What phase 1 accepts as a location; it answers 400 to anything else."""
+    return len(location) <= MAX_LOCATION_LENGTH and location.isprintable()
 
 
 def location_of(request: HttpRequest) -> str:

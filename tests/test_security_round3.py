@@ -511,3 +511,17 @@ def test_the_waiter_bounds_are_checked_settings() -> None:
             assert "idempotency_django.E004" in {m.id for m in check_settings()}
         with override_settings(IDEMPOTENCY={name: None}):
             assert check_settings() == []
+
+
+@pytest.mark.django_db
+@override_settings(IDEMPOTENCY={"ANONYMOUS": "session"})
+def test_a_guest_request_refused_for_its_location_leaves_no_session() -> None:
+    """0d3b924 saved the session, then answered 400 for the location header."""
+    guest = Client()
+    refused = guest.post(
+        "/plain/guest/", {"slot": "x"}, HTTP_IDEMPOTENCY_KEY="k-1", HTTP_X_LOCATION_ID="x" * 300
+    )
+    assert refused.status_code == 400
+    assert refused.json()["code"] == "idempotency_location_invalid"
+    assert Session.objects.count() == 0
+    assert Booking.objects.count() == 0
