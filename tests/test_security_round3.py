@@ -6,6 +6,7 @@ Every test here failed on 0d3b924; its docstring says why.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import logging
 import threading
@@ -43,6 +44,8 @@ from tests.concurrency import Background, logged_in_client
 from tests.factories import IdempotencyRecordFactory
 from tests.redis_helpers import ALIAS, redis_store_settings
 from tests.servers import free_port
+from tests.test_example_project import BOOKING, example_server, start_then_duplicate
+from tests.test_example_project import call as call_example
 from tests.testapp.models import Booking
 
 # -- 7. guest sessions -------------------------------------------------------------
@@ -525,3 +528,41 @@ def test_a_guest_request_refused_for_its_location_leaves_no_session() -> None:
     assert refused.json()["code"] == "idempotency_location_invalid"
     assert Session.objects.count() == 0
     assert Booking.objects.count() == 0
+
+
+def test_duplicates_of_a_slow_request_leave_gunicorns_threads_to_others(
+    tmp_path: Path,
+) -> None:
+    """The issue's reproduction, against the README's gunicorn (2 workers x 4 threads).
+
+    On 0d3b924 the three duplicates each waited for the slow booking (up to
+    10 s, a thread each, all replayed); now at most one per worker process
+    waits and the others get their 409 at once.
+    """
+    if importlib.util.find_spec("gunicorn") is None:
+        pytest.skip("gunicorn is not installed")
+    with example_server(
+        tmp_path, 3000, server="gunicorn", EXAMPLE_WAIT_FOR_IN_PROGRESS_S="10"
+    ) as base:
+        replies: dict[str, Any] = {}
+
+        def book(name: str) -> None:
+            replies[name] = call_example(base, "POST", "/api/bookings/", BOOKING, key="slow-1")
+            replies[name + "-at"] = time.monotonic()
+
+        first = start_then_duplicate(tmp_path, lambda: book("first"))
+        started = time.monotonic()
+        threads = [threading.Thread(target=book, args=(f"dup-{n}",)) for n in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=30)
+        first.join(timeout=30)
+    assert replies["first"].status == 201
+    # The bound is per process: at most one waiter per worker (2), the rest 409 at once.
+    statuses = sorted(replies[f"dup-{n}"].status for n in range(3))
+    assert statuses in ([201, 201, 409], [201, 409, 409], [409, 409, 409]), statuses
+    quick = [
+        replies[f"dup-{n}-at"] - started for n in range(3) if replies[f"dup-{n}"].status == 409
+    ]
+    assert quick and all(seconds < 1.5 for seconds in quick), quick
