@@ -62,10 +62,6 @@ class Background:
     def is_running(self) -> bool:
         return self._thread.is_alive()
 
-    def finished_within(self, seconds: float) -> bool:
-        self._thread.join(timeout=seconds)
-        return not self._thread.is_alive()
-
     def join(self) -> Any:
         self._thread.join(timeout=60)
         return self.result
