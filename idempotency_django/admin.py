@@ -66,7 +66,7 @@ from idempotency_django.admin_filters import (
     expiry_state,
 )
 from idempotency_django.models import IdempotencyRecord, WebhookDelivery
-from idempotency_django.purge import purge_principal, send_evicted
+from idempotency_django.purge import default_database, purge_principal, send_evicted
 from idempotency_django.webhooks import TRIGGER_PREFIX
 
 __all__ = [
@@ -247,11 +247,14 @@ class ExpiringRecordAdmin(_ModelAdmin):
         """
         reservations = queryset.filter(state=State.IN_PROGRESS)
         if request.POST.get("post") == "yes":
-            with transaction.atomic(using=queryset.db):
-                released = list(reservations.select_for_update())
+            # Where the store writes, never the read alias a router may send
+            # the changelist's queryset to (a replica keeps its rows otherwise).
+            using = default_database()
+            with transaction.atomic(using=using):
+                released = list(reservations.using(using).select_for_update())
                 if released:
                     _log_deletions(request, released, "Released stuck reservation.")
-                    self.model._base_manager.using(queryset.db).filter(
+                    self.model._base_manager.using(using).filter(
                         Q(pk__in=[obj.pk for obj in released]) & Q(state=State.IN_PROGRESS)
                     ).delete()
                     send_evicted(released, reason="release", user=request.user)
@@ -426,7 +429,7 @@ class IdempotencyRecordAdmin(ExpiringRecordAdmin):
         response = self.release_reservations(request, selected)
         if response is not None:
             return response
-        if not self.model._base_manager.filter(pk=obj.pk).exists():
+        if not self.model._base_manager.using(default_database()).filter(pk=obj.pk).exists():
             return HttpResponseRedirect(changelist)  # released: its page is gone
         return HttpResponseRedirect(
             reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[obj.pk])
@@ -524,7 +527,8 @@ class IdempotencyRecordAdmin(ExpiringRecordAdmin):
         records go, live or not, selected or not, in every location.
         """
         principals = sorted(set(queryset.order_by().values_list("principal", flat=True)))
-        using = queryset.db
+        # Where the store writes: an erasure on a replica would erase nothing.
+        using = default_database()
         if len(principals) > self.max_principals_per_deletion:
             self.message_user(
                 request,

@@ -35,7 +35,13 @@ POSITIVE_INTEGERS = (
     "WEBHOOK_FALLBACK_BUCKET",
 )
 #: Positive integers, or None for "no limit".
-OPTIONAL_LIMITS = ("MAX_STORED_BODY", "MAX_KEYS_PER_PRINCIPAL", "MAX_FINGERPRINTED_BODY")
+OPTIONAL_LIMITS = (
+    "MAX_STORED_BODY",
+    "MAX_KEYS_PER_PRINCIPAL",
+    "MAX_FINGERPRINTED_BODY",
+    "MAX_WAITERS_PER_KEY",
+    "MAX_WAITERS",
+)
 
 
 @checks.register(checks.Tags.compatibility)

@@ -10,7 +10,15 @@ in one place. The clients around it are thin adapters for ``requests`` and
 ``httpx``; neither is imported until a session of it is handed over.
 
 Logs (logger ``idempotency_django.client``) name an operation by a short digest
-of its key, never by the key, and carry no header values and no body.
+of its key, never by the key, and carry no header values and no body. Neither
+they nor the exceptions carry the URL's path or query (a trigger token may be
+in it): only the method and the origin.
+
+Redirects are not left to the HTTP library: a ``307`` or ``308`` to the same
+origin (scheme, host, port) is followed with the same method, body, key and
+headers; any other redirect, and every redirect to another origin, is not
+followed (:class:`RequestRejected`), so the body, the key and the credentials
+never reach a host they were not sent to.
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypedDict, TypeVar, overload
-from urllib.parse import urlsplit
+from urllib.parse import urljoin, urlsplit
 
 if TYPE_CHECKING:
     import httpx
@@ -64,6 +72,9 @@ UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 #: requests has no default timeout; an attempt that never ends would make the time
 #: budget meaningless. (httpx clients keep their own default.)
 REQUESTS_TIMEOUT = 10.0
+#: Same-origin 307/308 redirects followed in one attempt, at most.
+MAX_REDIRECTS = 5
+REDIRECTS = frozenset({301, 302, 303, 307, 308})
 
 
 class _Response(Protocol):
@@ -207,7 +218,10 @@ class IdempotentRequestError(Exception, Generic[ResponseT]):
     """The operation ended without a final answer.
 
     ``response`` is the last response (None if the last attempt got none); ``code``
-    its problem ``code``. Neither the message nor the attributes hold the key.
+    its problem ``code``; ``error`` the network error of the last attempt (None if
+    it got a response). Neither the message nor the attributes hold the key, and
+    the message holds no URL path or query. ``error`` is not chained as the
+    ``__cause__``: its message is the HTTP library's, with the whole URL.
     """
 
     def __init__(
@@ -219,8 +233,10 @@ class IdempotentRequestError(Exception, Generic[ResponseT]):
         code: str | None,
         attempts: int,
         retry_after: float | None,
+        error: Exception | None = None,
     ) -> None:
         super().__init__(message)
+        self.error = error
         self.response = response
         self.status = status
         self.code = code
@@ -311,9 +327,10 @@ class _Operation:
         self.url = url
         self.timeout: _Timeout = {"timeout": options["timeout"]} if "timeout" in options else {}
 
-        # Logged instead of the URL (whose query or userinfo may hold a secret)
-        # and the key.
-        self.label = f"{self.method} {urlsplit(url).path or '/'}"
+        # Logged instead of the URL (whose path, query or userinfo may hold a
+        # secret) and the key.
+        self.label = f"{self.method} {_origin(url)}"
+        self.redirects = 0
         self.digest = hashlib.sha256(key.encode()).hexdigest()[:12]
         self.policy = policy
         self.clock = clock
@@ -360,6 +377,40 @@ class _Operation:
             self.reauthenticated = True
         return decision
 
+    def redirect(self, response: _Response) -> bool:
+        """Whether ``response`` is a redirect to follow (the URL is then its target).
+
+        Raises :class:`RequestRejected` for a redirect that is not followed.
+        """
+        if response.status_code not in REDIRECTS:
+            return False
+        location = response.headers.get("Location")
+        if not location:
+            return False
+        target = urljoin(self.url, location)
+        same_origin = _origin(target) == _origin(self.url)
+        if same_origin and response.status_code in (307, 308) and self.redirects < MAX_REDIRECTS:
+            self.redirects += 1
+            logger.debug("%s [op %s] following a %d", self.label, self.digest, response.status_code)
+            self.url = target
+            return True
+        reason = "to another origin" if not same_origin else "that would change the request"
+        if same_origin and response.status_code in (307, 308):
+            reason = f"past {MAX_REDIRECTS} redirects"
+        message = (
+            f"{self.label}: {response.status_code} redirect {reason} ({_origin(target)}), "
+            "not followed: the body, the key and the credentials were not sent there"
+        )
+        logger.warning("%s [op %s] attempt %d: %s", self.label, self.digest, self.attempt, message)
+        raise RequestRejected(
+            message,
+            response=response,
+            status=response.status_code,
+            code=None,
+            attempts=self.attempt,
+            retry_after=None,
+        )
+
     def failure(
         self, decision: Decision, response: ResponseT | None, error: Exception | None
     ) -> IdempotentRequestError[ResponseT]:
@@ -381,7 +432,21 @@ class _Operation:
             code=outcome.code,
             attempts=self.attempt,
             retry_after=outcome.retry_after,
+            error=error,
         )
+
+
+def _origin(url: str) -> str:
+    """``scheme://host[:port]`` of ``url``: no userinfo, path, query or fragment."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    return f"{parts.scheme}://{host}" + (f":{port}" if port is not None else "")
 
 
 def _outcome(response: _Response | None) -> Outcome:
@@ -479,6 +544,7 @@ class _RequestsSender:
             data=operation.body,
             headers=operation.headers,
             timeout=operation.timeout.get("timeout", REQUESTS_TIMEOUT),
+            allow_redirects=False,
         )
 
     def close(self, response: requests.Response) -> None:
@@ -496,6 +562,7 @@ class _HttpxSender:
             operation.url,
             content=operation.body,
             headers=operation.headers,
+            follow_redirects=False,
             **operation.timeout,
         )
 
@@ -581,12 +648,17 @@ class IdempotentClient(Generic[ResponseT]):
                 if not sender.errors.retryable(caught):
                     raise
                 error = caught
+            if response is not None and operation.redirect(response):
+                sender.close(response)
+                operation.attempt -= 1  # the same attempt, at the redirect's target
+                continue
             decision = operation.judge(response, error, self._reauthenticate is not None)
             if decision.verdict is Verdict.DONE:
                 assert response is not None
                 return response
             if decision.verdict in (Verdict.REJECTED, Verdict.EXHAUSTED):
-                raise operation.failure(decision, response, error) from error
+                # Not chained: the library's error message holds the whole URL.
+                raise operation.failure(decision, response, error) from None
             if response is not None:
                 sender.close(response)
             if decision.verdict is Verdict.REAUTHENTICATE:
@@ -641,18 +713,24 @@ class AsyncIdempotentClient:
                     operation.url,
                     content=operation.body,
                     headers=operation.headers,
+                    follow_redirects=False,
                     **operation.timeout,
                 )
             except self._errors.caught as caught:
                 if not self._errors.retryable(caught):
                     raise
                 error = caught
+            if response is not None and operation.redirect(response):
+                await response.aclose()
+                operation.attempt -= 1  # the same attempt, at the redirect's target
+                continue
             decision = operation.judge(response, error, self._reauthenticate is not None)
             if decision.verdict is Verdict.DONE:
                 assert response is not None
                 return response
             if decision.verdict in (Verdict.REJECTED, Verdict.EXHAUSTED):
-                raise operation.failure(decision, response, error) from error
+                # Not chained: the library's error message holds the whole URL.
+                raise operation.failure(decision, response, error) from None
             if response is not None:
                 await response.aclose()
             if decision.verdict is Verdict.REAUTHENTICATE:

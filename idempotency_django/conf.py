@@ -41,6 +41,11 @@ DEFAULTS: dict[str, Any] = {
     # Seconds a duplicate of a request still running waits for its answer
     # before 409 idempotency_key_in_progress. 0: answer 409 at once.
     "WAIT_FOR_IN_PROGRESS": 0,
+    # With WAIT_FOR_IN_PROGRESS: duplicates that may wait at once for one key,
+    # and in all in one process (each holds a worker thread under WSGI); any
+    # other duplicate gets its 409 at once. None: no bound.
+    "MAX_WAITERS_PER_KEY": 1,
+    "MAX_WAITERS": 2,
     # Bytes: a larger response body is not kept (the record says so, and a
     # retry gets 409 idempotency_response_not_stored). None: no limit.
     "MAX_STORED_BODY": 1024 * 1024,

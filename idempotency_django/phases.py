@@ -80,6 +80,7 @@ from idempotency_django.stores import (
     get_store,
 )
 from idempotency_django.stores.base import backoff
+from idempotency_django.waiting import waiting_slot
 
 logger = logging.getLogger("idempotency_django")
 
@@ -142,7 +143,8 @@ def run(
         if remaining <= 0 or _open_transactions():
             # Waiting would hold a transaction someone else opened: answer now.
             return outcome.conflict()
-        outcome.wait(remaining)
+        if not outcome.wait(remaining):
+            return outcome.conflict()  # too many waiters already: 409 at once
 
 
 def _run_view(
@@ -184,7 +186,8 @@ async def _arun(
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return await sync_to_async(outcome.conflict)()
-        await outcome.await_settled(remaining)
+        if not await outcome.await_settled(remaining):
+            return await sync_to_async(outcome.conflict)()  # too many waiters already
     if outcome is None:
         return await call_view()
     if isinstance(outcome, HttpResponseBase):
@@ -727,26 +730,36 @@ class Busy:
     attempt: Attempt
     seconds: float
 
-    def wait(self, seconds: float) -> None:
-        self.attempt.log(logging.INFO, "waiting", seconds=round(seconds, 3))
-        # On a store failure, begin again: the claim then answers 503 if it stays down.
-        with contextlib.suppress(StoreUnavailable):
-            self.attempt.store.wait(self.attempt.key, seconds)
+    def wait(self, seconds: float) -> bool:
+        """Wait for the key to settle; False, at once, past the waiters' bound (waiting.py)."""
+        with waiting_slot(self.attempt.key.digest) as admitted:
+            if not admitted:
+                return False
+            self.attempt.log(logging.INFO, "waiting", seconds=round(seconds, 3))
+            # On a store failure, begin again: the claim then answers 503 if it stays down.
+            with contextlib.suppress(StoreUnavailable):
+                self.attempt.store.wait(self.attempt.key, seconds)
+        return True
 
-    async def await_settled(self, seconds: float) -> None:
-        self.attempt.log(logging.INFO, "waiting", seconds=round(seconds, 3))
-        store, key = self.attempt.store, self.attempt.key
-        deadline = time.monotonic() + seconds
-        for pause in backoff():
-            try:
-                if not await sync_to_async(store.is_held)(key):
-                    return
-            except StoreUnavailable:
-                return
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return
-            await asyncio.sleep(min(pause, remaining))
+    async def await_settled(self, seconds: float) -> bool:
+        """:meth:`wait` for async views, sleeping between looks at the store."""
+        with waiting_slot(self.attempt.key.digest) as admitted:
+            if not admitted:
+                return False
+            self.attempt.log(logging.INFO, "waiting", seconds=round(seconds, 3))
+            store, key = self.attempt.store, self.attempt.key
+            deadline = time.monotonic() + seconds
+            for pause in backoff():
+                try:
+                    if not await sync_to_async(store.is_held)(key):
+                        break
+                except StoreUnavailable:
+                    break
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                await asyncio.sleep(min(pause, remaining))
+        return True
 
     def conflict(self) -> HttpResponseBase:
         response = self.attempt.conflict_in_progress()

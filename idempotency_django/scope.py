@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import logging
+import secrets
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
+from django.middleware.csrf import CsrfViewMiddleware
+from django.utils.module_loading import import_string
 
 from idempotency_django.conf import header, idempotency_settings
 from idempotency_django.keys import InvalidKey, parse_key
@@ -96,6 +102,11 @@ def _holds(request: HttpRequest, principal: str, location: str) -> bool:
         return False  # the claim answers these itself
 
 
+#: The session entry that names a guest for ``ANONYMOUS = "session"``.
+GUEST_ENTRY = "_idempotency_guest"
+SIGNED_COOKIES = "django.contrib.sessions.backends.signed_cookies"
+
+
 def session_scope(request: HttpRequest) -> Scope | None:
     """An anonymous visitor's scope: their Django session, started if there is none.
 
@@ -103,14 +114,88 @@ def session_scope(request: HttpRequest) -> Scope | None:
     protection a logged-in user gets, and one session never sees another's
     responses. The principal is a digest of the session key (a credential,
     never stored as such). Needs ``SessionMiddleware``; None without it.
+
+    A session is started only for a request the CSRF check lets through
+    (one it refuses is not protected: it must not leave a session behind).
+    With signed-cookie sessions the session key is the signed session data,
+    the same for two new guests in the same second and a new one whenever the
+    data changes: the guest is named by a random id kept in the session
+    instead (``GUEST_ENTRY``).
     """
     session = getattr(request, "session", None)
     if session is None:
         return None
-    if session.session_key is None:
-        session.save()  # SessionMiddleware sends its cookie with the response
-    digest = hashlib.sha256(str(session.session_key).encode()).hexdigest()
-    return Scope(principal=f"session:{digest}", location=location_of(request))
+    location = location_of(request)
+    if not valid_location(location):
+        # Refused (400) before anything is looked up: no session is started for it.
+        return Scope(principal="session:", location=location)
+    if _named_by_entry(session):
+        name = session.get(GUEST_ENTRY)
+        if name is None:
+            if csrf_refuses(request):
+                return None  # the view answers 403; no guest was named for it
+            name = secrets.token_urlsafe(24)
+            session[GUEST_ENTRY] = name  # sent with the response's cookie
+    else:
+        if session.session_key is None:
+            if csrf_refuses(request):
+                return None  # the view answers 403; no session was started for it
+            session.save()  # SessionMiddleware sends its cookie with the response
+        name = str(session.session_key)
+    digest = hashlib.sha256(name.encode()).hexdigest()
+    return Scope(principal=f"session:{digest}", location=location)
+
+
+def _named_by_entry(session: Any) -> bool:
+    return type(session).__module__ == SIGNED_COOKIES
+
+
+def csrf_refuses(request: HttpRequest) -> bool:
+    """Whether the project's CSRF middleware will refuse this request's view.
+
+    Asked before a guest's session is started. Accepting marks the request
+    as checked, so the real check does not run twice; a refusal is left to
+    the real check, which answers it.
+    """
+    from django.conf import settings
+
+    from idempotency_django.routes import match_of
+
+    request = getattr(request, "_request", request)  # DRF's Request wraps Django's
+    if getattr(request, "csrf_processing_done", False):
+        return False
+    match = match_of(request)
+    if match is None:
+        return False
+    for path in getattr(settings, "MIDDLEWARE", None) or []:
+        try:
+            middleware = import_string(path)
+        except ImportError:
+            continue
+        if isinstance(middleware, type) and issubclass(middleware, CsrfViewMiddleware):
+            check = middleware(lambda request: HttpResponse())
+            with _quiet_csrf_log():
+                refused = check.process_view(request, match.func, match.args, match.kwargs)
+            if refused is not None:
+                return True
+    return False
+
+
+@contextlib.contextmanager
+def _quiet_csrf_log() -> Iterator[None]:
+    """The real check logs its refusal; this early one must not log it twice."""
+    logger = logging.getLogger("django.security.csrf")
+    disabled = logger.disabled
+    logger.disabled = True
+    try:
+        yield
+    finally:
+        logger.disabled = disabled
+
+
+def valid_location(location: str) -> bool:
+    """What phase 1 accepts as a location; it answers 400 to anything else."""
+    return len(location) <= MAX_LOCATION_LENGTH and location.isprintable()
 
 
 def location_of(request: HttpRequest) -> str:

@@ -526,7 +526,8 @@ def test_a_refused_connection_is_retried_with_backoff_until_the_attempts_run_out
     assert api.sleeps == [0.5, 1.0, 2.0]
     error = exhausted.value
     assert error.attempts == 4 and error.status is None and error.response is None
-    assert isinstance(error.__cause__, (requests.ConnectionError, httpx.ConnectError))
+    assert isinstance(error.error, (requests.ConnectionError, httpx.ConnectError))
+    assert error.__cause__ is None  # its message is the whole URL
     assert re.search(r"no response \(\w+\) after 4 attempts in 3\.5 s", str(error))
 
 

@@ -132,6 +132,9 @@ if BACKEND == "redis":
 elif BACKEND != "db":
     raise ImproperlyConfigured(f"EXAMPLE_IDEMPOTENCY_BACKEND must be db or redis, not {BACKEND!r}.")
 
+#: Seconds a duplicate waits for the request it duplicates (WAIT_FOR_IN_PROGRESS).
+IDEMPOTENCY["WAIT_FOR_IN_PROGRESS"] = env_int("EXAMPLE_WAIT_FOR_IN_PROGRESS_S", 0)
+
 #: Milliseconds creating a booking takes (simulated work), to see "409 in progress".
 EXAMPLE_BOOKING_DELAY_MS = env_int("EXAMPLE_BOOKING_DELAY_MS", 0)
 #: A file path: while that file exists, a request waits right after a booking's INSERT,
