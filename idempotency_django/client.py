@@ -26,7 +26,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypedDict, TypeVar, overload
 from urllib.parse import urlsplit
@@ -196,7 +196,7 @@ def parse_retry_after(value: str | None, now: datetime) -> float | None:
     except (TypeError, ValueError):
         return None
     if when.tzinfo is None:  # "-0000": UTC, with no claim about the local zone
-        when = when.replace(tzinfo=timezone.utc)
+        when = when.replace(tzinfo=UTC)
     return max(0.0, (when - now).total_seconds())
 
 
@@ -396,7 +396,7 @@ def _outcome(response: _Response | None) -> Outcome:
             problem = None
         if isinstance(problem, dict) and isinstance(problem.get("code"), str):
             code = problem["code"]
-    retry_after = parse_retry_after(response.headers.get("Retry-After"), datetime.now(timezone.utc))
+    retry_after = parse_retry_after(response.headers.get("Retry-After"), datetime.now(UTC))
     return Outcome(response.status_code, code, retry_after)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     terminalreporter.write_sep("=", "idempotency reliability results")
     terminalreporter.write_line(table)
     minutes = (time.monotonic() - _STARTED) / 60
-    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     outcome = ", ".join(
         f"{len(terminalreporter.stats.get(name, []))} {name}"
         for name in ("passed", "failed", "xfailed", "xpassed", "error")
