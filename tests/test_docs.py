@@ -568,3 +568,11 @@ def test_the_readme_says_what_plain_pytest_uses() -> None:
     for needed in [*programs, "/usr/bin/chromium", "127.0.0.1:5432", "127.0.0.1:6379"]:
         assert needed in development, needed
     assert re.search(r"`pytest` took \d+ min \d+ s", development)
+
+
+def test_security_md_says_how_to_report_what_is_supported_and_in_scope() -> None:
+    text = (REPO_ROOT / "SECURITY.md").read_text()
+    for heading in ("## Reporting a vulnerability", "## Supported versions", "## In scope"):
+        assert heading in text
+    assert "security/advisories/new" in text
+    assert "Python 3.11 or newer, Django 5.2 LTS" in text
