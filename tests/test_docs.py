@@ -576,3 +576,10 @@ def test_security_md_says_how_to_report_what_is_supported_and_in_scope() -> None
         assert heading in text
     assert "security/advisories/new" in text
     assert "Python 3.11 or newer, Django 5.2 LTS" in text
+
+
+def test_conf_comments_name_no_internal_seed_projects() -> None:
+    """conf.py's comments say what a default means, not which internal project had it."""
+    text = (REPO_ROOT / "idempotency_django" / "conf.py").read_text()
+    for name in ("HyphaBase", "Hodoflow", "the seeds"):
+        assert name.lower() not in text.lower(), name
