@@ -583,3 +583,14 @@ def test_conf_comments_name_no_internal_seed_projects() -> None:
     text = (REPO_ROOT / "idempotency_django" / "conf.py").read_text()
     for name in ("HyphaBase", "Hodoflow", "the seeds"):
         assert name.lower() not in text.lower(), name
+
+
+def test_guarantees_md_describes_every_anonymous_mode() -> None:
+    """Each value of ANONYMOUS (checks.py accepts these three) is in guarantees.md's section."""
+    text = (REPO_ROOT / "docs" / "guarantees.md").read_text()
+    section = text.split("### Anonymous requests", 1)[1].split("\n## ", 1)[0]
+    for mode in ('"ignore"', '"reject"', '"session"'):
+        assert mode in section, mode
+    assert "SessionMiddleware" in section
+    assert "idempotency_django.E014" in section
+    assert "digest of the session key" in section
