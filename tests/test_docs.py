@@ -594,3 +594,34 @@ def test_guarantees_md_describes_every_anonymous_mode() -> None:
     assert "SessionMiddleware" in section
     assert "idempotency_django.E014" in section
     assert "digest of the session key" in section
+
+
+def collected(*args: str) -> str:
+    """The last line of ``pytest --collect-only -q`` with ``args``, run from the checkout."""
+    listed = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert listed.returncode in (0, 5), listed.stdout + listed.stderr  # 5: none selected
+    return listed.stdout.strip().splitlines()[-1]
+
+
+def test_plain_pytest_leaves_out_the_real_service_tests_and_ci_runs_them() -> None:
+    """pytest: the embedded default; pytest -m services: servers, browser, example
+    project, scale-out, hang-ups; pytest --all (CI on every database): both."""
+    real = ["tests/hangup", "tests/test_scale_out.py", "tests/test_admin_browser.py"]
+    assert re.fullmatch(r"\d+ tests collected in .*", collected("-m", "services", *real))
+    assert re.fullmatch(r"no tests collected \(\d+ deselected\).*", collected(*real))
+    assert re.fullmatch(r"\d+ tests collected in .*", collected("--all", *real))
+    ci = (REPO_ROOT / ".ci" / "run").read_text()
+    for database in ("", "TEST_DATABASE=postgres ", "TEST_DATABASE=mariadb "):
+        assert f'\n{database}pytest --all "${{coverage_args[@]}}"\n' in ci, database
+    readme = (REPO_ROOT / "README.md").read_text()
+    development = readme.split("## Development", 1)[1].split("\n## ", 1)[0]
+    for command in ("pytest -m services", "pytest --all"):
+        assert command in development, command
+    assert re.search(r"`pytest -m services` took\s+\d+ min \d+ s", development)
