@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,14 @@ pytestmark = pytest.mark.django_db
 BODY = json.dumps({"slot": "2026-07-30T09:00:00Z"})
 LOCALE = Path(idempotency_django.__file__).parent / "locale"
 LOCALE_MIDDLEWARE = "django.middleware.locale.LocaleMiddleware"
+
+
+@pytest.fixture(autouse=True)
+def restore_the_language() -> Iterator[None]:
+    """LocaleMiddleware leaves the language it activated on the thread: later tests expect
+    English."""
+    with translation.override(translation.get_language()):
+        yield
 
 
 def post(client: Client, body: str = BODY, **extra: str):  # type: ignore[no-untyped-def]
