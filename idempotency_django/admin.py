@@ -28,7 +28,6 @@ from django.contrib.admin import helpers
 from django.contrib.admin.models import DELETION, LogEntry
 from django.contrib.admin.utils import flatten_fieldsets, unquote
 from django.contrib.admin.views.main import ChangeList
-from django.contrib.contenttypes.models import ContentType
 from django.core.exceptions import PermissionDenied
 from django.db import models, transaction
 from django.db.models import Q, QuerySet
@@ -99,23 +98,12 @@ UNFILTERABLE_FIELDS = frozenset({"token", "response_body", "response_headers"})
 
 
 def _log_deletions(request: HttpRequest, objects: Sequence[models.Model], message: str) -> None:
-    """One admin log entry per deleted object, on Django 4.2 and on 5.1+."""
+    """One admin log entry per deleted object."""
     user_id = request.user.pk
-    manager: Any = LogEntry.objects
-    if hasattr(manager, "log_actions"):  # Django 5.1+
-        manager.log_actions(
-            user_id=user_id, queryset=objects, action_flag=DELETION, change_message=message
-        )
-        return
-    for obj in objects:  # pragma: no cover - Django < 5.1
-        manager.log_action(
-            user_id=user_id,
-            content_type_id=ContentType.objects.get_for_model(obj, for_concrete_model=False).pk,
-            object_id=obj.pk,
-            object_repr=str(obj),
-            action_flag=DELETION,
-            change_message=message,
-        )
+    assert user_id is not None  # the admin's views need a logged-in user
+    LogEntry.objects.log_actions(
+        user_id=user_id, queryset=objects, action_flag=DELETION, change_message=message
+    )
 
 
 def _relative_time(value: datetime | None) -> SafeString | str:

@@ -34,7 +34,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypedDict, TypeVar, overload
 from urllib.parse import urljoin, urlsplit
@@ -207,7 +207,7 @@ def parse_retry_after(value: str | None, now: datetime) -> float | None:
     except (TypeError, ValueError):
         return None
     if when.tzinfo is None:  # "-0000": UTC, with no claim about the local zone
-        when = when.replace(tzinfo=timezone.utc)
+        when = when.replace(tzinfo=UTC)
     return max(0.0, (when - now).total_seconds())
 
 
@@ -263,10 +263,39 @@ class RetriesExhausted(IdempotentRequestError[ResponseT]):
 # -- one operation ----------------------------------------------------------------
 
 
+#: A multipart/form-data field: a value, or a file as (filename, content[, content type]).
+MultipartValue = str | tuple[str, bytes] | tuple[str, bytes, str]
+
+
+def multipart_body(fields: Mapping[str, MultipartValue], boundary: str) -> bytes:
+    """``fields`` as a multipart/form-data body (RFC 7578) with ``boundary``."""
+
+    def quoted(value: str) -> str:  # as browsers escape names and filenames (WHATWG)
+        return value.replace('"', "%22").replace("\r", "%0D").replace("\n", "%0A")
+
+    parts: list[bytes] = []
+    for name, value in fields.items():
+        disposition = f'form-data; name="{quoted(name)}"'
+        if isinstance(value, str):
+            head, content = f"Content-Disposition: {disposition}\r\n", value.encode()
+        else:
+            filename, content = value[0], value[1]
+            kind = value[2] if len(value) == 3 else "application/octet-stream"
+            head = (
+                f'Content-Disposition: {disposition}; filename="{quoted(filename)}"\r\n'
+                f"Content-Type: {kind}\r\n"
+            )
+        parts.append(f"--{boundary}\r\n{head}\r\n".encode() + content + b"\r\n")
+    return b"".join(parts) + f"--{boundary}--\r\n".encode()
+
+
 class RequestOptions(TypedDict, total=False):
     """What a request may carry besides its method and URL.
 
-    ``json`` (any JSON value) or ``content`` (bytes): the body, serialized once.
+    ``json`` (any JSON value), ``content`` (bytes) or ``multipart`` (form fields: a
+    str, or a file as ``(filename, bytes)`` or ``(filename, bytes, content type)``):
+    the body, serialized once, so every attempt sends the same bytes (one multipart
+    boundary per operation).
     ``headers``: extra headers (the session's own are sent as usual).
     ``key``: the Idempotency-Key; one is made (a UUID4) if not given.
     ``location``: sent as ``X-Location-Id``.
@@ -276,6 +305,7 @@ class RequestOptions(TypedDict, total=False):
 
     json: Any
     content: bytes
+    multipart: Mapping[str, MultipartValue]
     headers: Mapping[str, str]
     key: str
     location: str
@@ -301,8 +331,8 @@ class _Operation:
         self.method = method.upper()
         if self.method not in UNSAFE_METHODS:
             raise ValueError(f"{method} is not an unsafe method: it needs no Idempotency-Key")
-        if "json" in options and "content" in options:
-            raise ValueError("pass json= or content=, not both")
+        if len({"json", "content", "multipart"} & set(options)) > 1:
+            raise ValueError("pass one of json=, content= and multipart=, not both")
         self.headers = dict(options.get("headers") or {})
         given = {name.lower() for name in self.headers}
         if "idempotency-key" in given:
@@ -324,6 +354,12 @@ class _Operation:
             ).encode()
             if "content-type" not in given:
                 self.headers["Content-Type"] = "application/json"
+        if "multipart" in options:
+            if "content-type" in given:
+                raise ValueError("multipart= sets the Content-Type (its boundary) itself")
+            boundary = uuid.uuid4().hex  # once per operation: every attempt, the same bytes
+            self.body = multipart_body(options["multipart"], boundary)
+            self.headers["Content-Type"] = f"multipart/form-data; boundary={boundary}"
         self.url = url
         self.timeout: _Timeout = {"timeout": options["timeout"]} if "timeout" in options else {}
 
@@ -461,7 +497,7 @@ def _outcome(response: _Response | None) -> Outcome:
             problem = None
         if isinstance(problem, dict) and isinstance(problem.get("code"), str):
             code = problem["code"]
-    retry_after = parse_retry_after(response.headers.get("Retry-After"), datetime.now(timezone.utc))
+    retry_after = parse_retry_after(response.headers.get("Retry-After"), datetime.now(UTC))
     return Outcome(response.status_code, code, retry_after)
 
 

@@ -56,8 +56,9 @@ DEFAULTS: dict[str, Any] = {
     # Bytes: a keyed request with a larger body gets 413
     # idempotency_body_too_large before any of it is read. None: no limit.
     "MAX_FINGERPRINTED_BODY": 10 * 1024 * 1024,
-    # False: keep 2xx/3xx only (HyphaBase). True: keep 4xx too, except the
-    # statuses in NEVER_RETAINED_CLIENT_ERRORS (Hodoflow).
+    # False: keep 2xx/3xx only, so a client can fix a 4xx request and retry
+    # with the same key. True: keep 4xx too, except the statuses in
+    # NEVER_RETAINED_CLIENT_ERRORS (401, 403, 408, 409, 429: they may succeed later).
     "RETAIN_CLIENT_ERRORS": False,
     # 400 idempotency_key_missing when a request carries no key, on the views
     # that opted in (@idempotent, DRF); never on the admin or auth views.
@@ -67,7 +68,8 @@ DEFAULTS: dict[str, Any] = {
     "REQUIRED_PATHS": (),
     # Run the view and store its response in one transaction (exactly once).
     "ATOMIC": False,
-    # Status for a key reused with a different request: 409 (the seeds) or 422 (IETF draft).
+    # Status for a key reused with a different request: 409 (Conflict, the
+    # default) or 422 (as the IETF draft suggests).
     "REUSE_STATUS": 409,
     # Retry-After seconds sent with 409 in progress and 503 unavailable.
     "RETRY_AFTER": 1,

@@ -29,6 +29,7 @@ from django.http import HttpRequest
 from django.http.response import HttpResponseBase
 from django.utils.crypto import salted_hmac
 from django.utils.http import parse_header_parameters
+from django.utils.translation import gettext as _
 
 from idempotency_django import problems
 from idempotency_django.conf import idempotency_settings
@@ -364,7 +365,8 @@ class BodyTooLarge(Exception):
             request,
             413,
             problems.BODY_TOO_LARGE,
-            f"A request with an idempotency key may have a body of at most {self.limit} bytes.",
+            _("A request with an idempotency key may have a body of at most %(limit)d bytes.")
+            % {"limit": self.limit},
         )
 
 

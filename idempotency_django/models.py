@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar
 
 from django.db import models
 from django.utils import timezone
@@ -85,8 +85,7 @@ class IdempotencyRecord(models.Model):
 
 class WebhookDeliveryManager(models.Manager["WebhookDelivery"]):
     def get_queryset(self) -> models.QuerySet[WebhookDelivery]:
-        deliveries = super().get_queryset().filter(kind=IdempotencyRecord.Kind.WEBHOOK)
-        return cast("models.QuerySet[WebhookDelivery]", deliveries)
+        return super().get_queryset().filter(kind=IdempotencyRecord.Kind.WEBHOOK)
 
 
 class WebhookDelivery(IdempotencyRecord):

@@ -58,6 +58,7 @@ from django.http import FileResponse, HttpRequest, HttpResponse
 from django.http.request import RawPostDataException
 from django.http.response import HttpResponseBase
 from django.utils.module_loading import import_string
+from django.utils.translation import gettext as _
 
 from idempotency_django import problems, signals
 from idempotency_django.conf import (
@@ -290,7 +291,7 @@ def begin(
                 request,
                 400,
                 problems.KEY_MISSING,
-                f"This endpoint requires an {settings.HEADER} header.",
+                _("This endpoint requires an %(header)s header.") % {"header": settings.HEADER},
             )
         return None
     try:
@@ -308,7 +309,8 @@ def begin(
                 request,
                 401,
                 problems.AUTHENTICATION_REQUIRED,
-                f"Requests with an {settings.HEADER} must be authenticated.",
+                _("Requests with an %(header)s must be authenticated.")
+                % {"header": settings.HEADER},
             )
         log(logging.INFO, "unprotected", request, reason="anonymous")
         return None
@@ -317,8 +319,8 @@ def begin(
             request,
             400,
             problems.LOCATION_INVALID,
-            f"The {settings.LOCATION_HEADER} header must be at most "
-            f"{MAX_LOCATION_LENGTH} printable characters.",
+            _("The %(header)s header must be at most %(length)d printable characters.")
+            % {"header": settings.LOCATION_HEADER, "length": MAX_LOCATION_LENGTH},
         )
     try:
         prepare_body(request)
@@ -328,7 +330,7 @@ def begin(
             request,
             400,
             problems.BODY_UNAVAILABLE,
-            "The request body was consumed before it could be fingerprinted.",
+            _("The request body was consumed before it could be fingerprinted."),
         )
     except BodyTooLarge as exc:
         return exc.answer(request)
@@ -434,8 +436,11 @@ class Attempt:
             self.request,
             429,
             problems.TOO_MANY_KEYS,
-            f"This principal holds {limit} live idempotency keys, the most it may. "
-            "Retry when one has expired.",
+            _(
+                "This principal holds %(limit)d live idempotency keys, the most it may. "
+                "Retry when one has expired."
+            )
+            % {"limit": limit},
             retry_after=max(1, math.ceil(first_expiry or idempotency_settings.RETRY_AFTER)),
         )
 
@@ -457,8 +462,10 @@ class Attempt:
                 self.request,
                 int(idempotency_settings.REUSE_STATUS),
                 problems.KEY_REUSED,
-                "This idempotency key was already used with a different request. "
-                "Use a new key for a new operation.",
+                _(
+                    "This idempotency key was already used with a different request. "
+                    "Use a new key for a new operation."
+                ),
             )
         seconds = float(
             _option(self.options.wait_for_in_progress, idempotency_settings.WAIT_FOR_IN_PROGRESS)
@@ -480,9 +487,12 @@ class Attempt:
             self.request,
             409,
             problems.RESPONSE_NOT_STORED,
-            f"The request with this idempotency key already ran and answered {status}, "
-            "but its response was too large to keep for a replay. "
-            "Look the result up instead of retrying.",
+            _(
+                "The request with this idempotency key already ran and answered %(status)d, "
+                "but its response was too large to keep for a replay. "
+                "Look the result up instead of retrying."
+            )
+            % {"status": status},
             original_status=status,
         )
 
@@ -491,8 +501,10 @@ class Attempt:
             self.request,
             409,
             problems.KEY_IN_PROGRESS,
-            "A request with this idempotency key is still being processed. "
-            "Retry shortly to get its response.",
+            _(
+                "A request with this idempotency key is still being processed. "
+                "Retry shortly to get its response."
+            ),
             retry_after=int(idempotency_settings.RETRY_AFTER),
         )
 
@@ -501,7 +513,10 @@ class Attempt:
             self.request,
             503,
             problems.UNAVAILABLE,
-            "The idempotency key could not be claimed; nothing was done. Retry with the same key.",
+            _(
+                "The idempotency key could not be claimed; nothing was done. "
+                "Retry with the same key."
+            ),
             retry_after=int(idempotency_settings.UNAVAILABLE_RETRY_AFTER),
         )
 

@@ -1,5 +1,8 @@
 """Refusals: RFC 9457 problem responses, each with a stable ``code`` member.
 
+Their ``detail`` is translated into the request's active language (Django's i18n:
+``LocaleMiddleware`` or ``translation.override``); ``code`` and ``title`` are not.
+
 :func:`problem` is the one way the library refuses a request. The answer is
 built by ``PROBLEM_RENDERER`` (by default :func:`render_problem`: problem+json,
 or a JSON:API error document for a client that asks for one); on a DRF view
@@ -65,7 +68,7 @@ def problem_members(status: int, code: str, detail: str, **extensions: Any) -> d
         "title": TITLES.get(status) or HTTPStatus(status).phrase,
         "status": status,
         "code": code,
-        "detail": detail,
+        "detail": str(detail),  # a lazy translation is rendered in the active language
         **extensions,
     }
 

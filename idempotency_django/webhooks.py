@@ -31,6 +31,7 @@ from django.http import HttpRequest, JsonResponse
 from django.http.response import HttpResponseBase
 from django.urls import Resolver404, URLPattern, URLResolver, get_resolver, resolve
 from django.utils.crypto import salted_hmac
+from django.utils.translation import gettext as _
 
 from idempotency_django import problems
 from idempotency_django.conf import idempotency_settings
@@ -337,7 +338,7 @@ class DeliveryAttempt(Attempt):
             self.request,
             409,
             IN_PROGRESS,
-            "This delivery is being processed. Retry later.",
+            _("This delivery is being processed. Retry later."),
             retry_after=int(idempotency_settings.RETRY_AFTER),
         )
 
@@ -346,7 +347,7 @@ class DeliveryAttempt(Attempt):
             self.request,
             503,
             problems.UNAVAILABLE,
-            "The delivery could not be recorded; nothing was done. Retry later.",
+            _("The delivery could not be recorded; nothing was done. Retry later."),
             retry_after=int(idempotency_settings.UNAVAILABLE_RETRY_AFTER),
         )
 

@@ -1,11 +1,66 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import User
 from django.db import connections
 from django.test import Client
+
+# -- the real-service part of the suite -------------------------------------------
+# Plain `pytest` runs the embedded default (SQLite, local memory, the test client,
+# and Redis at :6379 when it runs); `pytest -m services` runs the tests below, which
+# start real servers, a browser or another project; `pytest --all` runs both (CI).
+
+TESTS = Path(__file__).resolve().parent
+
+#: Every test under these paths starts real servers or processes.
+SERVICE_PATHS = (
+    "hangup/",  # uvicorn, daphne and gunicorn, clients that hang up
+    "reliability/",  # gunicorn, PostgreSQL and Redis of its own (IDEMPOTENCY_RELIABILITY=1)
+    "real_stack/test_pgbouncer.py",  # a pgbouncer in front of PostgreSQL
+    "test_scale_out.py",  # gunicorn workers, a redis-server cluster, PostgreSQL
+    "test_admin_browser.py",  # Chromium
+    "test_example_browser.py",  # Chromium against the example project
+    "test_example_project.py",  # the example project's runserver, curl
+    "test_example_openapi.py",  # the example project's manage.py
+    "test_quickstart.py",  # startproject, runserver and curl
+)
+#: Fixtures that start a real server (test_async.py, test_client.py).
+SERVICE_FIXTURES = frozenset({"uvicorn_server", "server", "slow_server", "storeless_server"})
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--all",
+        action="store_true",
+        help="Run the whole suite: the embedded default and the real-service tests (CI).",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("--all"):
+        config.option.markexpr = ""  # drops addopts' -m "not services"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        relative = item.path.resolve().relative_to(TESTS).as_posix()
+        if relative.startswith(SERVICE_PATHS) or SERVICE_FIXTURES & set(
+            getattr(item, "fixturenames", ())
+        ):
+            item.add_marker(pytest.mark.services)
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    if config.option.markexpr == "not services":
+        return (
+            "embedded default: real-service tests (servers, browser, example project, "
+            "scale-out, reliability) are deselected, too slow to run often: "
+            "pytest -m services runs them, pytest --all runs everything"
+        )
+    return None
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ import uuid
 from base64 import b64encode
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -182,7 +182,7 @@ def test_policy_refuses_nonsense() -> None:
         RetryPolicy(base=-1)
 
 
-NOW = datetime(2026, 7, 30, 9, 0, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 7, 30, 9, 0, 0, tzinfo=UTC)
 
 
 @pytest.mark.parametrize(
@@ -294,7 +294,7 @@ _minutes = itertools.count()
 
 def new_slot() -> str:
     """A slot no other test books, so that counting its bookings counts this test's."""
-    moment = datetime(2027, 1, 1, tzinfo=timezone.utc) + timedelta(minutes=next(_minutes))
+    moment = datetime(2027, 1, 1, tzinfo=UTC) + timedelta(minutes=next(_minutes))
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 

@@ -568,3 +568,60 @@ def test_the_readme_says_what_plain_pytest_uses() -> None:
     for needed in [*programs, "/usr/bin/chromium", "127.0.0.1:5432", "127.0.0.1:6379"]:
         assert needed in development, needed
     assert re.search(r"`pytest` took \d+ min \d+ s", development)
+
+
+def test_security_md_says_how_to_report_what_is_supported_and_in_scope() -> None:
+    text = (REPO_ROOT / "SECURITY.md").read_text()
+    for heading in ("## Reporting a vulnerability", "## Supported versions", "## In scope"):
+        assert heading in text
+    assert "security/advisories/new" in text
+    assert "Python 3.11 or newer, Django 5.2 LTS" in text
+
+
+def test_conf_comments_name_no_internal_seed_projects() -> None:
+    """conf.py's comments say what a default means, not which internal project had it."""
+    text = (REPO_ROOT / "idempotency_django" / "conf.py").read_text()
+    for name in ("HyphaBase", "Hodoflow", "the seeds"):
+        assert name.lower() not in text.lower(), name
+
+
+def test_guarantees_md_describes_every_anonymous_mode() -> None:
+    """Each value of ANONYMOUS (checks.py accepts these three) is in guarantees.md's section."""
+    text = (REPO_ROOT / "docs" / "guarantees.md").read_text()
+    section = text.split("### Anonymous requests", 1)[1].split("\n## ", 1)[0]
+    for mode in ('"ignore"', '"reject"', '"session"'):
+        assert mode in section, mode
+    assert "SessionMiddleware" in section
+    assert "idempotency_django.E014" in section
+    assert "digest of the session key" in section
+
+
+def collected(*args: str) -> str:
+    """The last line of ``pytest --collect-only -q`` with ``args``, run from the checkout."""
+    listed = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert listed.returncode in (0, 5), listed.stdout + listed.stderr  # 5: none selected
+    return listed.stdout.strip().splitlines()[-1]
+
+
+def test_plain_pytest_leaves_out_the_real_service_tests_and_ci_runs_them() -> None:
+    """pytest: the embedded default; pytest -m services: servers, browser, example
+    project, scale-out, hang-ups; pytest --all (CI on every database): both."""
+    real = ["tests/hangup", "tests/test_scale_out.py", "tests/test_admin_browser.py"]
+    assert re.fullmatch(r"\d+ tests collected in .*", collected("-m", "services", *real))
+    assert re.fullmatch(r"no tests collected \(\d+ deselected\).*", collected(*real))
+    assert re.fullmatch(r"\d+ tests collected in .*", collected("--all", *real))
+    ci = (REPO_ROOT / ".ci" / "run").read_text()
+    for database in ("", "TEST_DATABASE=postgres ", "TEST_DATABASE=mariadb "):
+        assert f'\n{database}pytest --all "${{coverage_args[@]}}"\n' in ci, database
+    readme = (REPO_ROOT / "README.md").read_text()
+    development = readme.split("## Development", 1)[1].split("\n## ", 1)[0]
+    for command in ("pytest -m services", "pytest --all"):
+        assert command in development, command
+    assert re.search(r"`pytest -m services` took\s+\d+ min \d+ s", development)

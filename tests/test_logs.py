@@ -286,6 +286,7 @@ def logging_server(kind: str, directory: Path) -> Iterator[str]:
                 process.wait()
 
 
+@pytest.mark.services
 @pytest.mark.parametrize("kind", ["runserver", "gunicorn"])
 def test_no_secret_in_any_log_line_of_a_real_server(
     kind: str, transactional_db: None, tmp_path: Path

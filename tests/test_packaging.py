@@ -17,17 +17,13 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
 
 from idempotency_django import __version__
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pytest brings tomli on Python 3.10
-    import tomli as tomllib
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
@@ -147,7 +143,7 @@ def test_the_wheel_metadata_is_a_releases(dists: dict[str, Path | str]) -> None:
     assert metadata["License-File"] == "LICENSE"
     assert not [c for c in metadata.get_all("Classifier", []) if c.startswith("License ::")]
     assert set(metadata.get_all("Provides-Extra", [])) >= {"drf", "redis", "postgres"}
-    assert metadata.get_all("Requires-Dist", [])[0] == "django>=4.2"
+    assert metadata.get_all("Requires-Dist", [])[0] == "django>=5.2"
     urls = dict(u.split(", ", 1) for u in metadata.get_all("Project-URL", []))
     assert {"Homepage", "Documentation", "Repository", "Issues", "Changelog"} <= set(urls)
     assert metadata["Keywords"]
@@ -191,3 +187,19 @@ def test_the_classifiers_claim_what_ci_runs() -> None:
     assert classified("Programming Language :: Python :: ") == tox_python
     oldest_python = min(tox_python, key=lambda v: tuple(map(int, v.split("."))))
     assert PYPROJECT["project"]["requires-python"] == f">={oldest_python}"
+
+
+def test_the_readme_and_docs_state_the_supported_versions() -> None:
+    """README and docs/index.md name the floors pyproject.toml admits."""
+    python = PYPROJECT["project"]["requires-python"].removeprefix(">=")
+    django = PYPROJECT["project"]["dependencies"][0].removeprefix("django>=")
+    drf = PYPROJECT["project"]["optional-dependencies"]["drf"][0].split(">=")[1]
+    assert (python, django, drf) == ("3.11", "5.2", "3.15")
+    for page in ("README.md", "docs/index.md"):
+        text = (REPO_ROOT / page).read_text()
+        assert "## Supported versions" in text, page
+        section = text.split("## Supported versions", 1)[1].split("\n## ", 1)[0]
+        assert f"Python {python} or newer" in section, page
+        assert f"Django {django} LTS and newer" in section, page
+        assert f"Django REST framework {drf} or newer" in section, page
+        assert "no longer supported" in section, page

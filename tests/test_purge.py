@@ -528,10 +528,12 @@ def test_a_long_purge_prints_its_running_total() -> None:
     IdempotencyRecordFactory.create_batch(25, expired=True)
     output = run_with_progress(0, "--batch-size", "10")
     totals = re.findall(
-        r"^  completed records: ([\d,]+) completed records? so far \(", output, re.M
+        r"^  completed records: ([\d,]+) completed records? so far, about ([\d,]+) left \(",
+        output,
+        re.M,
     )
-    assert totals == ["10", "20", "25"], output
-    assert re.search(r"so far \([\d,]+ rows/s\)$", output, re.M)
+    assert totals == [("10", "15"), ("20", "5"), ("25", "0")], output
+    assert re.search(r"left \([\d,]+ rows/s\)$", output, re.M)
     assert "Deleted 25 completed records (database 'default')." in output
 
 
@@ -545,7 +547,10 @@ def test_a_short_purge_prints_only_its_totals() -> None:
 def test_every_batch_at_verbosity_2_with_the_running_total() -> None:
     IdempotencyRecordFactory.create_batch(25, expired=True)
     output = run("--batch-size", "10", "-v", "2")
-    assert "completed records: deleted a batch of 10, 20 completed records so far" in output
+    assert (
+        "completed records: deleted a batch of 10, 20 completed records so far, about 5 left"
+        in (output)
+    )
 
 
 def test_counts_of_one_are_singular() -> None:

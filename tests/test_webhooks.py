@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -117,7 +117,7 @@ def test_fallback_hash_catches_a_short_retry(client: Client) -> None:
     assert TOKEN not in delivery.key and BODY not in delivery.key
 
 
-BOUNDARY = datetime(2026, 12, 2, 12, 0, 0, tzinfo=timezone.utc)  # a multiple of 300 s
+BOUNDARY = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)  # a multiple of 300 s
 
 
 @pytest.mark.django_db
@@ -189,7 +189,7 @@ def test_in_progress_delivery_gets_409_with_retry_after(client: Client) -> None:
         path="hooks/<str:token>/",
         state="in_progress",
         token="another-worker",
-        expires_at=datetime.now(timezone.utc) + timedelta(seconds=300),
+        expires_at=datetime.now(UTC) + timedelta(seconds=300),
     )
     response = deliver(client, HTTP_WEBHOOK_ID="msg_busy")
     assert response.status_code == 409
@@ -204,7 +204,7 @@ def test_drf_receiver(client: Client) -> None:
     assert deliver(client, url, HTTP_SVIX_ID="msg_d").json()["status"] == "accepted"
     assert deliver(client, url, HTTP_SVIX_ID="msg_d").json() == {"status": "duplicate"}
     assert Booking.objects.filter(slot="drf-webhook-run").count() == 1
-    remaining = WebhookDelivery.objects.get().expires_at - datetime.now(timezone.utc)
+    remaining = WebhookDelivery.objects.get().expires_at - datetime.now(UTC)
     assert timedelta(minutes=59) < remaining <= timedelta(hours=1)
 
 

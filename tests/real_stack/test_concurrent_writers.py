@@ -12,7 +12,6 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-import django
 import pytest
 from django.contrib.auth.models import User
 from django.db import connection, connections
@@ -95,10 +94,7 @@ def immediate_transactions() -> Iterator[None]:
         del options["transaction_mode"]
 
 
-@pytest.mark.skipif(
-    connection.vendor != "sqlite" or django.VERSION < (5, 1),
-    reason="SQLite's transaction_mode option (Django 5.1+)",
-)
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's transaction_mode option")
 @pytest.mark.usefixtures("atomic_requests", "immediate_transactions")
 @pytest.mark.parametrize("url", ["/plain/bookings/?delay=0.2", "/api/bookings/?delay=0.2"])
 def test_storm_under_atomic_requests_on_sqlite_waits_for_the_writer_then_replays(

@@ -8,7 +8,6 @@ import gzip
 from collections.abc import Iterator
 from typing import Any
 
-import django
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
@@ -32,10 +31,6 @@ SESSION = "django.contrib.sessions.middleware.SessionMiddleware"
 AUTHENTICATION = "django.contrib.auth.middleware.AuthenticationMiddleware"
 SLOT = {"slot": "2026-07-30T09:00"}
 
-needs_login_required = pytest.mark.skipif(
-    django.VERSION < (5, 1), reason="LoginRequiredMiddleware is new in Django 5.1"
-)
-
 
 def keyed_post(client: Client, url: str, key: str, **headers: str):  # type: ignore[no-untyped-def]
     return client.post(url, SLOT, headers={"Idempotency-Key": key, **headers})
@@ -51,7 +46,6 @@ def decoded(response) -> bytes:  # type: ignore[no-untyped-def]
 # -- LoginRequiredMiddleware, listed after the idempotency middleware --------------
 
 
-@needs_login_required
 def test_login_required_redirects_an_anonymous_keyed_post_to_the_login_page(
     settings: Any,
 ) -> None:
@@ -64,7 +58,6 @@ def test_login_required_redirects_an_anonymous_keyed_post_to_the_login_page(
     assert Booking.objects.count() == 0
 
 
-@needs_login_required
 def test_login_required_lets_a_logged_in_user_book_once(settings: Any, alice: User) -> None:
     settings.MIDDLEWARE = with_middleware(LOGIN_REQUIRED, after=IDEMPOTENCY)
     client = browser("alice", "alice-password")

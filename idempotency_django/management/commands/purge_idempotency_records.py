@@ -21,6 +21,7 @@ from idempotency_django.purge import (
     DEFAULT_BATCH_SIZE,
     KINDS,
     PurgeKind,
+    database_now,
     default_database,
     parse_duration,
     purge,
@@ -146,7 +147,19 @@ class Command(BaseCommand):
             return
 
         totals: dict[str, int] = {}
+        expected: dict[str, int] = {}
         started = last_line = time.monotonic()
+
+        def left(kind: PurgeKind) -> int:
+            """Rows of ``kind`` still to delete. Counted once, at the kind's first progress
+            line (a purge that ends sooner counts nothing), then decreased as batches go."""
+            if kind.label not in expected:
+                now = database_now(using)
+                older_than = options["older_than"]
+                cutoff = now - older_than if older_than is not None else None
+                rows = kind.model._base_manager.using(using).filter(kind.filter(now, cutoff))
+                expected[kind.label] = totals[kind.label] + rows.count()
+            return max(0, expected[kind.label] - totals[kind.label])
 
         def progress(kind: PurgeKind, deleted: int) -> None:
             nonlocal last_line
@@ -157,8 +170,8 @@ class Command(BaseCommand):
                 rate = sum(totals.values()) / max(now - started, 1e-6)
                 batch = f"deleted a batch of {deleted:,}, " if verbosity >= 2 else ""
                 self.stdout.write(
-                    f"  {kind.description}: {batch}{kind.count(totals[kind.label])} so far "
-                    f"({rate:,.0f} rows/s)"
+                    f"  {kind.description}: {batch}{kind.count(totals[kind.label])} so far, "
+                    f"about {left(kind):,} left ({rate:,.0f} rows/s)"
                 )
 
         try:
