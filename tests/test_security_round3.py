@@ -530,6 +530,7 @@ def test_a_guest_request_refused_for_its_location_leaves_no_session() -> None:
     assert Booking.objects.count() == 0
 
 
+@pytest.mark.services  # the example project under gunicorn
 def test_duplicates_of_a_slow_request_leave_gunicorns_threads_to_others(
     tmp_path: Path,
 ) -> None:
