@@ -10,6 +10,7 @@ resolver that Django replaces (``clear_url_caches()``, another
 
 from __future__ import annotations
 
+import functools
 import weakref
 from typing import Any
 
@@ -21,6 +22,8 @@ from django.urls import Resolver404, ResolverMatch, URLResolver, get_resolver
 from django.utils import translation
 
 LOCALE_MIDDLEWARE = "django.middleware.locale.LocaleMiddleware"
+#: Where a request keeps the match found for it before Django's handler resolved.
+MATCH_ATTRIBUTE = "_idempotency_match"
 
 #: The most paths remembered per resolver; past it, the memory starts again.
 MAX_REMEMBERED = 1024
@@ -32,7 +35,7 @@ _matches: weakref.WeakKeyDictionary[
 
 def match_of(request: HttpRequest) -> ResolverMatch | None:
     """The request's match: Django's when it has resolved, else the one it will find (or None)."""
-    match = getattr(request, "resolver_match", None)
+    match = getattr(request, "resolver_match", None) or getattr(request, MATCH_ATTRIBUTE, None)
     if match is not None:
         return match  # type: ignore[no-any-return]
     urlconf = getattr(request, "urlconf", None)
@@ -42,17 +45,19 @@ def match_of(request: HttpRequest) -> ResolverMatch | None:
     language = _language_of(request, urlconf)
     key = (request.path_info, language)
     try:
-        return remembered[key]
+        match = remembered[key]
     except KeyError:
-        pass
-    with translation.override(language):
-        try:
-            match = resolver.resolve(request.path_info)
-        except Resolver404:
-            match = None
-    if len(remembered) >= MAX_REMEMBERED:
-        remembered.clear()
-    remembered[key] = match
+        with translation.override(language):
+            try:
+                match = resolver.resolve(request.path_info)
+            except Resolver404:
+                match = None
+        if len(remembered) >= MAX_REMEMBERED:
+            remembered.clear()
+        remembered[key] = match
+    if match is not None:
+        # The middleware, the body, the claim and the logs ask again: once per request.
+        setattr(request, MATCH_ATTRIBUTE, match)
     return match
 
 
@@ -65,11 +70,7 @@ def _language_of(request: HttpRequest, urlconf: str | None) -> str | None:
     route (``path(_("book/"), ...)``) or a language prefix resolves to the
     view the handler will call.
     """
-    if (
-        hasattr(request, "LANGUAGE_CODE")
-        or not django_settings.USE_I18N
-        or LOCALE_MIDDLEWARE not in django_settings.MIDDLEWARE
-    ):
+    if hasattr(request, "LANGUAGE_CODE") or not _locale_middleware_installed():
         return translation.get_language()
     # As LocaleMiddleware.process_request chooses it.
     i18n_patterns_used, prefixed_default_language = is_language_prefix_patterns_used(
@@ -82,8 +83,14 @@ def _language_of(request: HttpRequest, urlconf: str | None) -> str | None:
     return language
 
 
+@functools.cache
+def _locale_middleware_installed() -> bool:
+    return bool(django_settings.USE_I18N) and LOCALE_MIDDLEWARE in django_settings.MIDDLEWARE
+
+
 def _forget(**kwargs: Any) -> None:
     _matches.clear()
+    _locale_middleware_installed.cache_clear()
 
 
 setting_changed.connect(_forget)
