@@ -49,7 +49,7 @@ def test_the_version_is_written_in_one_place_and_the_changelog_agrees() -> None:
         assert f"`{__version__}`" in changelog
     else:
         assert sections[0][0] == release[1] and re.match(r" - \d{4}-\d{2}-\d{2}$", sections[0][1])
-    released = {name for name, _ in sections[1:]}
+    released = {name for name, _ in sections if name != "Unreleased"}
     for heading in re.findall(r"^## From ([\d.]+) to ([\d.]+)(.*)$", upgrading, re.M):
         assert heading[0] in released, heading
         assert heading[1] in released or "(unreleased)" in heading[2], heading
