@@ -3,12 +3,32 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 
 MAX_KEY_LENGTH = 255
 
 
+def gettext_noop(message: str) -> str:
+    """Marks a message for Django's ``makemessages``; translated where it is shown
+    (this module imports nothing from Django)."""
+    return message
+
+
 class InvalidKey(ValueError):
-    """The header is present but is not a usable key; the message says why."""
+    """The header is present but is not a usable key; the message says why.
+
+    ``message`` is the untranslated text, with ``%(name)s`` placeholders filled
+    from ``params``: the answer translates it for the request's language.
+    """
+
+    def __init__(self, message: str, **params: object) -> None:
+        super().__init__(message % params if params else message)
+        self.message = message
+        self.params = params
+
+    def translated(self, gettext: Callable[[str], str]) -> str:
+        """The message in the active language, with ``gettext`` (Django's, given by the caller)."""
+        return gettext(self.message) % self.params if self.params else gettext(self.message)
 
 
 def parse_key(raw: str) -> str:
@@ -23,13 +43,20 @@ def parse_key(raw: str) -> str:
     if len(value) >= 2 and value[0] == '"' and value[-1] == '"':
         value = _unquote_sf_string(value[1:-1])
     elif "," in value:
-        raise InvalidKey("Send exactly one Idempotency-Key header; commas are not allowed.")
+        raise InvalidKey(
+            gettext_noop("Send exactly one Idempotency-Key header; commas are not allowed.")
+        )
     if not value:
-        raise InvalidKey("The Idempotency-Key header is empty.")
+        raise InvalidKey(gettext_noop("The Idempotency-Key header is empty."))
     if len(value) > MAX_KEY_LENGTH:
-        raise InvalidKey(f"The Idempotency-Key is longer than {MAX_KEY_LENGTH} characters.")
+        raise InvalidKey(
+            gettext_noop("The Idempotency-Key is longer than %(limit)d characters."),
+            limit=MAX_KEY_LENGTH,
+        )
     if not (value.isascii() and value.isprintable()):
-        raise InvalidKey("The Idempotency-Key must be printable ASCII (no control characters).")
+        raise InvalidKey(
+            gettext_noop("The Idempotency-Key must be printable ASCII (no control characters).")
+        )
     return value
 
 
@@ -39,17 +66,17 @@ def _unquote_sf_string(inner: str) -> str:
     for char in inner:
         if escaped:
             if char not in '"\\':
-                raise InvalidKey("The quoted Idempotency-Key has an invalid escape.")
+                raise InvalidKey(gettext_noop("The quoted Idempotency-Key has an invalid escape."))
             chars.append(char)
             escaped = False
         elif char == "\\":
             escaped = True
         elif char == '"':
-            raise InvalidKey("Send exactly one Idempotency-Key header.")
+            raise InvalidKey(gettext_noop("Send exactly one Idempotency-Key header."))
         else:
             chars.append(char)
     if escaped:
-        raise InvalidKey("The quoted Idempotency-Key ends with a lone backslash.")
+        raise InvalidKey(gettext_noop("The quoted Idempotency-Key ends with a lone backslash."))
     return "".join(chars)
 
 

@@ -298,7 +298,7 @@ def begin(
         key = parse_key(raw_key)
     except InvalidKey as exc:
         log(logging.INFO, "rejected", request, code=problems.KEY_INVALID)
-        return problems.problem(request, 400, problems.KEY_INVALID, str(exc))
+        return problems.problem(request, 400, problems.KEY_INVALID, exc.translated(_))
 
     scope = _function(options.scope, settings.SCOPE_FUNCTION)(request)
     if scope is None and settings.ANONYMOUS == "session":

@@ -264,7 +264,7 @@ def begin_delivery(
             request, token, id_header=id_header, body_id=body_id
         )
     except InvalidKey as exc:
-        return problems.problem(request, 400, problems.KEY_INVALID, str(exc))
+        return problems.problem(request, 400, problems.KEY_INVALID, exc.translated(_))
     except DeliveryIdMissing as exc:
         return problems.problem(request, 400, ID_MISSING, str(exc))
     info = RequestInfo(

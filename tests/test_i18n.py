@@ -66,7 +66,7 @@ def test_the_french_catalog_is_compiled_and_translates_every_entry() -> None:
         for block in re.findall(r'^msgid ((?:".*"\n)+)', po, re.MULTILINE)
     ]
     ids = [i for i in ids if i]
-    assert len(ids) == 12
+    assert len(ids) == 19
     with translation.override("fr"):
         for msgid in ids:
             assert translation.gettext(msgid) != msgid, msgid
@@ -75,5 +75,23 @@ def test_the_french_catalog_is_compiled_and_translates_every_entry() -> None:
         for name in ("phases.py", "fingerprint.py", "webhooks.py")
     )
     flat = re.sub(r'"\s*\n\s*"', "", sources)  # implicit concatenation of adjacent literals
+    keys = (Path(idempotency_django.__file__).parent / "keys.py").read_text()
+    flat += re.sub(r'"\s*\n\s*"', "", keys)
     for msgid in ids:
-        assert f'_("{msgid}")' in flat or ("_(\n" in flat and msgid in flat), msgid
+        marked = (f'_("{msgid}")', f'gettext_noop("{msgid}")')
+        assert any(mark in flat for mark in marked) or ("_(\n" in flat and msgid in flat), msgid
+
+
+@modify_settings(MIDDLEWARE={"prepend": LOCALE_MIDDLEWARE})
+def test_a_malformed_key_is_refused_in_the_clients_language(alice_client: Client) -> None:
+    too_long = alice_client.post(
+        "/plain/bookings/", BODY, content_type="application/json",
+        HTTP_IDEMPOTENCY_KEY="k" * 300, HTTP_ACCEPT_LANGUAGE="fr",
+    ).json()  # fmt: skip
+    assert too_long["code"] == "idempotency_key_invalid"
+    assert too_long["detail"] == "La clé Idempotency-Key dépasse 255 caractères."
+    english = alice_client.post(
+        "/plain/bookings/", BODY, content_type="application/json",
+        HTTP_IDEMPOTENCY_KEY="a,b",
+    ).json()  # fmt: skip
+    assert english["detail"] == "Send exactly one Idempotency-Key header; commas are not allowed."
