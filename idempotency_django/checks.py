@@ -239,9 +239,13 @@ def _error(message: str, code: str) -> checks.CheckMessage:
     return checks.Error(message, id=f"idempotency_django.{code}")
 
 
-@checks.register(checks.Tags.database)
+@checks.register(checks.Tags.compatibility)
 def check_transactions(**kwargs: Any) -> list[checks.CheckMessage]:
-    """Configurations where the transaction's outcome overrides a setting, or cannot be one."""
+    """Configurations where the transaction's outcome overrides a setting, or cannot be one.
+
+    It reads settings only, so it is not a ``database`` check (Django runs those
+    only with ``check --database``).
+    """
     atomic = [
         alias
         for alias, database in getattr(settings, "DATABASES", {}).items()

@@ -50,6 +50,7 @@ def test_atomic_requests_on_two_databases_is_named(settings: Any) -> None:
     assert warning.id == "idempotency_django.W042" and "default, other" in warning.msg
 
 
+@pytest.mark.django_db  # Django 6 runs the database checks with the others
 def test_the_checks_run_with_manage_py_check(settings: Any, atomic_requests: None) -> None:
     settings.IDEMPOTENCY = {"RETAIN_CLIENT_ERRORS": True}
     with pytest.raises(SystemCheckError, match="W041"):
