@@ -134,6 +134,9 @@ elif BACKEND != "db":
 
 #: Seconds a duplicate waits for the request it duplicates (WAIT_FOR_IN_PROGRESS).
 IDEMPOTENCY["WAIT_FOR_IN_PROGRESS"] = env_int("EXAMPLE_WAIT_FOR_IN_PROGRESS_S", 0)
+#: Live keys one principal may hold (MAX_KEYS_PER_PRINCIPAL); 0 means no limit.
+if "EXAMPLE_MAX_KEYS_PER_PRINCIPAL" in os.environ:
+    IDEMPOTENCY["MAX_KEYS_PER_PRINCIPAL"] = env_int("EXAMPLE_MAX_KEYS_PER_PRINCIPAL", 0) or None
 
 #: Milliseconds creating a booking takes (simulated work), to see "409 in progress".
 EXAMPLE_BOOKING_DELAY_MS = env_int("EXAMPLE_BOOKING_DELAY_MS", 0)
