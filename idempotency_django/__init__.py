@@ -12,7 +12,9 @@ Where a request goes:
   ``begin(request)`` answers a replay or a conflict, or returns an attempt
   that owns the key; ``attempt.finish(response)`` stores the answer (or
   ``attempt.abort()`` releases the key). The state lives in the configured
-  store (:mod:`idempotency_django.stores`).
+  store (:mod:`idempotency_django.stores`);
+* every refusal is a row of :data:`idempotency_django.problems.REFUSALS`,
+  every decision one line of :mod:`idempotency_django.logs`.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 
 #: The one place the version is written (pyproject.toml reads it). A ``.dev0``
 #: version is unreleased: the changelog's "Unreleased" section is what it will be.
-__version__ = "0.2.0"
+__version__ = "0.3.0.dev0"
 
 __all__ = ["ViewOptions", "__version__", "idempotency_exempt", "idempotent", "lookup"]
 

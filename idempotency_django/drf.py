@@ -22,6 +22,7 @@ from idempotency_django.conf import header, idempotency_settings
 from idempotency_django.fingerprint import ready_body
 from idempotency_django.marks import EXEMPT_ATTRIBUTE, PROTECTED_ATTRIBUTE
 from idempotency_django.phases import ViewOptions, protect, roll_back_open_transactions
+from idempotency_django.problems import PROBLEM_ATTRIBUTE
 
 __all__ = ["IdempotencyError", "IdempotentMixin", "protect_drf_call", "protect_view_class"]
 
@@ -57,7 +58,11 @@ def protect_drf_call(
         # Finalized here so that the response can be rendered, and stored, now.
         return view.finalize_response(request, response, *view.args, **view.kwargs)
 
-    return protect(request, call_and_finalize, options)
+    response = protect(request, call_and_finalize, options)
+    problem = getattr(response, PROBLEM_ATTRIBUTE, None)
+    if problem is not None and idempotency_settings.DRF_EXCEPTION_HANDLER:
+        raise IdempotencyError(*problem)  # for the project's EXCEPTION_HANDLER to render
+    return response
 
 
 class IdempotencyError(APIException):

@@ -29,7 +29,6 @@ from django.http import HttpRequest
 from django.http.response import HttpResponseBase
 from django.utils.crypto import salted_hmac
 from django.utils.http import parse_header_parameters
-from django.utils.translation import gettext as _
 
 from idempotency_django import problems
 from idempotency_django.conf import idempotency_settings
@@ -361,13 +360,7 @@ class BodyTooLarge(Exception):
         self.limit = limit
 
     def answer(self, request: HttpRequest) -> HttpResponseBase:
-        return problems.problem(
-            request,
-            413,
-            problems.BODY_TOO_LARGE,
-            _("A request with an idempotency key may have a body of at most %(limit)d bytes.")
-            % {"limit": self.limit},
-        )
+        return problems.refuse(request, problems.BODY_TOO_LARGE, limit=self.limit)
 
 
 def ready_body(request: HttpRequest) -> HttpResponseBase | None:

@@ -55,3 +55,8 @@ def find_request(args: tuple[Any, ...]) -> HttpRequest:
         if isinstance(arg, HttpRequest) or is_drf_request(arg):
             return arg  # type: ignore[no-any-return]
     raise TypeError("@idempotent: the view was called without a request.")
+
+
+def django_request(request: HttpRequest) -> HttpRequest:
+    """The Django request under a DRF one: flags set on it are seen by both."""
+    return getattr(request, "_request", request)

@@ -22,6 +22,7 @@ its end when the client hangs up (:func:`~idempotency_django.phases.run_to_the_e
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -34,7 +35,7 @@ from django.urls import ResolverMatch
 from idempotency_django.conf import header, idempotency_settings
 from idempotency_django.fingerprint import ready_body
 from idempotency_django.marks import EXEMPT_ATTRIBUTE, PROTECTED_ATTRIBUTE, is_drf_view
-from idempotency_django.phases import ViewOptions, arun, begin, run, run_to_the_end
+from idempotency_django.phases import ViewOptions, arun, run, run_to_the_end
 from idempotency_django.routes import match_of
 from idempotency_django.stores import get_store
 
@@ -81,7 +82,7 @@ class IdempotencyMiddleware:
             return response
         view, options = protected
         if iscoroutinefunction(view):
-            return await arun(lambda: begin(request, options), lambda: self.get_response(request))
+            return await arun(request, options, self.get_response)
         # A sync view runs on one thread, as under WSGI: the claim, the view
         # (Django sends it back to this thread) and the completion share one
         # transaction. Run to the end even if the client hangs up.
@@ -97,11 +98,7 @@ def run_protected(
     get_response: Callable[[HttpRequest], HttpResponseBase],
 ) -> HttpResponseBase:
     """Claim, ``get_response`` and store (or release), in the view's transactions."""
-    return run(
-        lambda: begin(request, options),
-        lambda: get_response(request),
-        lambda: view_transaction(view),
-    )
+    return run(request, options, get_response, functools.partial(view_transaction, view))
 
 
 def is_keyed(request: HttpRequest) -> bool:

@@ -223,85 +223,17 @@ class IdempotentAutoSchema(AutoSchema):
         self, options: ViewOptions
     ) -> list[tuple[int, str, list[tuple[str, str]], dict[str, Any]]]:
         """(status, description, [(code, detail)], headers) for each problem response."""
-        header = idempotency_settings.HEADER
-        bad_request = [
-            (problems.KEY_INVALID, f"The {header} header is malformed."),
+        return [
             (
-                problems.LOCATION_INVALID,
-                f"The {idempotency_settings.LOCATION_HEADER} header is too long or not printable.",
-            ),
+                status,
+                description,
+                codes,
+                {"Retry-After": copy.deepcopy(_RETRY_AFTER_HEADER)} if retry_after else {},
+            )
+            for status, description, codes, retry_after in problems.documented_refusals(
+                self.idempotency_key_required(options)
+            )
         ]
-        if self.idempotency_key_required(options):
-            bad_request.insert(
-                0, (problems.KEY_MISSING, f"This endpoint requires an {header} header.")
-            )
-        reused = (
-            problems.KEY_REUSED,
-            "This idempotency key was already used with a different request. "
-            "Use a new key for a new operation.",
-        )
-        in_progress = (
-            problems.KEY_IN_PROGRESS,
-            "A request with this idempotency key is still being processed. "
-            "Retry shortly to get its response.",
-        )
-        retry_after = {"Retry-After": copy.deepcopy(_RETRY_AFTER_HEADER)}
-        result: list[tuple[int, str, list[tuple[str, str]], dict[str, Any]]] = [
-            (400, f"The {header} header is missing or invalid.", bad_request, {})
-        ]
-        if idempotency_settings.ANONYMOUS == "reject":
-            result.append(
-                (
-                    401,
-                    f"Requests with an {header} must be authenticated.",
-                    [
-                        (
-                            problems.AUTHENTICATION_REQUIRED,
-                            f"Requests with an {header} must be authenticated.",
-                        )
-                    ],
-                    {},
-                )
-            )
-        reuse_status = int(idempotency_settings.REUSE_STATUS)
-        if reuse_status == 409:
-            result.append(
-                (
-                    409,
-                    "The key was used with a different request, or a request with this "
-                    "key is still being processed (with Retry-After).",
-                    [reused, in_progress],
-                    retry_after,
-                )
-            )
-        else:
-            result.append(
-                (
-                    409,
-                    "A request with this key is still being processed.",
-                    [in_progress],
-                    retry_after,
-                )
-            )
-            result.append(
-                (reuse_status, "The key was used with a different request.", [reused], {})
-            )
-        result.append(
-            (
-                503,
-                "The idempotency store could not be reached; nothing was done. "
-                "Retry with the same key.",
-                [
-                    (
-                        problems.UNAVAILABLE,
-                        "The idempotency key could not be claimed; nothing was done. "
-                        "Retry with the same key.",
-                    )
-                ],
-                {"Retry-After": copy.deepcopy(_RETRY_AFTER_HEADER)},
-            )
-        )
-        return result
 
     def _problem_ref(self) -> dict[str, Any]:
         component = ResolvedComponent(  # type: ignore[no-untyped-call]

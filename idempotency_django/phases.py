@@ -5,19 +5,21 @@ DRF and webhook deduplication only adapt them to their kind of view::
 
     outcome = begin(request, options)
     if outcome is None:                       # not a keyed unsafe request
-        response = call_view()
+        response = get_response(request)
     elif isinstance(outcome, HttpResponseBase):
         response = outcome                    # replay, conflict or error
     else:                                     # an Attempt: the key is ours
         try:
-            response = call_view()
-        except BaseException:
-            outcome.abort()                   # let a retry run
+            response = get_response(request)
+        except BaseException as error:
+            outcome.abort(error)              # let a retry run
             raise
         response = outcome.finish(response)   # store it, or release the key
 
 :func:`run` is exactly that, :func:`arun` the same for ``async def`` views
-(the phases' blocking I/O runs in a worker thread). Under
+(the phases' blocking I/O runs in a worker thread). What a refusal says is
+in :mod:`~idempotency_django.problems`, the log line in
+:mod:`~idempotency_django.logs`. Under
 ``WAIT_FOR_IN_PROGRESS`` phase 1 may also answer :class:`Busy` (another
 request holds the key): the driver then waits for it outside any
 transaction, and begins again.
@@ -49,7 +51,7 @@ import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
@@ -58,18 +60,15 @@ from django.http import FileResponse, HttpRequest, HttpResponse
 from django.http.request import RawPostDataException
 from django.http.response import HttpResponseBase
 from django.utils.module_loading import import_string
-from django.utils.translation import gettext as _
+from django.utils.translation import gettext
 
 from idempotency_django import problems, signals
-from idempotency_django.conf import (
-    FORBIDDEN_REPLAY_HEADERS,
-    NEVER_RETAINED_CLIENT_ERRORS,
-    header,
-    idempotency_settings,
-)
+from idempotency_django.conf import NEVER_RETAINED_CLIENT_ERRORS, header, idempotency_settings
 from idempotency_django.fingerprint import BodyTooLarge, prepare_body
 from idempotency_django.keys import InvalidKey, parse_key
-from idempotency_django.routes import match_of
+from idempotency_django.logs import log, request_id
+from idempotency_django.marks import django_request
+from idempotency_django.problems import refuse, replay_headers, replay_response
 from idempotency_django.scope import MAX_LOCATION_LENGTH, Scope, session_scope
 from idempotency_django.stores import (
     Claim,
@@ -82,8 +81,6 @@ from idempotency_django.stores import (
 )
 from idempotency_django.stores.base import backoff
 from idempotency_django.waiting import waiting_slot
-
-logger = logging.getLogger("idempotency_django")
 
 ResultT = TypeVar("ResultT")
 
@@ -110,35 +107,55 @@ class ViewOptions:
 
 # -- running a view through the phases -----------------------------------------
 
-#: Phase 1 of one request, ready to call: see :func:`begin`.
-BeginPhase = Callable[[], "Attempt | Busy | HttpResponseBase | None"]
+#: What runs the view: Django's ``get_response`` or a view called with its arguments.
+GetResponse = Callable[[HttpRequest], HttpResponseBase]
+AsyncGetResponse = Callable[[HttpRequest], Awaitable[HttpResponseBase]]
 #: The transaction to run phase 1, the view and phase 2 in (or none).
 Block = Callable[[], contextlib.AbstractContextManager[Any]]
 
 
+class BeginPhase(Protocol):
+    """Phase 1: :func:`begin`, or the webhooks' ``begin_delivery`` with its rules bound."""
+
+    def __call__(
+        self, request: HttpRequest, options: ViewOptions, /
+    ) -> Attempt | Busy | HttpResponseBase | None: ...
+
+
 def run(
-    begin_phase: BeginPhase,
-    call_view: Callable[[], HttpResponseBase],
+    request: HttpRequest,
+    options: ViewOptions,
+    get_response: GetResponse,
     block: Block = contextlib.nullcontext,
+    begin_phase: BeginPhase | None = None,
 ) -> HttpResponseBase:
-    """Begin, then run the view only for an attempt, and finish or abort it; all in ``block``.
+    """Begin; run the view only for an attempt; then finish or abort it. All in ``block``.
 
     A :class:`Busy` key is waited for outside ``block``, then phase 1 begins again.
     """
+    begin_phase = begin_phase or begin
     deadline = None
     while True:
         outcome: Attempt | Busy | HttpResponseBase | None = None
         try:
             with block():
-                outcome = begin_phase()
-                if not isinstance(outcome, Busy):
-                    response = _run_view(outcome, call_view)
+                outcome = begin_phase(request, options)
+                if outcome is None:
+                    return get_response(request)
+                if isinstance(outcome, HttpResponseBase):
+                    return outcome
+                if isinstance(outcome, Attempt):
+                    try:
+                        response = get_response(request)
+                    except BaseException as error:
+                        outcome.abort(error)
+                        raise
+                    return outcome.finish(response)
         except BaseException:
             if isinstance(outcome, Attempt):
                 outcome.commit_failed()
             raise
-        if not isinstance(outcome, Busy):
-            return response
+        assert isinstance(outcome, Busy)
         deadline = deadline or time.monotonic() + outcome.seconds
         remaining = deadline - time.monotonic()
         if remaining <= 0 or _open_transactions():
@@ -148,23 +165,11 @@ def run(
             return outcome.conflict()  # too many waiters already: 409 at once
 
 
-def _run_view(
-    outcome: Attempt | HttpResponseBase | None, call_view: Callable[[], HttpResponseBase]
-) -> HttpResponseBase:
-    if outcome is None:
-        return call_view()
-    if isinstance(outcome, HttpResponseBase):
-        return outcome
-    try:
-        response = call_view()
-    except BaseException as error:
-        outcome.abort(error)
-        raise
-    return outcome.finish(response)
-
-
 async def arun(
-    begin_phase: BeginPhase, call_view: Callable[[], Awaitable[HttpResponseBase]]
+    request: HttpRequest,
+    options: ViewOptions,
+    get_response: AsyncGetResponse,
+    begin_phase: BeginPhase | None = None,
 ) -> HttpResponseBase:
     """:func:`run` for async views: the phases' blocking I/O runs in a worker thread.
 
@@ -172,15 +177,18 @@ async def arun(
     the store: the event loop goes on serving other requests. A client that
     hangs up stops nothing: see :func:`run_to_the_end`.
     """
-    return await run_to_the_end(_arun(begin_phase, call_view))
+    return await run_to_the_end(_arun(request, options, get_response, begin_phase or begin))
 
 
 async def _arun(
-    begin_phase: BeginPhase, call_view: Callable[[], Awaitable[HttpResponseBase]]
+    request: HttpRequest,
+    options: ViewOptions,
+    get_response: AsyncGetResponse,
+    begin_phase: BeginPhase,
 ) -> HttpResponseBase:
     deadline = None
     while True:
-        outcome = await sync_to_async(begin_phase)()
+        outcome = await sync_to_async(begin_phase)(request, options)
         if not isinstance(outcome, Busy):
             break
         deadline = deadline or time.monotonic() + outcome.seconds
@@ -190,11 +198,11 @@ async def _arun(
         if not await outcome.await_settled(remaining):
             return await sync_to_async(outcome.conflict)()  # too many waiters already
     if outcome is None:
-        return await call_view()
+        return await get_response(request)
     if isinstance(outcome, HttpResponseBase):
         return outcome
     try:
-        response = await call_view()
+        response = await get_response(request)
     except BaseException as error:
         await sync_to_async(outcome.abort)(error)
         raise
@@ -237,7 +245,8 @@ def protect(
     and the completion run in one transaction.
     """
     atomic = _option(options.atomic, idempotency_settings.ATOMIC)
-    return run(lambda: begin(request, options), call_view, atomic_block if atomic else _no_block)
+    block = atomic_block if atomic else contextlib.nullcontext
+    return run(request, options, lambda _request: call_view(), block)
 
 
 async def aprotect(
@@ -249,16 +258,12 @@ async def aprotect(
 
     Django runs no async view inside a transaction, so ``atomic`` does not apply.
     """
-    return await arun(lambda: begin(request, options), call_view)
+    return await arun(request, options, lambda _request: call_view())
 
 
 def atomic_block() -> Any:
     """A transaction on the store's database (the default database for other stores)."""
     return transaction.atomic(using=get_store().database_alias or DEFAULT_DB_ALIAS)
-
-
-def _no_block() -> contextlib.AbstractContextManager[Any]:
-    return contextlib.nullcontext()
 
 
 # -- phase 1 --------------------------------------------------------------------
@@ -281,57 +286,40 @@ def begin(
     if (
         not settings.ENABLED
         or request.method not in settings.METHODS
-        or getattr(_django_request(request), ACTIVE_ATTRIBUTE, False)
+        or getattr(django_request(request), ACTIVE_ATTRIBUTE, False)
     ):
         return None
     raw_key = header(request, settings.HEADER)
     if raw_key is None:
         if _option(options.required, settings.REQUIRED):
-            return problems.problem(
-                request,
-                400,
-                problems.KEY_MISSING,
-                _("This endpoint requires an %(header)s header.") % {"header": settings.HEADER},
-            )
+            return refuse(request, problems.KEY_MISSING)
         return None
     try:
         key = parse_key(raw_key)
     except InvalidKey as exc:
         log(logging.INFO, "rejected", request, code=problems.KEY_INVALID)
-        return problems.problem(request, 400, problems.KEY_INVALID, exc.translated(_))
+        return refuse(request, problems.KEY_INVALID, detail=exc.translated(gettext))
 
     scope = _function(options.scope, settings.SCOPE_FUNCTION)(request)
     if scope is None and settings.ANONYMOUS == "session":
         scope = session_scope(request)
     if scope is None:
         if settings.ANONYMOUS == "reject":
-            return problems.problem(
-                request,
-                401,
-                problems.AUTHENTICATION_REQUIRED,
-                _("Requests with an %(header)s must be authenticated.")
-                % {"header": settings.HEADER},
-            )
+            return refuse(request, problems.AUTHENTICATION_REQUIRED)
         log(logging.INFO, "unprotected", request, reason="anonymous")
         return None
     if len(scope.location) > MAX_LOCATION_LENGTH or not scope.location.isprintable():
-        return problems.problem(
+        return refuse(
             request,
-            400,
             problems.LOCATION_INVALID,
-            _("The %(header)s header must be at most %(length)d printable characters.")
-            % {"header": settings.LOCATION_HEADER, "length": MAX_LOCATION_LENGTH},
+            header=settings.LOCATION_HEADER,
+            length=MAX_LOCATION_LENGTH,
         )
     try:
         prepare_body(request)
         fingerprint = _function(options.fingerprint, settings.FINGERPRINT_FUNCTION)(request)
     except RawPostDataException:
-        return problems.problem(
-            request,
-            400,
-            problems.BODY_UNAVAILABLE,
-            _("The request body was consumed before it could be fingerprinted."),
-        )
+        return refuse(request, problems.BODY_UNAVAILABLE)
     except BodyTooLarge as exc:
         return exc.answer(request)
     info = RequestInfo(
@@ -408,7 +396,7 @@ class Attempt:
             return too_many
         self.log(logging.INFO, "reserved")
         self.send(signals.reserved)
-        setattr(_django_request(self.request), ACTIVE_ATTRIBUTE, True)
+        setattr(django_request(self.request), ACTIVE_ATTRIBUTE, True)
         return self
 
     def over_key_limit(self) -> HttpResponseBase | None:
@@ -432,15 +420,10 @@ class Attempt:
             return None
         self.release(None, "too_many_keys")
         self.log(logging.INFO, "rejected", code=problems.TOO_MANY_KEYS)
-        return problems.problem(
+        return refuse(
             self.request,
-            429,
             problems.TOO_MANY_KEYS,
-            _(
-                "This principal holds %(limit)d live idempotency keys, the most it may. "
-                "Retry when one has expired."
-            )
-            % {"limit": limit},
+            limit=limit,
             retry_after=max(1, math.ceil(first_expiry or idempotency_settings.RETRY_AFTER)),
         )
 
@@ -458,15 +441,7 @@ class Attempt:
         if claim.outcome is Outcome.REUSED:
             self.log(logging.INFO, "conflict", code=problems.KEY_REUSED)
             self.send(signals.conflict, code=problems.KEY_REUSED)
-            return problems.problem(
-                self.request,
-                int(idempotency_settings.REUSE_STATUS),
-                problems.KEY_REUSED,
-                _(
-                    "This idempotency key was already used with a different request. "
-                    "Use a new key for a new operation."
-                ),
-            )
+            return refuse(self.request, problems.KEY_REUSED)
         seconds = float(
             _option(self.options.wait_for_in_progress, idempotency_settings.WAIT_FOR_IN_PROGRESS)
         )
@@ -483,42 +458,18 @@ class Attempt:
         """The first request ran, but its response was too large to keep: say so, run nothing."""
         self.log(logging.INFO, "conflict", code=problems.RESPONSE_NOT_STORED, status=status)
         self.send(signals.conflict, code=problems.RESPONSE_NOT_STORED)
-        return problems.problem(
+        return refuse(
             self.request,
-            409,
             problems.RESPONSE_NOT_STORED,
-            _(
-                "The request with this idempotency key already ran and answered %(status)d, "
-                "but its response was too large to keep for a replay. "
-                "Look the result up instead of retrying."
-            )
-            % {"status": status},
-            original_status=status,
+            status=status,
+            extensions={"original_status": status},
         )
 
     def in_progress(self) -> HttpResponseBase:
-        return problems.problem(
-            self.request,
-            409,
-            problems.KEY_IN_PROGRESS,
-            _(
-                "A request with this idempotency key is still being processed. "
-                "Retry shortly to get its response."
-            ),
-            retry_after=int(idempotency_settings.RETRY_AFTER),
-        )
+        return refuse(self.request, problems.KEY_IN_PROGRESS)
 
     def unavailable(self) -> HttpResponseBase:
-        return problems.problem(
-            self.request,
-            503,
-            problems.UNAVAILABLE,
-            _(
-                "The idempotency key could not be claimed; nothing was done. "
-                "Retry with the same key."
-            ),
-            retry_after=int(idempotency_settings.UNAVAILABLE_RETRY_AFTER),
-        )
+        return refuse(self.request, problems.UNAVAILABLE)
 
     # -- phase 2: finish or abort --
 
@@ -535,7 +486,7 @@ class Attempt:
         return answer
 
     def finish_attempt(self, response: HttpResponseBase) -> HttpResponseBase:
-        setattr(_django_request(self.request), ACTIVE_ATTRIBUTE, False)
+        setattr(django_request(self.request), ACTIVE_ATTRIBUTE, False)
         status = response.status_code
         reason = self.release_reason(response)
         work = _open_transactions()
@@ -612,7 +563,7 @@ class Attempt:
         and may still commit: its reservation is kept until ``LOCK_TIMEOUT``,
         or goes with the claim's transaction if that rolls back.
         """
-        setattr(_django_request(self.request), ACTIVE_ATTRIBUTE, False)
+        setattr(django_request(self.request), ACTIVE_ATTRIBUTE, False)
         if self.rolled_back():
             return  # the reservation goes with the rollback
         if isinstance(error, asyncio.CancelledError):
@@ -785,30 +736,6 @@ class Busy:
 # -- helpers --------------------------------------------------------------------
 
 
-def replay_headers(response: HttpResponse) -> tuple[tuple[str, str], ...]:
-    allowed = idempotency_settings.REPLAY_HEADERS
-    return tuple(
-        (name, value)
-        for name, value in response.items()
-        if name.upper() in allowed and name.lower() not in FORBIDDEN_REPLAY_HEADERS
-    )
-
-
-def replay_response(stored: StoredResponse) -> HttpResponse:
-    response = HttpResponse(stored.body, status=stored.status)
-    del response["Content-Type"]  # only what the original response said
-    for name, value in stored.headers:
-        response[name] = value
-    response[idempotency_settings.REPLAYED_HEADER] = "true"
-    return response
-
-
-def request_id(request: HttpRequest) -> str:
-    """The request id header's value, when ``REQUEST_ID_HEADER`` names one."""
-    name = idempotency_settings.REQUEST_ID_HEADER
-    return (header(request, name) or "")[:255] if name else ""
-
-
 def _open_transactions() -> list[str]:
     """The databases with a transaction open around the view (test cases' own aside)."""
     return [
@@ -846,29 +773,3 @@ def _option(value: Any, default: Any) -> Any:
 
 def _error_name(exc: StoreUnavailable) -> str:
     return type(exc.__cause__ or exc).__name__
-
-
-def _django_request(request: HttpRequest) -> HttpRequest:
-    # DRF's Request wraps the Django one; the flag must live on the shared object.
-    return getattr(request, "_request", request)
-
-
-def route_of(request: HttpRequest) -> str:
-    """The URL pattern that matched, never the URL: paths can carry ids and tokens."""
-    match = match_of(_django_request(request))
-    return "" if match is None else str(match.route)
-
-
-def log(level: int, event: str, request: HttpRequest, **fields: Any) -> None:
-    """One structured line per decision: never the key, a header value, the path or the body."""
-    if not logger.isEnabledFor(level):
-        return
-    fields = {
-        "event": event,
-        "method": request.method,
-        "route": route_of(request),
-        "request_id": request_id(request) or None,
-        **fields,
-    }
-    line = " ".join(f"{name}={value}" for name, value in fields.items() if value is not None)
-    logger.log(level, "idempotency %s", line, extra={"idempotency": fields})

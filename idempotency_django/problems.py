@@ -1,25 +1,90 @@
-"""Refusals: RFC 9457 problem responses, each with a stable ``code`` member.
+"""The answers: every refusal in one table, how a refusal is rendered, and replays.
 
-Their ``detail`` is translated into the request's active language (Django's i18n:
+Each refusal is an RFC 9457 problem response with a stable ``code`` member.
+:data:`REFUSALS` lists them (webhooks add theirs in :mod:`~idempotency_django.webhooks`):
+the answers, the OpenAPI schema and the docs' test all read it. A ``detail``
+is translated into the request's active language (Django's i18n:
 ``LocaleMiddleware`` or ``translation.override``); ``code`` and ``title`` are not.
 
-:func:`problem` is the one way the library refuses a request. The answer is
-built by ``PROBLEM_RENDERER`` (by default :func:`render_problem`: problem+json,
-or a JSON:API error document for a client that asks for one); on a DRF view
-with ``DRF_EXCEPTION_HANDLER`` it is raised as :class:`IdempotencyError`
-instead, for the project's DRF exception handler to render.
+:meth:`Refusal.answer` is the one way the library refuses a request. The answer
+is built by ``PROBLEM_RENDERER`` (by default :func:`render_problem`:
+problem+json, or a JSON:API error document for a client that asks for one).
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
+from django.utils.translation import gettext, gettext_noop
+
+from idempotency_django.conf import FORBIDDEN_REPLAY_HEADERS, idempotency_settings
+from idempotency_django.scope import MAX_LOCATION_LENGTH
+from idempotency_django.stores import StoredResponse
 
 PROBLEM_CONTENT_TYPE = "application/problem+json"
 JSON_API_CONTENT_TYPE = "application/vnd.api+json"
+
+#: RFC 9110's names where Python's differ by version (3.13 renamed 413's).
+TITLES = {413: "Content Too Large"}
+
+#: Set on a refusal's response: its members and ``Retry-After``, for an
+#: integration that hands refusals to its framework (DRF's exception handler).
+PROBLEM_ATTRIBUTE = "idempotency_problem"
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """One way of refusing a request: what clients match on, and what they read."""
+
+    code: str
+    status: int
+    #: English, translated when answered; ``%(name)s`` placeholders are filled
+    #: by :meth:`answer`'s ``params`` (``header`` always is).
+    detail: str
+    #: The setting that gives ``Retry-After``, if the answer carries one.
+    retry_after: str | None = None
+    #: The setting that may replace ``status``.
+    status_setting: str | None = None
+
+    def status_code(self) -> int:
+        if self.status_setting is None:
+            return self.status
+        return int(getattr(idempotency_settings, self.status_setting))
+
+    def retry_after_seconds(self) -> int | None:
+        if self.retry_after is None:
+            return None
+        return int(getattr(idempotency_settings, self.retry_after))
+
+    def english_detail(self, **params: Any) -> str:
+        """The detail as the docs and the OpenAPI schema show it."""
+        return self.detail % {"header": idempotency_settings.HEADER, **params}
+
+    def answer(
+        self,
+        request: HttpRequest,
+        *,
+        detail: str | None = None,
+        retry_after: int | None = None,
+        extensions: dict[str, Any] | None = None,
+        **params: Any,
+    ) -> HttpResponse:
+        """Refuse ``request``: the problem, rendered the way the project asked for."""
+        if detail is None:
+            detail = gettext(self.detail) % {"header": idempotency_settings.HEADER, **params}
+        if retry_after is None:
+            retry_after = self.retry_after_seconds()
+        status = self.status_code()
+        members = problem_members(status, self.code, detail, **(extensions or {}))
+        headers = {"Retry-After": str(retry_after)} if retry_after is not None else {}
+        response: HttpResponse = idempotency_settings.PROBLEM_RENDERER(request, members, headers)
+        setattr(response, PROBLEM_ATTRIBUTE, (members, retry_after))
+        return response
+
 
 KEY_INVALID = "idempotency_key_invalid"
 KEY_MISSING = "idempotency_key_missing"
@@ -33,35 +98,135 @@ RESPONSE_NOT_STORED = "idempotency_response_not_stored"
 TOO_MANY_KEYS = "idempotency_too_many_keys"
 BODY_TOO_LARGE = "idempotency_body_too_large"
 
-#: RFC 9110's names where Python's differ by version (3.13 renamed 413's).
-TITLES = {413: "Content Too Large"}
+#: Every refusal of the key contract, by code (the webhooks' are in ``webhooks.REFUSALS``).
+REFUSALS: dict[str, Refusal] = {
+    refusal.code: refusal
+    for refusal in (
+        Refusal(KEY_MISSING, 400, gettext_noop("This endpoint requires an %(header)s header.")),
+        # Answered with the parser's own detail (keys.py), which says what is wrong.
+        Refusal(KEY_INVALID, 400, gettext_noop("The %(header)s header is malformed.")),
+        Refusal(
+            LOCATION_INVALID,
+            400,
+            gettext_noop("The %(header)s header must be at most %(length)d printable characters."),
+        ),
+        Refusal(
+            BODY_UNAVAILABLE,
+            400,
+            gettext_noop("The request body was consumed before it could be fingerprinted."),
+        ),
+        Refusal(
+            AUTHENTICATION_REQUIRED,
+            401,
+            gettext_noop("Requests with an %(header)s must be authenticated."),
+        ),
+        Refusal(
+            BODY_TOO_LARGE,
+            413,
+            gettext_noop(
+                "A request with an idempotency key may have a body of at most %(limit)d bytes."
+            ),
+        ),
+        Refusal(
+            KEY_REUSED,
+            409,
+            gettext_noop(
+                "This idempotency key was already used with a different request. "
+                "Use a new key for a new operation."
+            ),
+            status_setting="REUSE_STATUS",
+        ),
+        Refusal(
+            KEY_IN_PROGRESS,
+            409,
+            gettext_noop(
+                "A request with this idempotency key is still being processed. "
+                "Retry shortly to get its response."
+            ),
+            retry_after="RETRY_AFTER",
+        ),
+        Refusal(
+            RESPONSE_NOT_STORED,
+            409,
+            gettext_noop(
+                "The request with this idempotency key already ran and answered %(status)d, "
+                "but its response was too large to keep for a replay. "
+                "Look the result up instead of retrying."
+            ),
+        ),
+        Refusal(
+            TOO_MANY_KEYS,
+            429,
+            gettext_noop(
+                "This principal holds %(limit)d live idempotency keys, the most it may. "
+                "Retry when one has expired."
+            ),
+            retry_after="RETRY_AFTER",
+        ),
+        Refusal(
+            UNAVAILABLE,
+            503,
+            gettext_noop(
+                "The idempotency key could not be claimed; nothing was done. "
+                "Retry with the same key."
+            ),
+            retry_after="UNAVAILABLE_RETRY_AFTER",
+        ),
+    )
+}
 
 
-def problem(
-    request: HttpRequest,
-    status: int,
-    code: str,
-    detail: str,
-    *,
-    retry_after: int | None = None,
-    **extensions: Any,
-) -> HttpResponse:
-    """Refuse ``request``: the problem, rendered the way the project asked for."""
-    from idempotency_django.conf import idempotency_settings
+def documented_refusals(
+    key_required: bool,
+) -> list[tuple[int, str, list[tuple[str, str]], bool]]:
+    """What an OpenAPI schema says a protected operation may answer.
 
+    ``(status, description, [(code, detail)], has Retry-After)`` per status,
+    from :data:`REFUSALS` and the settings that change them.
+    """
     settings = idempotency_settings
-    members = problem_members(status, code, detail, **extensions)
-    headers = {"Retry-After": str(retry_after)} if retry_after is not None else {}
-    if settings.DRF_EXCEPTION_HANDLER and _is_drf_request(request):
-        raise idempotency_error(members, retry_after)
-    response: HttpResponse = settings.PROBLEM_RENDERER(request, members, headers)
-    return response
+    header = settings.HEADER
+
+    def example(code: str, **params: Any) -> tuple[str, str]:
+        return code, REFUSALS[code].english_detail(**params)
+
+    bad_request = [
+        example(KEY_INVALID),
+        example(LOCATION_INVALID, header=settings.LOCATION_HEADER, length=MAX_LOCATION_LENGTH),
+    ]
+    if key_required:
+        bad_request.insert(0, example(KEY_MISSING))
+    result = [(400, f"The {header} header is missing or invalid.", bad_request, False)]
+    if settings.ANONYMOUS == "reject":
+        refusal = example(AUTHENTICATION_REQUIRED)
+        result.append((401, refusal[1], [refusal], False))
+    reused, in_progress = example(KEY_REUSED), example(KEY_IN_PROGRESS)
+    if REFUSALS[KEY_REUSED].status_code() == 409:
+        description = (
+            "The key was used with a different request, or a request with this "
+            "key is still being processed (with Retry-After)."
+        )
+        result.append((409, description, [reused, in_progress], True))
+    else:
+        result.append(
+            (409, "A request with this key is still being processed.", [in_progress], True)
+        )
+        status = REFUSALS[KEY_REUSED].status_code()
+        result.append((status, "The key was used with a different request.", [reused], False))
+    description = (
+        "The idempotency store could not be reached; nothing was done. Retry with the same key."
+    )
+    result.append((503, description, [example(UNAVAILABLE)], True))
+    return result
+
+
+def refuse(request: HttpRequest, code: str, **kwargs: Any) -> HttpResponse:
+    """Refuse ``request`` with the refusal of ``code``: see :meth:`Refusal.answer`."""
+    return REFUSALS[code].answer(request, **kwargs)
 
 
 def problem_members(status: int, code: str, detail: str, **extensions: Any) -> dict[str, Any]:
     """The members of a problem: RFC 9457's, then ``code``, then any extensions."""
-    from idempotency_django.conf import idempotency_settings
-
     base = idempotency_settings.PROBLEM_TYPE_BASE
     return {
         "type": f"{base}{code}" if base else "about:blank",
@@ -110,24 +275,24 @@ def json_api_error(members: dict[str, Any]) -> dict[str, Any]:
     return error
 
 
-def problem_response(
-    status: int, code: str, detail: str, *, retry_after: int | None = None, **extensions: Any
-) -> HttpResponse:
-    """The problem+json response itself, without a request to negotiate with."""
-    headers = {"Retry-After": str(retry_after)} if retry_after is not None else {}
-    return render_problem(None, problem_members(status, code, detail, **extensions), headers)
+# -- replays ---------------------------------------------------------------------
 
 
-def idempotency_error(members: dict[str, Any], retry_after: int | None) -> Exception:
-    """The problem as a DRF exception (DRF is only imported when it is used)."""
-    from idempotency_django.drf import IdempotencyError
+def replay_headers(response: HttpResponse) -> tuple[tuple[str, str], ...]:
+    """The headers of ``response`` that ``REPLAY_HEADERS`` keeps for its replays."""
+    allowed = idempotency_settings.REPLAY_HEADERS
+    return tuple(
+        (name, value)
+        for name, value in response.items()
+        if name.upper() in allowed and name.lower() not in FORBIDDEN_REPLAY_HEADERS
+    )
 
-    return IdempotencyError(members, retry_after)
 
-
-def _is_drf_request(request: Any) -> bool:
-    try:
-        from rest_framework.request import Request
-    except ImportError:
-        return False
-    return isinstance(request, Request)
+def replay_response(stored: StoredResponse) -> HttpResponse:
+    """A stored answer as it goes out again, marked by ``REPLAYED_HEADER``."""
+    response = HttpResponse(stored.body, status=stored.status)
+    del response["Content-Type"]  # only what the original response said
+    for name, value in stored.headers:
+        response[name] = value
+    response[idempotency_settings.REPLAYED_HEADER] = "true"
+    return response

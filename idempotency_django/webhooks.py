@@ -31,13 +31,15 @@ from django.http import HttpRequest, JsonResponse
 from django.http.response import HttpResponseBase
 from django.urls import Resolver404, URLPattern, URLResolver, get_resolver, resolve
 from django.utils.crypto import salted_hmac
-from django.utils.translation import gettext as _
+from django.utils.translation import gettext, gettext_noop
 
 from idempotency_django import problems
 from idempotency_django.conf import idempotency_settings
 from idempotency_django.keys import MAX_KEY_LENGTH, InvalidKey, parse_key
+from idempotency_django.logs import request_id
 from idempotency_django.marks import PROTECTED_ATTRIBUTE, find_request
-from idempotency_django.phases import Attempt, arun, request_id, run
+from idempotency_django.phases import Attempt, BeginPhase, ViewOptions, arun, run
+from idempotency_django.problems import Refusal
 from idempotency_django.stores import (
     Claim,
     Outcome,
@@ -104,6 +106,27 @@ PROVIDER_SOURCES = {
     "i-twilio-idempotency-token": "twilio",
 }
 ID_MISSING = "webhook_delivery_id_missing"
+
+#: The webhooks' refusals, by code: the key contract's are in ``problems.REFUSALS``.
+REFUSALS: dict[str, Refusal] = {
+    refusal.code: refusal
+    for refusal in (
+        # Answered with the missing header's name.
+        Refusal(ID_MISSING, 400, gettext_noop("This delivery has no delivery id.")),
+        Refusal(
+            IN_PROGRESS,
+            409,
+            gettext_noop("This delivery is being processed. Retry later."),
+            retry_after="RETRY_AFTER",
+        ),
+        Refusal(
+            problems.UNAVAILABLE,
+            503,
+            gettext_noop("The delivery could not be recorded; nothing was done. Retry later."),
+            retry_after="UNAVAILABLE_RETRY_AFTER",
+        ),
+    )
+}
 
 
 class DeliveryIdMissing(ValueError):
@@ -195,29 +218,43 @@ def deduplicate_webhook(
         raise TypeError("Name one delivery id: id_header or body_id, not both.")
 
     def decorate(func: ViewT) -> ViewT:
-        def begin_phase(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-            request = find_request(args)
-            if namespace is not None:
-                space = namespace(request) if callable(namespace) else namespace
-                trigger = "\x1enamespace\x1e" + str(space)
-            else:
-                trigger = _kwargs_namespace(kwargs)
-            return begin_delivery(
-                request, trigger, retention=retention, body_id=body_id, id_header=id_header
-            )
+        def delivery_phase(kwargs: dict[str, Any]) -> BeginPhase:
+            """Phase 1 for a delivery to this receiver, in the namespace of ``kwargs``."""
+
+            def begin_phase(request: HttpRequest, _options: ViewOptions) -> Any:
+                if namespace is not None:
+                    space = namespace(request) if callable(namespace) else namespace
+                    trigger = "\x1enamespace\x1e" + str(space)
+                else:
+                    trigger = _kwargs_namespace(kwargs)
+                return begin_delivery(
+                    request, trigger, retention=retention, body_id=body_id, id_header=id_header
+                )
+
+            return begin_phase
 
         if iscoroutinefunction(func):
 
             @functools.wraps(func)
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                return await arun(lambda: begin_phase(args, kwargs), lambda: func(*args, **kwargs))
+                return await arun(
+                    find_request(args),
+                    ViewOptions(),
+                    lambda _request: func(*args, **kwargs),
+                    delivery_phase(kwargs),
+                )
 
             wrapper: Callable[..., Any] = async_wrapper
         else:
 
             @functools.wraps(func)
             def wrapper(*args: Any, **kwargs: Any) -> Any:
-                return run(lambda: begin_phase(args, kwargs), lambda: func(*args, **kwargs))
+                return run(
+                    find_request(args),
+                    ViewOptions(),
+                    lambda _request: func(*args, **kwargs),
+                    begin_phase=delivery_phase(kwargs),
+                )
 
         setattr(wrapper, PROTECTED_ATTRIBUTE, True)  # the middleware leaves it alone
         setattr(wrapper, RECEIVER_ATTRIBUTE, True)  # RedactTriggerURLs knows its URL is secret
@@ -264,9 +301,9 @@ def begin_delivery(
             request, token, id_header=id_header, body_id=body_id
         )
     except InvalidKey as exc:
-        return problems.problem(request, 400, problems.KEY_INVALID, exc.translated(_))
+        return problems.refuse(request, problems.KEY_INVALID, detail=exc.translated(gettext))
     except DeliveryIdMissing as exc:
-        return problems.problem(request, 400, ID_MISSING, str(exc))
+        return REFUSALS[ID_MISSING].answer(request, detail=str(exc))
     info = RequestInfo(
         method=str(request.method),
         path=route,  # the URL pattern, never the URL: it holds the token
@@ -334,22 +371,10 @@ class DeliveryAttempt(Attempt):
             self.log(logging.INFO, "duplicate")
             return JsonResponse({"status": "duplicate"}, status=202)
         self.log(logging.INFO, "in_progress")
-        return problems.problem(
-            self.request,
-            409,
-            IN_PROGRESS,
-            _("This delivery is being processed. Retry later."),
-            retry_after=int(idempotency_settings.RETRY_AFTER),
-        )
+        return REFUSALS[IN_PROGRESS].answer(self.request)
 
     def unavailable(self) -> HttpResponseBase:
-        return problems.problem(
-            self.request,
-            503,
-            problems.UNAVAILABLE,
-            _("The delivery could not be recorded; nothing was done. Retry later."),
-            retry_after=int(idempotency_settings.UNAVAILABLE_RETRY_AFTER),
-        )
+        return REFUSALS[problems.UNAVAILABLE].answer(self.request)
 
     def release_reason(self, response: HttpResponseBase) -> str | None:
         # Failed deliveries are not recorded, so the sender's retry runs.

@@ -76,14 +76,9 @@ EXAMPLE_ROUTES = re.compile(r"^/(api/bookings/(\d+/)?|plain/bookings/|hooks/[\w-
 STANDARD_MEMBERS = {"type", "title", "status", "code", "detail"}
 #: Members a problem adds to the standard ones.
 EXTENSIONS = {problems.RESPONSE_NOT_STORED: {"original_status"}}
-PROBLEM_CODES = sorted(
-    {
-        value
-        for name, value in vars(problems).items()
-        if name.isupper() and isinstance(value, str) and value.startswith("idempotency_")
-    }
-    | {webhooks.IN_PROGRESS, webhooks.ID_MISSING}
-)
+#: Every refusal, from the tables the answers are made from.
+REFUSALS = {**webhooks.REFUSALS, **problems.REFUSALS}
+PROBLEM_CODES = sorted(REFUSALS)
 
 
 def code_blocks(page: Path) -> list[tuple[int, str, list[str]]]:
@@ -252,17 +247,12 @@ def test_errors_page_documents_every_problem_code() -> None:
         assert problem["code"] in PROBLEM_CODES
         assert headers["Content-Type"] == problems.PROBLEM_CONTENT_TYPE
         standard = {name: problem[name] for name in problem if name in STANDARD_MEMBERS}
-        expected = json.loads(problems.problem_response(status, problem["code"], "").content)
-        assert {**standard, "detail": ""} == expected
+        refusal = REFUSALS[problem["code"]]
+        assert status == refusal.status_code()
+        assert {**standard, "detail": ""} == problems.problem_members(status, refusal.code, "")
         assert set(problem) - STANDARD_MEMBERS == EXTENSIONS.get(problem["code"], set())
         assert problem["detail"]
-        wants_retry_after = problem["code"] in {
-            problems.KEY_IN_PROGRESS,
-            problems.UNAVAILABLE,
-            problems.TOO_MANY_KEYS,
-            webhooks.IN_PROGRESS,
-        }
-        assert ("Retry-After" in headers) == wants_retry_after, problem["code"]
+        assert ("Retry-After" in headers) == (refusal.retry_after is not None), problem["code"]
     assert shown == set(PROBLEM_CODES), "every code needs an example response"
 
 

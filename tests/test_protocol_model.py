@@ -88,7 +88,7 @@ class Protocol(RuleBasedStateMachine):
         """Under WSGI, in the transaction the middleware opens (``ATOMIC_REQUESTS``)."""
         request = keyed_request(self.user, key)
 
-        def call_view() -> HttpResponse:
+        def call_view(_request: Any) -> HttpResponse:
             response = book(key, failure)
             if failure == "fails_after_view":
                 # What Django makes of a middleware that raised after the view.
@@ -96,7 +96,7 @@ class Protocol(RuleBasedStateMachine):
             return response
 
         with contextlib.suppress(ViewFailed, IntegrityError):
-            run(lambda: begin(request, ViewOptions()), call_view, transaction.atomic)
+            run(request, ViewOptions(), call_view, transaction.atomic)
 
     @rule(key=st.sampled_from(KEYS), hang_up=st.sampled_from(HANG_UPS))
     def async_request(self, key: str, hang_up: str) -> None:
@@ -104,20 +104,20 @@ class Protocol(RuleBasedStateMachine):
         request = keyed_request(self.user, key)
         in_claim, in_view, go_on = threading.Event(), asyncio.Event(), threading.Event()
 
-        def begin_phase() -> Any:
+        def begin_phase(request: Any, options: ViewOptions) -> Any:
             in_claim.set()
-            outcome = begin(request, ViewOptions())
+            outcome = begin(request, options)
             go_on.wait(5)
             return outcome
 
-        async def call_view() -> HttpResponse:
+        async def call_view(_request: Any) -> HttpResponse:
             response = await sync_to_async(book)(key, "none")
             in_view.set()
             await asyncio.sleep(0.05)
             return response
 
         async def client() -> None:
-            task = asyncio.ensure_future(arun(begin_phase, call_view))
+            task = asyncio.ensure_future(arun(request, ViewOptions(), call_view, begin_phase))
             if hang_up == "before_claim":
                 task.cancel()
             elif hang_up == "during_claim":
