@@ -1,15 +1,22 @@
 """Django REST framework integration.
 
-DRF authenticates inside the view, so the key is claimed inside the
-handler (``create``, ``update``, an ``@action``...), after authentication,
-permissions and throttling, and scoped by the principal DRF resolved.
-The handler's response is finalized and rendered there, so the bytes that
-are stored are the bytes that go out.
+DRF authenticates inside the view, so the key is claimed after DRF's own
+``initial`` (authentication, permissions, throttling), scoped by the
+principal DRF resolved. :class:`IdempotentMixin` works through DRF's hooks:
+
+* ``initial``: claim the key, or answer for it (a replay, a conflict);
+* ``handle_exception``: a handled exception rolls the transactions back, as
+  DRF does under ``ATOMIC_REQUESTS``; one that is not gives the key back;
+* ``finalize_response``: store the finalized, rendered response (the bytes
+  that go out), or give the key back.
+
+``@idempotent`` on one handler of a view without the mixin, or below
+``@api_view``, protects that call: :func:`protect_drf_call`.
 """
 
 from __future__ import annotations
 
-import functools
+import contextlib
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -20,49 +27,19 @@ from rest_framework.views import APIView
 
 from idempotency_django.conf import header, idempotency_settings
 from idempotency_django.fingerprint import ready_body
-from idempotency_django.marks import EXEMPT_ATTRIBUTE, PROTECTED_ATTRIBUTE
-from idempotency_django.phases import ViewOptions, protect, roll_back_open_transactions
+from idempotency_django.marks import EXEMPT_ATTRIBUTE, OPTIONS_ATTRIBUTE
+from idempotency_django.phases import (
+    Protection,
+    ViewOptions,
+    atomic_block,
+    protect,
+    roll_back_open_transactions,
+)
 from idempotency_django.problems import PROBLEM_ATTRIBUTE
 
 __all__ = ["IdempotencyError", "IdempotentMixin", "protect_drf_call", "protect_view_class"]
 
 ViewClassT = TypeVar("ViewClassT", bound=type)
-
-#: Handlers that can receive an unsafe method.
-UNSAFE_HANDLERS = (
-    "create",
-    "update",
-    "partial_update",
-    "destroy",
-    "post",
-    "put",
-    "patch",
-    "delete",
-)
-
-
-def protect_drf_call(
-    request: Request, call_handler: Callable[[], Any], options: ViewOptions
-) -> HttpResponseBase:
-    view: APIView = request.parser_context["view"]
-
-    def call_and_finalize() -> HttpResponseBase:
-        try:
-            response = call_handler()
-        except Exception as exc:
-            # DRF turns APIExceptions into responses; anything else re-raises.
-            response = view.handle_exception(exc)
-            # DRF rolls back the ATOMIC_REQUESTS transactions of a handled
-            # exception; ``atomic=True`` opened one of ours: the same rule.
-            roll_back_open_transactions()
-        # Finalized here so that the response can be rendered, and stored, now.
-        return view.finalize_response(request, response, *view.args, **view.kwargs)
-
-    response = protect(request, call_and_finalize, options)
-    problem = getattr(response, PROBLEM_ATTRIBUTE, None)
-    if problem is not None and idempotency_settings.DRF_EXCEPTION_HANDLER:
-        raise IdempotencyError(*problem)  # for the project's EXCEPTION_HANDLER to render
-    return response
 
 
 class IdempotencyError(APIException):
@@ -82,6 +59,14 @@ class IdempotencyError(APIException):
         self.wait = retry_after
 
 
+class Answered(Exception):
+    """Phase 1 answered for the key (a replay, a conflict): the handler must not run."""
+
+    def __init__(self, response: HttpResponseBase) -> None:
+        super().__init__()
+        self.response = response
+
+
 class IdempotentMixin:
     """Protect every unsafe handler of a DRF view or viewset.
 
@@ -92,16 +77,7 @@ class IdempotentMixin:
     """
 
     idempotency_options = ViewOptions()
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        for name in _unsafe_handler_names(cls):
-            handler = getattr(cls, name)
-            if not (
-                getattr(handler, EXEMPT_ATTRIBUTE, False)
-                or getattr(handler, PROTECTED_ATTRIBUTE, False)
-            ):
-                setattr(cls, name, _protected_handler(handler))
+    _idempotency_protection: Protection | None = None
 
     def initialize_request(self, request: Any, *args: Any, **kwargs: Any) -> Request:
         # The fingerprint needs the raw body: ready it before authentication
@@ -110,6 +86,99 @@ class IdempotentMixin:
         if request.method in settings.METHODS and header(request, settings.HEADER) is not None:
             ready_body(request)  # a body over the limit is answered 413 when the key is claimed
         return super().initialize_request(request, *args, **kwargs)  # type: ignore[misc,no-any-return]
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)  # type: ignore[misc]
+        options = self.handler_idempotency_options(request)
+        if options is None:
+            return
+        protection = Protection(request, options, transaction_block(options))
+        answer = protection.enter()
+        if answer is not None:
+            raise Answered(answer)
+        self._idempotency_protection = protection
+
+    def handler_idempotency_options(self, request: Request) -> ViewOptions | None:
+        """The options of the handler that will serve ``request``; None if it is not protected."""
+        method = str(request.method).lower()
+        if request.method not in idempotency_settings.METHODS:
+            return None
+        if method not in self.http_method_names:  # type: ignore[attr-defined]
+            return None
+        handler = getattr(self, method, None)
+        if handler is None:
+            return None  # 405: nothing to protect
+        return self.idempotency_options_of(handler)
+
+    def idempotency_options_of(self, handler: Callable[..., Any]) -> ViewOptions | None:
+        """A handler's own options (``@idempotent``), None if exempt, else the view's."""
+        func = getattr(handler, "__func__", handler)
+        if getattr(func, EXEMPT_ATTRIBUTE, False):
+            return None
+        own = getattr(func, OPTIONS_ATTRIBUTE, None)
+        return own if isinstance(own, ViewOptions) else self.idempotency_options
+
+    def handle_exception(self, exc: Exception) -> HttpResponseBase:
+        if isinstance(exc, Answered):
+            return exc.response
+        protection = self._idempotency_protection
+        try:
+            response: HttpResponseBase = super().handle_exception(exc)  # type: ignore[misc]
+        except BaseException as error:
+            if protection is not None:
+                self._idempotency_protection = None
+                protection.fail(error)
+            raise
+        if protection is not None:
+            # DRF rolls back the ATOMIC_REQUESTS transactions of a handled
+            # exception; ``atomic=True`` opened one of ours: the same rule.
+            roll_back_open_transactions()
+        return response
+
+    def finalize_response(
+        self, request: Request, response: HttpResponseBase, *args: Any, **kwargs: Any
+    ) -> HttpResponseBase:
+        response = super().finalize_response(request, response, *args, **kwargs)  # type: ignore[misc]
+        protection, self._idempotency_protection = self._idempotency_protection, None
+        if protection is not None:
+            response = protection.exit(response)
+        problem = getattr(response, PROBLEM_ATTRIBUTE, None)
+        if problem is not None and idempotency_settings.DRF_EXCEPTION_HANDLER:
+            # For the project's EXCEPTION_HANDLER to render, like its other errors.
+            error_response = self.handle_exception(IdempotencyError(*problem))
+            response = super().finalize_response(request, error_response, *args, **kwargs)  # type: ignore[misc]
+        return response
+
+
+def transaction_block(options: ViewOptions) -> Callable[[], Any]:
+    """One transaction around claim, handler and completion with ``atomic``; else none."""
+    atomic = idempotency_settings.ATOMIC if options.atomic is None else options.atomic
+    return atomic_block if atomic else contextlib.nullcontext
+
+
+def protect_drf_call(
+    request: Request, call_handler: Callable[[], Any], options: ViewOptions
+) -> HttpResponseBase:
+    """Protect one handler call: ``@idempotent`` on a handler, or below ``@api_view``."""
+    view: APIView = request.parser_context["view"]
+    if isinstance(view, IdempotentMixin):
+        return call_handler()  # the mixin's hooks protect it, with these options
+
+    def call_and_finalize() -> HttpResponseBase:
+        try:
+            response = call_handler()
+        except Exception as exc:
+            # DRF turns APIExceptions into responses; anything else re-raises.
+            response = view.handle_exception(exc)
+            roll_back_open_transactions()  # as in IdempotentMixin.handle_exception
+        # Finalized here so that the response can be rendered, and stored, now.
+        return view.finalize_response(request, response, *view.args, **view.kwargs)
+
+    response = protect(request, call_and_finalize, options)
+    problem = getattr(response, PROBLEM_ATTRIBUTE, None)
+    if problem is not None and idempotency_settings.DRF_EXCEPTION_HANDLER:
+        raise IdempotencyError(*problem)  # for the project's EXCEPTION_HANDLER to render
+    return response
 
 
 def protect_view_class(view_class: ViewClassT, options: ViewOptions) -> ViewClassT:
@@ -127,25 +196,3 @@ def protect_view_class(view_class: ViewClassT, options: ViewOptions) -> ViewClas
             "idempotency_options": options,
         },
     )
-
-
-def _protected_handler(handler: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(handler)
-    def protected(self: IdempotentMixin, request: Request, *args: Any, **kwargs: Any) -> Any:
-        return protect_drf_call(
-            request, lambda: handler(self, request, *args, **kwargs), self.idempotency_options
-        )
-
-    setattr(protected, PROTECTED_ATTRIBUTE, True)
-    return protected
-
-
-def _unsafe_handler_names(view_class: type) -> set[str]:
-    names = {name for name in UNSAFE_HANDLERS if callable(getattr(view_class, name, None))}
-    get_extra_actions = getattr(view_class, "get_extra_actions", None)
-    if get_extra_actions is not None:
-        for action in get_extra_actions():
-            # An @action maps each HTTP method to a method name; the extra
-            # ones come from @my_action.mapping.post and the like.
-            names.update(action.mapping.values())
-    return names

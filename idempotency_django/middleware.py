@@ -35,7 +35,7 @@ from django.urls import ResolverMatch
 from idempotency_django.conf import header, idempotency_settings
 from idempotency_django.fingerprint import ready_body
 from idempotency_django.marks import EXEMPT_ATTRIBUTE, PROTECTED_ATTRIBUTE, is_drf_view
-from idempotency_django.phases import ViewOptions, arun, run, run_to_the_end
+from idempotency_django.phases import Protection, ViewOptions, arun, run_to_the_end
 from idempotency_django.routes import match_of
 from idempotency_django.stores import get_store
 
@@ -98,7 +98,16 @@ def run_protected(
     get_response: Callable[[HttpRequest], HttpResponseBase],
 ) -> HttpResponseBase:
     """Claim, ``get_response`` and store (or release), in the view's transactions."""
-    return run(request, options, get_response, functools.partial(view_transaction, view))
+    protection = Protection(request, options, functools.partial(view_transaction, view))
+    answer = protection.enter()  # phase 1: claim the key, or answer for it
+    if answer is not None:
+        return answer  # a replay, a conflict, a refusal: get_response is not called
+    try:
+        response = get_response(request)
+    except BaseException as error:
+        protection.fail(error)  # the key is given back (kept if the view may still commit)
+        raise
+    return protection.exit(response)  # phase 2: store the response, or give the key back
 
 
 def is_keyed(request: HttpRequest) -> bool:

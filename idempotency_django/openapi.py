@@ -34,7 +34,7 @@ from idempotency_django import problems
 from idempotency_django.conf import idempotency_settings
 from idempotency_django.drf import IdempotentMixin
 from idempotency_django.keys import MAX_KEY_LENGTH
-from idempotency_django.marks import EXEMPT_ATTRIBUTE, OPTIONS_ATTRIBUTE, PROTECTED_ATTRIBUTE
+from idempotency_django.marks import EXEMPT_ATTRIBUTE, OPTIONS_ATTRIBUTE
 from idempotency_django.phases import ViewOptions
 
 __all__ = ["PROBLEM_COMPONENT_NAME", "IdempotentAutoSchema", "view_idempotency_options"]
@@ -80,11 +80,8 @@ def view_idempotency_options(view: Any, method: str) -> ViewOptions | None:
     handler = getattr(view, name, None)
     if handler is None:
         return None
-    func = getattr(handler, "__func__", handler)
-    if getattr(func, PROTECTED_ATTRIBUTE, False) and not hasattr(func, OPTIONS_ATTRIBUTE):
-        # Protected by IdempotentMixin: the view's options, read per request.
-        options = getattr(view, "idempotency_options", None)
-        return options if isinstance(options, ViewOptions) else None
+    if isinstance(view, IdempotentMixin):
+        return view.idempotency_options_of(handler)  # what its ``initial`` reads
     return _handler_options(handler)
 
 

@@ -129,40 +129,87 @@ def run(
     block: Block = contextlib.nullcontext,
     begin_phase: BeginPhase | None = None,
 ) -> HttpResponseBase:
-    """Begin; run the view only for an attempt; then finish or abort it. All in ``block``.
+    """Begin; run the view unless answered; then finish or abort. All in ``block``."""
+    protection = Protection(request, options, block, begin_phase)
+    answer = protection.enter()
+    if answer is not None:
+        return answer  # a replay, a conflict, a refusal: the view does not run
+    try:
+        response = get_response(request)
+    except BaseException as error:
+        protection.fail(error)
+        raise
+    return protection.exit(response)
 
-    A :class:`Busy` key is waited for outside ``block``, then phase 1 begins again.
+
+class Protection:
+    """:func:`run` in three steps, for a caller whose view runs between two hooks (DRF).
+
+    :meth:`enter` opens ``block`` and begins (a :class:`Busy` key is waited for
+    outside ``block``, then phase 1 begins again). An answer it returns is sent
+    instead of the view; None: run the view, then :meth:`exit` with its
+    response, or :meth:`fail` with what it raised. Either closes ``block``.
     """
-    begin_phase = begin_phase or begin
-    deadline = None
-    while True:
-        outcome: Attempt | Busy | HttpResponseBase | None = None
-        try:
-            with block():
-                outcome = begin_phase(request, options)
-                if outcome is None:
-                    return get_response(request)
+
+    def __init__(
+        self,
+        request: HttpRequest,
+        options: ViewOptions,
+        block: Block = contextlib.nullcontext,
+        begin_phase: BeginPhase | None = None,
+    ) -> None:
+        self.request = request
+        self.options = options
+        self.block = block
+        self.begin_phase = begin_phase or begin
+        self.attempt: Attempt | None = None
+        self.stack = contextlib.ExitStack()
+
+    def enter(self) -> HttpResponseBase | None:
+        deadline = None
+        while True:
+            with contextlib.ExitStack() as stack:
+                stack.enter_context(self.block())
+                outcome = self.begin_phase(self.request, self.options)
+                if outcome is None or isinstance(outcome, Attempt):
+                    self.attempt = outcome
+                    self.stack = stack.pop_all()  # the view runs in the block
+                    return None
                 if isinstance(outcome, HttpResponseBase):
                     return outcome
-                if isinstance(outcome, Attempt):
-                    try:
-                        response = get_response(request)
-                    except BaseException as error:
-                        outcome.abort(error)
-                        raise
-                    return outcome.finish(response)
+            deadline = deadline or time.monotonic() + outcome.seconds
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or _open_transactions():
+                # Waiting would hold a transaction someone else opened: answer now.
+                return outcome.conflict()
+            if not outcome.wait(remaining):
+                return outcome.conflict()  # too many waiters already: 409 at once
+
+    def exit(self, response: HttpResponseBase) -> HttpResponseBase:
+        """The view answered: store the answer or release the key, then close the block."""
+        try:
+            with self.stack:
+                if self.attempt is not None:
+                    response = self.attempt.finish(response)
         except BaseException:
-            if isinstance(outcome, Attempt):
-                outcome.commit_failed()
+            self.commit_failed()
             raise
-        assert isinstance(outcome, Busy)
-        deadline = deadline or time.monotonic() + outcome.seconds
-        remaining = deadline - time.monotonic()
-        if remaining <= 0 or _open_transactions():
-            # Waiting would hold a transaction someone else opened: answer now.
-            return outcome.conflict()
-        if not outcome.wait(remaining):
-            return outcome.conflict()  # too many waiters already: 409 at once
+        return response
+
+    def fail(self, error: BaseException) -> None:
+        """The view raised ``error``: abort the attempt, then close the block with it."""
+        try:
+            if self.attempt is not None:
+                self.attempt.abort(error)
+        finally:
+            try:
+                self.stack.__exit__(type(error), error, error.__traceback__)
+            finally:
+                self.commit_failed()
+
+    def commit_failed(self) -> None:
+        if self.attempt is not None:
+            self.attempt.commit_failed()
 
 
 async def arun(
