@@ -89,6 +89,15 @@ def test_custom_unsafe_action_is_protected(api: APIClient) -> None:
     assert Booking.objects.filter(slot__startswith="cancel-").count() == 1
 
 
+def test_a_handler_routed_by_its_own_name_is_protected(api: APIClient) -> None:
+    """The mixin protects whatever handler serves the unsafe method, whatever its name."""
+    first = create(api, "/api/routed-book/", key="routed-1")
+    assert first.status_code == 201
+    again = create(api, "/api/routed-book/", key="routed-1")
+    assert again["Idempotency-Replayed"] == "true"
+    assert Booking.objects.filter(slot="routed").count() == 1
+
+
 def test_exempt_action_is_not_protected(api: APIClient) -> None:
     api.post("/api/bookings/ping/", HTTP_IDEMPOTENCY_KEY="ping")
     api.post("/api/bookings/ping/", HTTP_IDEMPOTENCY_KEY="ping")

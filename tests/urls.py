@@ -33,6 +33,7 @@ urlpatterns = [
     path("plain/small-limit/", views.small_limit_booking),
     path("api/form/", views.api_form_booking),
     path("api/book/", views.api_book),
+    path("api/routed-book/", views.BookingViewSet.as_view({"post": "book"})),
     path("async/bookings/", views.async_booking),
     path("async/decorated/", views.decorated_async_booking),
     path("async/failing/", views.async_failing_booking),
