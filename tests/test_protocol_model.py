@@ -9,7 +9,8 @@ with a view that books one ``Booking`` per run. Each request may:
 * succeed; raise in the view; answer a 5xx after booking; succeed in the
   view and then fail on the way out (a later middleware turning it into a 5xx);
   or book a row whose COMMIT fails (a deferred foreign key);
-* under ASGI, be cancelled before its claim, during the claim, or during the view.
+* under ASGI, be cancelled before its claim, during the claim, during the view,
+  or during the completion (while it renders the response, as a TemplateResponse).
 
 After every request, for every key, the database must say one of two things:
 the key is free and nothing was booked for it, or its response is stored and
@@ -45,7 +46,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 KEYS = ("k1", "k2", "k3")
 SYNC_FAILURES = ("none", "view_raises", "server_error", "fails_after_view", "commit_fails")
-HANG_UPS = ("none", "before_claim", "during_claim", "during_view")
+HANG_UPS = ("none", "before_claim", "during_claim", "during_view", "during_completion")
 SETTINGS = settings(
     max_examples=15,
     stateful_step_count=12,
@@ -103,6 +104,7 @@ class Protocol(RuleBasedStateMachine):
         """Under ASGI, without a transaction (Django allows none around async views)."""
         request = keyed_request(self.user, key)
         in_claim, in_view, go_on = threading.Event(), asyncio.Event(), threading.Event()
+        in_completion, completion_goes_on = threading.Event(), threading.Event()
 
         def begin_phase(request: Any, options: ViewOptions) -> Any:
             in_claim.set()
@@ -114,7 +116,8 @@ class Protocol(RuleBasedStateMachine):
             response = await sync_to_async(book)(key, "none")
             in_view.set()
             await asyncio.sleep(0.05)
-            return response
+            # Rendered by the completion, in its thread: the client hangs up then.
+            return LazyResponse(response, in_completion, completion_goes_on)
 
         async def client() -> None:
             task = asyncio.ensure_future(arun(request, ViewOptions(), call_view, begin_phase))
@@ -130,11 +133,20 @@ class Protocol(RuleBasedStateMachine):
                 await asyncio.wait({task, view_reached}, return_when=asyncio.FIRST_COMPLETED)
                 view_reached.cancel()
                 task.cancel()
+            elif hang_up == "during_completion":
+                go_on.set()
+                completing = asyncio.ensure_future(wait_for(in_completion.is_set))
+                await asyncio.wait({task, completing}, return_when=asyncio.FIRST_COMPLETED)
+                completing.cancel()
+                task.cancel()
             go_on.set()
+            completion_goes_on.set()
             try:
                 await task
             except asyncio.CancelledError:
                 assert hang_up != "none"
+            # Whatever the view answered went through the completion, rendered there.
+            assert in_completion.is_set() == in_view.is_set()
 
         async_to_sync(client)()
 
@@ -145,6 +157,23 @@ class Protocol(RuleBasedStateMachine):
             state = store.peek(record_key(self.user, key))
             booked = Booking.objects.filter(slot=key).count()
             assert (state, booked) in {(None, 0), (Outcome.REPLAY, 1)}, (key, state, booked)
+
+
+class LazyResponse(HttpResponse):
+    """A response rendered late, as a TemplateResponse is: by the completion, in its thread."""
+
+    def __init__(
+        self, response: HttpResponse, rendering: threading.Event, go_on: threading.Event
+    ) -> None:
+        super().__init__(response.content, status=response.status_code)
+        self.is_rendered = False
+        self.rendering, self.go_on = rendering, go_on
+
+    def render(self) -> LazyResponse:
+        self.rendering.set()
+        self.go_on.wait(5)
+        self.is_rendered = True
+        return self
 
 
 async def wait_for(condition: Callable[[], bool]) -> None:
