@@ -454,7 +454,7 @@ class Attempt:
         errs on the side of refusing.
         """
         limit = idempotency_settings.MAX_KEYS_PER_PRINCIPAL
-        if not limit or self.info.kind != "request" or not self.store.counts_keys:
+        if not limit or not self.store.counts_keys:
             return None
         lifetime = self.lock_timeout() + self.retention()
         try:
@@ -523,7 +523,7 @@ class Attempt:
     def echo_key(self, response: HttpResponseBase) -> None:
         """Name the key on the answer when ``ECHO_KEY_HEADER`` asks for it."""
         header = idempotency_settings.ECHO_KEY_HEADER
-        if header and self.info.kind == "request":
+        if header:
             response[header] = self.key.key
 
     def finish(self, response: HttpResponseBase) -> HttpResponseBase:

@@ -376,6 +376,12 @@ class DeliveryAttempt(Attempt):
     def unavailable(self) -> HttpResponseBase:
         return REFUSALS[problems.UNAVAILABLE].answer(self.request)
 
+    def over_key_limit(self) -> HttpResponseBase | None:
+        return None  # MAX_KEYS_PER_PRINCIPAL bounds clients' keys, not a sender's deliveries
+
+    def echo_key(self, response: HttpResponseBase) -> None:
+        pass  # a delivery id is the sender's, not a key to echo
+
     def release_reason(self, response: HttpResponseBase) -> str | None:
         # Failed deliveries are not recorded, so the sender's retry runs.
         return f"status_{response.status_code}" if response.status_code >= 400 else None
