@@ -5,7 +5,9 @@ Each operation books a row per execution: counting ``Booking`` rows counts runs.
 
 from __future__ import annotations
 
+import asyncio
 import threading
+import time
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -208,6 +210,23 @@ async def async_paused(request: HttpRequest, payload: BookingIn) -> Any:
     booking = await sync_to_async(book)(request, payload.slot)
     PAUSED.set()
     await sync_to_async(RELEASE.wait)(10)
+    return Status(201, booking)
+
+
+@api.post("/slow-bookings", response={201: BookingOut})
+@idempotent
+def slow_booking(request: HttpRequest, payload: BookingIn, delay: float = 0) -> Any:
+    """Books, then takes ``delay`` seconds: duplicates arrive while it runs."""
+    booking = book(request, payload.slot)
+    time.sleep(delay)
+    return Status(201, booking)
+
+
+@api.post("/async-slow-bookings", response={201: BookingOut}, auth=AsyncBearerAuth())
+@idempotent
+async def async_slow_booking(request: HttpRequest, payload: BookingIn, delay: float = 0) -> Any:
+    booking = await sync_to_async(book)(request, payload.slot)
+    await asyncio.sleep(delay)
     return Status(201, booking)
 
 
