@@ -51,6 +51,7 @@ class KeyAuth(APIKeyHeader):
         return key if key in {"partner-one-key", "partner-two-key"} else None
 
 
+# --8<-- [start:principal]
 class Partner:
     """A custom authentication result that names its principal."""
 
@@ -67,6 +68,9 @@ class PartnerAuth(APIKeyHeader):
 
     def authenticate(self, request: HttpRequest, key: str | None) -> Partner | None:
         return Partner(int(key)) if key and key.isdigit() else None
+
+
+# --8<-- [end:principal]
 
 
 class AnythingAuth(APIKeyHeader):
@@ -147,12 +151,16 @@ def required_booking(request: HttpRequest, payload: BookingIn) -> Any:
     return Status(201, book(request, payload.slot))
 
 
+# --8<-- [start:options]
 @api.post("/atomic-failing", response={201: BookingOut, 503: dict})
 @idempotent(atomic=True)
 def atomic_failing(request: HttpRequest, payload: BookingIn) -> Any:
     """Books, then answers 503: the booking rolls back with the released key."""
     book(request, payload.slot)
     return Status(503, {"detail": "try again"})
+
+
+# --8<-- [end:options]
 
 
 @api.post("/http-error", response={201: BookingOut})
@@ -236,6 +244,7 @@ def unprotected(request: HttpRequest, payload: BookingIn) -> Any:
 
 
 # A router protected as a whole; one operation with its own options, one exempt.
+# --8<-- [start:router]
 router = Router()
 router.add_decorator(idempotent(), mode="view")
 
@@ -263,10 +272,13 @@ def router_exempt(request: HttpRequest, payload: BookingIn) -> Any:
 
 
 api.add_router("/router", router)
+# --8<-- [end:router]
 
 # A whole API protected at once.
+# --8<-- [start:whole_api]
 whole_api = NinjaAPI(urls_namespace="ninja-whole", auth=BearerAuth())
 whole_api.add_decorator(idempotent(), mode="view")
+# --8<-- [end:whole_api]
 
 
 @whole_api.post("/bookings", response={201: BookingOut})
