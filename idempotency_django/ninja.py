@@ -45,7 +45,7 @@ from django.db import DEFAULT_DB_ALIAS
 from django.http import HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
 from ninja.decorators import decorate_view
-from ninja.operation import Operation
+from ninja.operation import AsyncOperation, Operation
 
 from idempotency_django.conf import header, idempotency_settings
 from idempotency_django.fingerprint import BodyTooLarge, prepare_body
@@ -263,7 +263,7 @@ def _protected_function(
         # an error they do not handle is raised again, and releases the key.
         return operation.api.on_exception(request, error)
 
-    if operation.is_async:
+    if _is_async(operation):
 
         @functools.wraps(inner)
         async def protected_async(request: HttpRequest, **values: Any) -> HttpResponseBase:
@@ -301,6 +301,11 @@ def _protected_function(
     return protected
 
 
+def _is_async(operation: Operation) -> bool:
+    """An ``async def`` operation; ``is_async`` is set only after ninja's callbacks ran."""
+    return isinstance(operation, AsyncOperation) or bool(operation.is_async)
+
+
 def _temporal_response(
     operation: Operation, request: HttpRequest, values: dict[str, Any]
 ) -> HttpResponse:
@@ -319,7 +324,7 @@ def _ready_body_first(operation: Operation, run: FuncT) -> FuncT:
     is claimed; read first, it stays readable for both. A body over
     ``MAX_FINGERPRINTED_BODY`` is answered 413 before anything runs.
     """
-    if operation.is_async:
+    if _is_async(operation):
 
         @functools.wraps(run)
         async def async_run(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:

@@ -92,6 +92,7 @@ def without_middleware(settings: Any) -> None:
 
 
 @pytest.mark.django_db
+@pytest.mark.filterwarnings("ignore:Returning tuple:DeprecationWarning")  # ninja 1.7 on tuples
 @pytest.mark.parametrize(
     "url", ["/ninja/bookings", "/ninja/tuple-bookings", "/ninja/async-bookings"]
 )
@@ -503,6 +504,21 @@ def test_applied_where_it_would_run_before_authentication_it_refuses() -> None:
     other.add_router("/r", router)
     with pytest.raises(TypeError, match="mode='view'"):
         other.urls  # noqa: B018  (binding applies the decorators)
+
+
+def test_an_async_operation_is_protected_async_when_ninja_makes_it() -> None:
+    """ninja sets ``is_async`` only after the operation's callbacks ran (ninja 1.3 binds
+    that very operation; later versions protect a copy too): the protection must be async."""
+    from asgiref.sync import iscoroutinefunction
+    from ninja.operation import PathView
+
+    async def create(request: HttpRequest) -> dict[str, str]:
+        return {}
+
+    path_view = PathView()
+    operation = path_view.add_operation("/c", ["POST"], idempotent(create))
+    assert iscoroutinefunction(operation.view_func)
+    assert iscoroutinefunction(operation.run)
 
 
 # -- the OpenAPI schema --------------------------------------------------------------
