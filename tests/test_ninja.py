@@ -357,6 +357,20 @@ def test_a_result_ninja_cannot_serialize_strands_no_key_and_commits_nothing(
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("url", ["/ninja/unserializable-plain", "/ninja/async-unserializable"])
+def test_without_a_transaction_an_unserializable_result_still_strands_no_key(
+    url: str, alice_token: str
+) -> None:
+    """Its writes are committed (as in any view that fails after writing), its key is free."""
+    client = Client()
+    for _ in range(2):
+        with pytest.raises(ValidationError):
+            post(client, url, token=alice_token)
+    assert rows() == 2  # the retry ran: no 409 in progress, no replay
+    assert not IdempotencyRecord.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("url", ["/ninja/bookings", "/ninja/async-bookings"])
 def test_the_store_down_is_503_and_nothing_runs(url: str, alice_token: str) -> None:
     table = IdempotencyRecord._meta.db_table

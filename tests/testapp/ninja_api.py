@@ -186,6 +186,13 @@ def unserializable_plain(request: HttpRequest, payload: BookingIn) -> Any:
     return Status(201, {"id": "not a number"})
 
 
+@api.post("/async-unserializable", response={201: BookingOut}, auth=AsyncBearerAuth())
+@idempotent
+async def async_unserializable(request: HttpRequest, payload: BookingIn) -> Any:
+    await sync_to_async(book)(request, payload.slot)
+    return Status(201, {"id": "not a number"})
+
+
 @api.post("/headers", response={201: BookingOut})
 @idempotent
 def with_headers(request: HttpRequest, payload: BookingIn, response: HttpResponse) -> Any:
