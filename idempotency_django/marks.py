@@ -14,6 +14,8 @@ PROTECTED_ATTRIBUTE = "idempotency_protected"
 EXEMPT_ATTRIBUTE = "idempotency_exempt"
 #: Where a handler decorated with ``@idempotent(...)`` keeps its own options.
 OPTIONS_ATTRIBUTE = "idempotency_options"
+#: Set on a django-ninja operation protected by ``idempotency_django.ninja``: its options.
+NINJA_OPTIONS_ATTRIBUTE = "idempotency_ninja_options"
 
 
 @functools.cache
@@ -33,6 +35,27 @@ def is_drf_view(view_func: Callable[..., Any]) -> bool:
     return (
         api_view is not None and isinstance(view_class, type) and issubclass(view_class, api_view)
     )
+
+
+def is_ninja_protected_view(view_func: Callable[..., Any], method: str) -> bool:
+    """A django-ninja view whose operation for ``method`` ``idempotency_django.ninja`` protects.
+
+    ninja authenticates inside its view: the middleware must leave such an
+    operation to the integration, which claims the key after authentication.
+    Tells without importing ninja: its URL views are closures over their
+    ``PathView``, whose ``operations`` each list their ``methods``.
+    """
+    if getattr(view_func, "__module__", None) != "ninja.operation":
+        return False
+    for cell in getattr(view_func, "__closure__", None) or ():
+        try:
+            owner = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        for operation in getattr(owner, "operations", None) or ():
+            if method in getattr(operation, "methods", ()):
+                return getattr(operation, NINJA_OPTIONS_ATTRIBUTE, None) is not None
+    return False
 
 
 def is_drf_request(obj: Any) -> bool:

@@ -34,7 +34,12 @@ from django.urls import ResolverMatch
 
 from idempotency_django.conf import header, idempotency_settings
 from idempotency_django.fingerprint import ready_body
-from idempotency_django.marks import EXEMPT_ATTRIBUTE, PROTECTED_ATTRIBUTE, is_drf_view
+from idempotency_django.marks import (
+    EXEMPT_ATTRIBUTE,
+    PROTECTED_ATTRIBUTE,
+    is_drf_view,
+    is_ninja_protected_view,
+)
 from idempotency_django.phases import Protection, ViewOptions, arun, run_to_the_end
 from idempotency_django.routes import match_of
 from idempotency_django.stores import get_store
@@ -121,8 +126,8 @@ def protected_view(request: HttpRequest) -> tuple[Callable[..., Any], ViewOption
 
     None for a safe method, a request without a key (unless its path matches
     ``REQUIRED_PATHS``), a URL that resolves to nothing, and views protected
-    elsewhere: DRF views, views under ``@idempotent`` and views marked
-    ``@idempotency_exempt``.
+    elsewhere: DRF views, ninja operations under ``idempotency_django.ninja``,
+    views under ``@idempotent`` and views marked ``@idempotency_exempt``.
     """
     settings = idempotency_settings
     if not settings.ENABLED or request.method not in settings.METHODS:
@@ -138,6 +143,7 @@ def protected_view(request: HttpRequest) -> tuple[Callable[..., Any], ViewOption
         getattr(view, PROTECTED_ATTRIBUTE, False)
         or getattr(view, EXEMPT_ATTRIBUTE, False)
         or is_drf_view(view)
+        or is_ninja_protected_view(view, str(request.method))
     ):
         return None
     required = key_required(request.path_info, match)

@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import copy
 import inspect
-from http import HTTPStatus
 from typing import Any
 
-from django.utils.module_loading import import_string
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.plumbing import ComponentRegistry, ResolvedComponent, get_doc
 from drf_spectacular.settings import spectacular_settings
@@ -35,35 +33,22 @@ from idempotency_django.conf import idempotency_settings
 from idempotency_django.drf import IdempotentMixin
 from idempotency_django.keys import MAX_KEY_LENGTH
 from idempotency_django.marks import EXEMPT_ATTRIBUTE, OPTIONS_ATTRIBUTE
+from idempotency_django.openapi_contract import (
+    KEY_PATTERN,
+    PROBLEM_SCHEMA,
+    key_description,
+    key_required,
+    problem_answers,
+    problem_examples,
+    replayed_header,
+    same_request_description,
+)
 from idempotency_django.phases import ViewOptions
 
 __all__ = ["PROBLEM_COMPONENT_NAME", "IdempotentAutoSchema", "view_idempotency_options"]
 
 #: Name of the problem-details schema in ``components.schemas``.
 PROBLEM_COMPONENT_NAME = "IdempotencyProblem"
-
-#: Printable ASCII without a comma, no leading or trailing space: the bare keys
-#: :func:`idempotency_django.keys.parse_key` accepts (it also accepts a quoted
-#: RFC 8941 sf-string, which may contain a comma).
-KEY_PATTERN = r"^[\x21-\x2B\x2D-\x7E](?:[\x20-\x2B\x2D-\x7E]*[\x21-\x2B\x2D-\x7E])?$"
-
-PROBLEM_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "description": "An RFC 9457 problem details object with a stable `code` member.",
-    "properties": {
-        "type": {"type": "string", "description": "Problem type URI.", "example": "about:blank"},
-        "title": {"type": "string", "description": "The HTTP status phrase."},
-        "status": {"type": "integer", "description": "The HTTP status code."},
-        "code": {"type": "string", "description": "A stable, machine-readable error code."},
-        "detail": {"type": "string", "description": "What went wrong, for a human."},
-    },
-    "required": ["type", "title", "status", "code", "detail"],
-}
-
-_RETRY_AFTER_HEADER: dict[str, Any] = {
-    "schema": {"type": "integer", "minimum": 0},
-    "description": "Seconds to wait before retrying with the same key.",
-}
 
 
 def view_idempotency_options(view: Any, method: str) -> ViewOptions | None:
@@ -130,8 +115,7 @@ class IdempotentAutoSchema(AutoSchema):
         return view_idempotency_options(self.view, self.method)
 
     def idempotency_key_required(self, options: ViewOptions) -> bool:
-        required = options.required
-        return bool(idempotency_settings.REQUIRED if required is None else required)
+        return key_required(options.required)
 
     def get_description(self) -> str:  # type: ignore[override]
         description: str = super().get_description()
@@ -158,31 +142,13 @@ class IdempotentAutoSchema(AutoSchema):
         return [header, *parameters]
 
     def idempotency_key_description(self, options: ViewOptions) -> str:
-        required = self.idempotency_key_required(options)
-        return (
-            "A client-generated unique key for this operation (e.g. a UUID), sent again "
-            "unchanged on every retry. The first request with a key runs; a retry with the "
-            "same key and the same request gets the stored response, marked with "
-            f"`{idempotency_settings.REPLAYED_HEADER}: true`, without running again. "
-            f"1 to {MAX_KEY_LENGTH} printable ASCII characters, "
-            "no comma (or an RFC 8941 quoted string). "
-            + self.same_request_description(options)
-            + (
-                "Required on this endpoint."
-                if required
-                else "Optional: without it the request runs unprotected."
-            )
+        return key_description(
+            self.idempotency_key_required(options), self.same_request_description(options)
         )
 
     def same_request_description(self, options: ViewOptions) -> str:
         """Which parts of a request make a retry "the same request" on this endpoint."""
-        function = options.fingerprint or idempotency_settings.FINGERPRINT_FUNCTION
-        if isinstance(function, str):
-            function = import_string(function)
-        described = getattr(function, "description", None)
-        if not described:  # a function of the project's that does not say
-            return ""
-        return f"A retry is the same request when {described} are the same. "
+        return same_request_description(options.fingerprint)
 
     def get_operation(
         self,
@@ -205,13 +171,7 @@ class IdempotentAutoSchema(AutoSchema):
         for code, response in responses.items():
             if str(code).startswith("2") and isinstance(response, dict):
                 response.setdefault("headers", {}).setdefault(
-                    idempotency_settings.REPLAYED_HEADER,
-                    {
-                        "schema": {"type": "string", "enum": ["true"]},
-                        "description": "`true` when this is the stored response of an "
-                        "earlier request with the same key, replayed without running "
-                        "the operation again. Absent otherwise.",
-                    },
+                    idempotency_settings.REPLAYED_HEADER, replayed_header()
                 )
         for status, description, codes, headers in self.idempotency_problems(options):
             self._add_problem_response(responses, status, description, codes, headers)
@@ -220,17 +180,7 @@ class IdempotentAutoSchema(AutoSchema):
         self, options: ViewOptions
     ) -> list[tuple[int, str, list[tuple[str, str]], dict[str, Any]]]:
         """(status, description, [(code, detail)], headers) for each problem response."""
-        return [
-            (
-                status,
-                description,
-                codes,
-                {"Retry-After": copy.deepcopy(_RETRY_AFTER_HEADER)} if retry_after else {},
-            )
-            for status, description, codes, retry_after in problems.documented_refusals(
-                self.idempotency_key_required(options)
-            )
-        ]
+        return problem_answers(self.idempotency_key_required(options))
 
     def _problem_ref(self) -> dict[str, Any]:
         component = ResolvedComponent(  # type: ignore[no-untyped-call]
@@ -251,19 +201,7 @@ class IdempotentAutoSchema(AutoSchema):
         codes: list[tuple[str, str]],
         headers: dict[str, Any],
     ) -> None:
-        examples = {
-            code: {
-                "summary": code,
-                "value": {
-                    "type": "about:blank",
-                    "title": HTTPStatus(status).phrase,
-                    "status": status,
-                    "code": code,
-                    "detail": detail,
-                },
-            }
-            for code, detail in codes
-        }
+        examples = problem_examples(status, codes)
         media = {"schema": self._problem_ref(), "examples": examples}
         response = responses.get(str(status))
         if not isinstance(response, dict):

@@ -22,7 +22,6 @@ from django.http import HttpRequest, HttpResponse
 from django.utils.translation import gettext, gettext_noop
 
 from idempotency_django.conf import FORBIDDEN_REPLAY_HEADERS, idempotency_settings
-from idempotency_django.scope import MAX_LOCATION_LENGTH
 from idempotency_django.stores import StoredResponse
 
 PROBLEM_CONTENT_TYPE = "application/problem+json"
@@ -174,50 +173,6 @@ REFUSALS: dict[str, Refusal] = {
         ),
     )
 }
-
-
-def documented_refusals(
-    key_required: bool,
-) -> list[tuple[int, str, list[tuple[str, str]], bool]]:
-    """What an OpenAPI schema says a protected operation may answer.
-
-    ``(status, description, [(code, detail)], has Retry-After)`` per status,
-    from :data:`REFUSALS` and the settings that change them.
-    """
-    settings = idempotency_settings
-    header = settings.HEADER
-
-    def example(code: str, **params: Any) -> tuple[str, str]:
-        return code, REFUSALS[code].english_detail(**params)
-
-    bad_request = [
-        example(KEY_INVALID),
-        example(LOCATION_INVALID, header=settings.LOCATION_HEADER, length=MAX_LOCATION_LENGTH),
-    ]
-    if key_required:
-        bad_request.insert(0, example(KEY_MISSING))
-    result = [(400, f"The {header} header is missing or invalid.", bad_request, False)]
-    if settings.ANONYMOUS == "reject":
-        refusal = example(AUTHENTICATION_REQUIRED)
-        result.append((401, refusal[1], [refusal], False))
-    reused, in_progress = example(KEY_REUSED), example(KEY_IN_PROGRESS)
-    if REFUSALS[KEY_REUSED].status_code() == 409:
-        description = (
-            "The key was used with a different request, or a request with this "
-            "key is still being processed (with Retry-After)."
-        )
-        result.append((409, description, [reused, in_progress], True))
-    else:
-        result.append(
-            (409, "A request with this key is still being processed.", [in_progress], True)
-        )
-        status = REFUSALS[KEY_REUSED].status_code()
-        result.append((status, "The key was used with a different request.", [reused], False))
-    description = (
-        "The idempotency store could not be reached; nothing was done. Retry with the same key."
-    )
-    result.append((503, description, [example(UNAVAILABLE)], True))
-    return result
 
 
 def refuse(request: HttpRequest, code: str, **kwargs: Any) -> HttpResponse:

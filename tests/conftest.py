@@ -18,6 +18,7 @@ TESTS = Path(__file__).resolve().parent
 #: Every test under these paths starts real servers or processes.
 SERVICE_PATHS = (
     "hangup/",  # uvicorn, daphne and gunicorn, clients that hang up
+    "ninja_server/",  # gunicorn and uvicorn serving the django-ninja API
     "reliability/",  # gunicorn, PostgreSQL and Redis of its own (IDEMPOTENCY_RELIABILITY=1)
     "real_stack/test_pgbouncer.py",  # a pgbouncer in front of PostgreSQL
     "test_scale_out.py",  # gunicorn workers, a redis-server cluster, PostgreSQL

@@ -53,6 +53,7 @@ MY_PAGES = {
     "settings.md",
     "django.md",
     "drf.md",
+    "ninja.md",
     "webhooks.md",
     "errors.md",
     "clients.md",

@@ -293,6 +293,32 @@ def test_create_replay_and_reuse(server: str) -> None:
     assert [b["id"] for b in listed.json()].count(created["id"]) == 1
 
 
+def test_the_ninja_operation_runs_once_after_ninjas_auth(server: str, server_dir: Path) -> None:
+    """/ninja/bookings (django-ninja, HTTP Basic checked by ninja): in progress, then a replay."""
+    payload = {**BOOKING, "slot": "2026-08-01T09:00:00Z"}
+    replies: list[Reply] = []
+    first = start_then_duplicate(
+        server_dir,
+        lambda: replies.append(call(server, "POST", "/ninja/bookings", payload, key="ninja-7001")),
+    )
+    duplicate = call(server, "POST", "/ninja/bookings", payload, key="ninja-7001")
+    first.join()
+    assert duplicate.status == 409
+    assert duplicate.json()["code"] == "idempotency_key_in_progress"
+    assert replies[0].status == 201, replies[0].body
+    created = replies[0].json()
+    assert created["location"] == "portland"
+    again = call(server, "POST", "/ninja/bookings", payload, key="ninja-7001")
+    assert again.replayed
+    assert again.body == replies[0].body
+    # No credentials: ninja's session auth (django_auth, tried after Basic) refuses it.
+    refused = call(server, "POST", "/ninja/bookings", payload, key="ninja-7002", basic=False)
+    assert refused.status == 403
+    assert refused.json() == {"detail": "CSRF check Failed"}
+    listed = call(server, "GET", "/api/bookings/")
+    assert [b["id"] for b in listed.json()].count(created["id"]) == 1
+
+
 def test_concurrent_duplicate_is_in_progress_then_replays(server: str, server_dir: Path) -> None:
     payload = {**BOOKING, "slot": "2026-07-30T10:00:00Z"}
     replies: list[Reply] = []

@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.urls import include, path
 from rest_framework.routers import SimpleRouter
 
-from tests.testapp import views
+from tests.testapp import ninja_api, views
 
 router = SimpleRouter()
 router.register("bookings", views.BookingViewSet, basename="booking")
@@ -42,4 +42,6 @@ urlpatterns = [
     path("hooks/async/<str:token>/", views.async_webhook_receiver),
     path("api/hooks/<str:token>/", views.drf_webhook_receiver),
     path("api/", include(router.urls)),
+    path("ninja/", ninja_api.api.urls),
+    path("ninja-whole/", ninja_api.whole_api.urls),
 ]

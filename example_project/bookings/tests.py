@@ -109,3 +109,34 @@ def test_listing_bookings(no_idempotency, api):
 
 
 # --8<-- [end:no_idempotency]
+
+
+# --8<-- [start:ninja]
+def test_booking_through_the_ninja_api_is_idempotent(alice, settings):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast
+    alice.set_password("alice-password")
+    alice.save()
+    basic = "Basic " + b64encode(b"alice:alice-password").decode()
+
+    first = assert_idempotent(
+        Client(), "POST", "/ninja/bookings", BOOKING,
+        HTTP_AUTHORIZATION=basic, HTTP_X_LOCATION_ID="portland",
+    )  # fmt: skip
+
+    booking = Booking.objects.get()  # the duplicate and the retry booked nothing
+    assert first.status_code == 201
+    assert first.json()["id"] == booking.pk
+    assert booking.owner == alice
+    assert booking.location == "portland"
+
+
+# --8<-- [end:ninja]
+
+
+def test_the_ninja_api_refuses_a_caller_without_credentials_and_keeps_nothing():
+    response = Client().post(
+        "/ninja/bookings", BOOKING, content_type="application/json",
+        HTTP_IDEMPOTENCY_KEY="anonymous",
+    )  # fmt: skip
+    assert response.status_code == 401
+    assert not Booking.objects.exists()

@@ -3,7 +3,7 @@ from django.contrib import admin
 from django.urls import include, path
 from rest_framework.routers import DefaultRouter
 
-from bookings import views
+from bookings import ninja_api, views
 
 router = DefaultRouter()
 router.register("bookings", views.BookingViewSet, basename="booking")
@@ -12,6 +12,7 @@ urlpatterns = [
     path("", views.index, name="index"),
     path("admin/", admin.site.urls),
     path("api/", include(router.urls)),
+    path("ninja/", ninja_api.api.urls),  # the same booking operation over django-ninja
     path("plain/bookings/", views.plain_create_booking, name="plain-bookings"),
     path("hooks/<str:token>/", views.webhook_receiver, name="webhook"),
 ]

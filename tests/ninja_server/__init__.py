@@ -1,0 +1,1 @@
+"""The django-ninja integration on real servers (gunicorn, uvicorn), real sockets, a real login."""
