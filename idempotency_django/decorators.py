@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar, overload
 
 from asgiref.sync import iscoroutinefunction
+from django.core.exceptions import ImproperlyConfigured
 from django.views import View
 
 from idempotency_django.marks import (
@@ -16,6 +17,7 @@ from idempotency_django.marks import (
     drf_api_view_class,
     find_request,
     is_drf_request,
+    is_ninja_view,
 )
 from idempotency_django.phases import ViewOptions, aprotect, protect
 
@@ -102,7 +104,9 @@ def protect_callable(func: Callable[..., Any], options: ViewOptions) -> Callable
 
         @functools.wraps(func)
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-            return await aprotect(find_request(args), lambda: func(*args, **kwargs), options)
+            request = find_request(args)
+            refuse_ninja(request)
+            return await aprotect(request, lambda: func(*args, **kwargs), options)
 
         wrapper: Callable[..., Any] = async_wrapper
     else:
@@ -110,6 +114,7 @@ def protect_callable(func: Callable[..., Any], options: ViewOptions) -> Callable
         @functools.wraps(func)
         def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
             request = find_request(args)
+            refuse_ninja(request)
             if is_drf_request(request):
                 from idempotency_django.drf import protect_drf_call
 
@@ -121,6 +126,21 @@ def protect_callable(func: Callable[..., Any], options: ViewOptions) -> Callable
     setattr(wrapper, PROTECTED_ATTRIBUTE, True)
     setattr(wrapper, OPTIONS_ATTRIBUTE, options)
     return wrapper
+
+
+def refuse_ninja(request: Any) -> None:
+    """Before any claim: this ``@idempotent`` cannot protect a django-ninja operation.
+
+    ninja calls the operation with its own result types (a ``(status, data)``
+    tuple, a schema) and makes the response after it: only the ninja
+    integration sees both the authenticated principal and the response.
+    """
+    match = getattr(request, "resolver_match", None)
+    if match is not None and is_ninja_view(match.func):
+        raise ImproperlyConfigured(
+            "idempotency_django.idempotent cannot protect a django-ninja operation: "
+            "use idempotency_django.ninja.idempotent (docs/ninja.md)."
+        )
 
 
 def _protect_class(view_class: type, options: ViewOptions) -> type:

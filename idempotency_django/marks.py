@@ -37,6 +37,11 @@ def is_drf_view(view_func: Callable[..., Any]) -> bool:
     )
 
 
+def is_ninja_view(view_func: Callable[..., Any]) -> bool:
+    """A URL view of django-ninja: it authenticates inside, after every middleware."""
+    return getattr(view_func, "__module__", None) == "ninja.operation"
+
+
 def is_ninja_protected_view(view_func: Callable[..., Any], method: str) -> bool:
     """A django-ninja view whose operation for ``method`` ``idempotency_django.ninja`` protects.
 
@@ -45,7 +50,7 @@ def is_ninja_protected_view(view_func: Callable[..., Any], method: str) -> bool:
     Tells without importing ninja: its URL views are closures over their
     ``PathView``, whose ``operations`` each list their ``methods``.
     """
-    if getattr(view_func, "__module__", None) != "ninja.operation":
+    if not is_ninja_view(view_func):
         return False
     for cell in getattr(view_func, "__closure__", None) or ():
         try:

@@ -527,8 +527,23 @@ class Attempt:
             response[header] = self.key.key
 
     def finish(self, response: HttpResponseBase) -> HttpResponseBase:
-        """Store the view's response for replay, or release the key; return what to send."""
-        answer = self.finish_attempt(response)
+        """Store the view's response for replay, or release the key; return what to send.
+
+        Whatever raises here (a view that returned no response, a lazy
+        response that fails to render) aborts the attempt: the key is not
+        left reserved for work whose answer nobody got.
+        """
+        try:
+            if not isinstance(response, HttpResponseBase):
+                raise TypeError(
+                    f"The view protected by idempotency_django returned {type(response).__name__}, "
+                    "not a Django response. On a django-ninja operation, use "
+                    "idempotency_django.ninja.idempotent."
+                )
+            answer = self.finish_attempt(response)
+        except BaseException as error:
+            self.abort(error)
+            raise
         self.echo_key(answer)
         return answer
 

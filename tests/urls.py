@@ -16,6 +16,8 @@ router.register(
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("plain/bookings/", views.create_booking),
+    path("plain/no-response/", views.returns_no_response),
+    path("plain/no-response-atomic/", views.atomic_returns_no_response),
     path("plain/exempt/", views.exempt_booking),
     path("plain/required/", views.required_booking),
     path("plain/client-error/", views.client_error_booking),

@@ -19,6 +19,7 @@ from ninja.security import APIKeyHeader, HttpBearer, django_auth
 from rest_framework.authtoken.models import Token
 
 from idempotency_django.decorators import idempotency_exempt
+from idempotency_django.decorators import idempotent as core_idempotent
 from idempotency_django.ninja import auth_principal, idempotent
 from tests.testapp.models import Booking
 
@@ -143,6 +144,13 @@ def partner_booking(request: HttpRequest, payload: BookingIn) -> Any:
 @idempotent
 def anything_booking(request: HttpRequest, payload: BookingIn) -> Any:
     return {"id": book(request, payload.slot).pk}
+
+
+@api.post("/core-decorated", response={201: BookingOut})
+@core_idempotent
+def core_decorated(request):  # type: ignore[no-untyped-def]
+    """The Django views' ``@idempotent`` by mistake: refused before any claim or booking."""
+    return 201, book(request, "core")
 
 
 @api.post("/required-bookings", response={201: BookingOut})

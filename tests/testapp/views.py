@@ -83,6 +83,19 @@ def atomic_booking(request: HttpRequest) -> HttpResponse:
     return JsonResponse({"id": booking.pk}, status=201)
 
 
+@idempotent(atomic=True)
+def atomic_returns_no_response(request: HttpRequest) -> HttpResponse:
+    """Books, then returns what a ninja operation would: a tuple, not a response."""
+    booking = Booking.objects.create(slot="tuple-atomic")
+    return (201, {"id": booking.pk})  # type: ignore[return-value]
+
+
+@idempotent
+def returns_no_response(request: HttpRequest) -> HttpResponse:
+    booking = Booking.objects.create(slot="tuple")
+    return (201, {"id": booking.pk})  # type: ignore[return-value]
+
+
 @idempotent
 class BookingCBV(View):
     def post(self, request: HttpRequest) -> HttpResponse:
