@@ -9,7 +9,7 @@ from typing import Any
 from django.conf import settings
 from django.core import checks
 from django.shortcuts import resolve_url
-from django.urls import NoReverseMatch, reverse
+from django.urls import NoReverseMatch, get_resolver, reverse
 from django.utils.module_loading import import_string
 
 from idempotency_django.conf import (
@@ -18,7 +18,10 @@ from idempotency_django.conf import (
     IMPORT_STRINGS,
     SETTING_NAME,
     STORE_ALIASES,
+    idempotency_settings,
 )
+from idempotency_django.marks import is_ninja_view, unprotected_ninja_methods
+from idempotency_django.routes import walk_patterns
 
 MIDDLEWARE_PATH = "idempotency_django.middleware.IdempotencyMiddleware"
 #: Middleware that must run before ours: it sets request.user, which scopes keys.
@@ -279,3 +282,44 @@ def check_transactions(**kwargs: Any) -> list[checks.CheckMessage]:
             )
         )
     return messages
+
+
+@checks.register(checks.Tags.urls)
+def check_ninja_operations(**kwargs: Any) -> list[checks.CheckMessage]:
+    """django-ninja authenticates inside its views: the middleware cannot scope their keys.
+
+    An unsafe operation without ``idempotency_django.ninja`` has its keys
+    ignored (anonymous to the middleware), or scoped by a session cookie that
+    rides along with someone else's token.
+    """
+    if not _installed("ninja"):
+        return []
+    try:
+        patterns = get_resolver().url_patterns
+    except Exception:  # a broken URLconf is Django's own check to report
+        return []
+    methods = idempotency_settings.METHODS
+    routes = [
+        f"{route} ({', '.join(sorted(unprotected))})"
+        for route, view, _ in walk_patterns(patterns)
+        if is_ninja_view(view) and (unprotected := unprotected_ninja_methods(view, methods))
+    ]
+    if not routes:
+        return []
+    shown = "; ".join(routes[:5]) + (f"; and {len(routes) - 5} more" if len(routes) > 5 else "")
+    return [
+        checks.Warning(
+            f"django-ninja authenticates inside its views, and {len(routes)} of its routes "
+            f"serve unsafe methods without idempotency_django.ninja: {shown}. "
+            "Their Idempotency-Key is not used.",
+            hint="Protect them with idempotency_django.ninja.idempotent (docs/ninja.md), "
+            "or mark the operations @idempotency_exempt.",
+            id="idempotency_django.W043",
+        )
+    ]
+
+
+def _installed(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None

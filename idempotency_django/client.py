@@ -67,6 +67,8 @@ PROBLEM_CONTENT_TYPE = "application/problem+json"
 KEY_IN_PROGRESS = "idempotency_key_in_progress"
 KEY_REUSED = "idempotency_key_reused"
 UNAVAILABLE = "idempotency_unavailable"
+#: The server's IGNORED_KEY_HEADER: the key of this request was not used.
+IGNORED_KEY_HEADER = "Idempotency-Key-Ignored"
 
 UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 #: requests has no default timeout; an attempt that never ends would make the time
@@ -137,6 +139,8 @@ class Outcome:
     status: int | None
     code: str | None = None
     retry_after: float | None = None
+    #: Why the server did not use the key (its ``Idempotency-Key-Ignored``), if it said so.
+    key_ignored: str | None = None
 
 
 class Verdict(Enum):
@@ -167,11 +171,16 @@ def decide(
     ``draw`` (uniform in [0, 1)) is the jitter, passed in so that the decision is
     repeatable. No retry is decided for a 400, 403, 404, 413, 422 or a 409 other
     than in progress (``idempotency_key_reused``): sending the same request again
-    would get the same answer, and a new key would hide a real conflict.
+    would get the same answer, and a new key would hide a real conflict. Nor for
+    an answer whose ``Idempotency-Key-Ignored`` says the server did not use the
+    key (but a 401, which ran nothing): a retry could run the work twice.
     """
     status = outcome.status
     if status is not None and status < 400:
         return Decision(Verdict.DONE)
+    if outcome.key_ignored is not None and status != 401:
+        # The server did not use the key: a retry could run the operation twice.
+        return Decision(Verdict.REJECTED)
     if status == 401:
         if not can_reauthenticate:
             return Decision(Verdict.REJECTED)
@@ -498,7 +507,8 @@ def _outcome(response: _Response | None) -> Outcome:
         if isinstance(problem, dict) and isinstance(problem.get("code"), str):
             code = problem["code"]
     retry_after = parse_retry_after(response.headers.get("Retry-After"), datetime.now(UTC))
-    return Outcome(response.status_code, code, retry_after)
+    key_ignored = response.headers.get(IGNORED_KEY_HEADER)
+    return Outcome(response.status_code, code, retry_after, key_ignored)
 
 
 def _describe(outcome: Outcome, response: _Response | None, error: Exception | None) -> str:
@@ -512,6 +522,8 @@ def _describe(outcome: Outcome, response: _Response | None, error: Exception | N
     if response is not None:
         if response.headers.get("Idempotency-Replayed") == "true":
             parts.append("replayed")
+        if outcome.key_ignored is not None:
+            parts.append(f"key ignored by the server ({outcome.key_ignored[:32]})")
         request_id = response.headers.get("X-Request-Id")
         if request_id:
             parts.append(f"(X-Request-Id {request_id[:64]})")

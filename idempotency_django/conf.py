@@ -98,6 +98,9 @@ DEFAULTS: dict[str, Any] = {
     "REPLAYED_HEADER": "Idempotency-Replayed",
     # A response header that echoes the request's key (e.g. "Idempotency-Key"). None: none.
     "ECHO_KEY_HEADER": None,
+    # The header that tells a client its key was not used (the request was not
+    # protected), with the reason: "anonymous" or "unprotected". None: none.
+    "IGNORED_KEY_HEADER": "Idempotency-Key-Ignored",
     # Problem "type" URIs are this base + the code (e.g. "https://example.com/errors#").
     # None: "about:blank".
     "PROBLEM_TYPE_BASE": None,

@@ -16,6 +16,8 @@ EXEMPT_ATTRIBUTE = "idempotency_exempt"
 OPTIONS_ATTRIBUTE = "idempotency_options"
 #: Set on a django-ninja operation protected by ``idempotency_django.ninja``: its options.
 NINJA_OPTIONS_ATTRIBUTE = "idempotency_ninja_options"
+#: Where the ninja integration keeps the operation's own function, under its wrapper.
+NINJA_INNER_ATTRIBUTE = "_idempotency_inner"
 
 
 @functools.cache
@@ -61,6 +63,24 @@ def is_ninja_protected_view(view_func: Callable[..., Any], method: str) -> bool:
             if method in getattr(operation, "methods", ()):
                 return getattr(operation, NINJA_OPTIONS_ATTRIBUTE, None) is not None
     return False
+
+
+def unprotected_ninja_methods(view_func: Callable[..., Any], methods: Any) -> set[str]:
+    """The ``methods`` a django-ninja URL view serves without ``idempotency_django.ninja``."""
+    found: set[str] = set()
+    for cell in getattr(view_func, "__closure__", None) or ():
+        try:
+            owner = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        for operation in getattr(owner, "operations", None) or ():
+            func = getattr(operation, "view_func", None)
+            if getattr(operation, NINJA_OPTIONS_ATTRIBUTE, None) is None and not (
+                getattr(func, EXEMPT_ATTRIBUTE, False)
+                or getattr(getattr(func, NINJA_INNER_ATTRIBUTE, None), EXEMPT_ATTRIBUTE, False)
+            ):
+                found.update(set(getattr(operation, "methods", ())) & set(methods))
+    return found
 
 
 def is_drf_request(obj: Any) -> bool:

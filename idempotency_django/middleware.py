@@ -40,7 +40,13 @@ from idempotency_django.marks import (
     is_drf_view,
     is_ninja_protected_view,
 )
-from idempotency_django.phases import Protection, ViewOptions, arun, run_to_the_end
+from idempotency_django.phases import (
+    Protection,
+    ViewOptions,
+    arun,
+    mark_ignored_key,
+    run_to_the_end,
+)
 from idempotency_django.routes import match_of
 from idempotency_django.stores import get_store
 
@@ -68,19 +74,31 @@ class IdempotencyMiddleware:
     def __call__(self, request: HttpRequest) -> Any:
         if self.async_mode:
             return self.__acall__(request)
-        if is_keyed(request) and (refused := ready_body(request)) is not None:
+        keyed = is_keyed(request)
+        if keyed and (refused := ready_body(request)) is not None:
             return refused  # before any CSRF check or parser reads the body
         protected = protected_view(request)
         if protected is None:
-            return self.get_response(request)
-        view, options = protected
-        return run_protected(request, view, options, self.get_response)
+            response = self.get_response(request)
+        else:
+            view, options = protected
+            response = run_protected(request, view, options, self.get_response)
+        if keyed:
+            mark_ignored_key(request, response)  # a key nobody used: say so
+        return response
 
     async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
-        if is_keyed(request):
+        keyed = is_keyed(request)
+        if keyed:
             refused = await sync_to_async(ready_body)(request)
             if refused is not None:
                 return refused
+        response = await self.protected_response(request)
+        if keyed:
+            mark_ignored_key(request, response)
+        return response
+
+    async def protected_response(self, request: HttpRequest) -> HttpResponseBase:
         protected = protected_view(request)
         if protected is None:
             response: HttpResponseBase = await self.get_response(request)

@@ -50,7 +50,11 @@ from ninja.operation import AsyncOperation, Operation
 from idempotency_django.conf import header, idempotency_settings
 from idempotency_django.fingerprint import BodyTooLarge, prepare_body
 from idempotency_django.keys import MAX_KEY_LENGTH
-from idempotency_django.marks import EXEMPT_ATTRIBUTE, NINJA_OPTIONS_ATTRIBUTE
+from idempotency_django.marks import (
+    EXEMPT_ATTRIBUTE,
+    NINJA_INNER_ATTRIBUTE,
+    NINJA_OPTIONS_ATTRIBUTE,
+)
 from idempotency_django.openapi_contract import (
     KEY_PATTERN,
     PROBLEM_SCHEMA,
@@ -72,7 +76,7 @@ FuncT = TypeVar("FuncT", bound=Callable[..., Any])
 #: An authentication result names its principal with this attribute (or property).
 PRINCIPAL_ATTRIBUTE = "idempotency_principal"
 #: On a protected operation's function: the function it protects.
-_INNER_ATTRIBUTE = "_idempotency_inner"
+_INNER_ATTRIBUTE = NINJA_INNER_ATTRIBUTE
 #: On a protected operation's function: the ``openapi_extra`` the operation had before.
 _BASE_EXTRA_ATTRIBUTE = "_idempotency_base_openapi_extra"
 #: On a protected operation: "operation" when protected by its own ``@idempotent``.

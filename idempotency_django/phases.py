@@ -66,7 +66,7 @@ from idempotency_django import problems, signals
 from idempotency_django.conf import NEVER_RETAINED_CLIENT_ERRORS, header, idempotency_settings
 from idempotency_django.fingerprint import BodyTooLarge, prepare_body
 from idempotency_django.keys import InvalidKey, parse_key
-from idempotency_django.logs import log, request_id
+from idempotency_django.logs import log, request_id, route_of
 from idempotency_django.marks import django_request
 from idempotency_django.problems import refuse, replay_headers, replay_response
 from idempotency_django.scope import MAX_LOCATION_LENGTH, Scope, session_scope
@@ -87,6 +87,11 @@ ResultT = TypeVar("ResultT")
 #: Set on the Django request while its key is claimed, so that a second layer
 #: (a DRF handler calling an inherited protected handler) stays out.
 ACTIVE_ATTRIBUTE = "_idempotency_active"
+#: Set on the Django request by phase 1: "protected" once a part of the
+#: library took charge of its key, "anonymous" when it let it through.
+DECISION_ATTRIBUTE = "_idempotency_decision"
+#: The routes whose unprotected keyed requests were logged (once each).
+_LOGGED_UNPROTECTED: set[tuple[str, str]] = set()
 
 
 @dataclass(frozen=True)
@@ -191,6 +196,8 @@ class Protection:
             with self.stack:
                 if self.attempt is not None:
                     response = self.attempt.finish(response)
+                else:
+                    mark_ignored_key(self.request, response, unprotected=False)
         except BaseException:
             self.commit_failed()
             raise
@@ -245,7 +252,9 @@ async def _arun(
         if not await outcome.await_settled(remaining):
             return await sync_to_async(outcome.conflict)()  # too many waiters already
     if outcome is None:
-        return await get_response(request)
+        response = await get_response(request)
+        mark_ignored_key(request, response, unprotected=False)
+        return response
     if isinstance(outcome, HttpResponseBase):
         return outcome
     try:
@@ -341,19 +350,19 @@ def begin(
         if _option(options.required, settings.REQUIRED):
             return refuse(request, problems.KEY_MISSING)
         return None
+    decide(request, "protected")
     try:
         key = parse_key(raw_key)
     except InvalidKey as exc:
         log(logging.INFO, "rejected", request, code=problems.KEY_INVALID)
         return refuse(request, problems.KEY_INVALID, detail=exc.translated(gettext))
 
-    scope = _function(options.scope, settings.SCOPE_FUNCTION)(request)
-    if scope is None and settings.ANONYMOUS == "session":
-        scope = session_scope(request)
+    scope = scope_of(request, options)
     if scope is None:
         if settings.ANONYMOUS == "reject":
             return refuse(request, problems.AUTHENTICATION_REQUIRED)
         log(logging.INFO, "unprotected", request, reason="anonymous")
+        decide(request, "anonymous")
         return None
     if len(scope.location) > MAX_LOCATION_LENGTH or not scope.location.isprintable():
         return refuse(
@@ -640,6 +649,8 @@ class Attempt:
             return "streaming"
         if status >= 500:
             return "server_error"
+        if self.principal_changed():
+            return "principal_changed"
         if status < 400:
             return None
         keep_client_errors = _option(
@@ -648,6 +659,19 @@ class Attempt:
         if keep_client_errors and status not in NEVER_RETAINED_CLIENT_ERRORS:
             return None
         return "not_retained"
+
+    def principal_changed(self) -> bool:
+        """The view authenticated someone else than the key was claimed for.
+
+        A session-scoped claim whose view then authenticated another principal
+        (a token of its own, a login): its answer is not stored under the
+        first one, who would otherwise be served it.
+        """
+        scope = scope_of(self.request, self.options)
+        if scope is None or scope.principal == self.key.principal:
+            return False
+        self.log(logging.WARNING, "principal_changed")
+        return True
 
     def stored_response(self, response: HttpResponseBase) -> StoredResponse:
         """What is kept for replay: the bytes the client gets, rendered first if lazy.
@@ -796,6 +820,46 @@ class Busy:
 
 
 # -- helpers --------------------------------------------------------------------
+
+
+def scope_of(request: HttpRequest, options: ViewOptions) -> Scope | None:
+    """Whose key it is: the view's scope function or ``SCOPE_FUNCTION``, else a guest's session."""
+    scope: Scope | None = _function(options.scope, idempotency_settings.SCOPE_FUNCTION)(request)
+    if scope is None and idempotency_settings.ANONYMOUS == "session":
+        scope = session_scope(request)
+    return scope
+
+
+def decide(request: HttpRequest, decision: str) -> None:
+    """Note what became of the request's key: "protected" or "anonymous"."""
+    setattr(django_request(request), DECISION_ATTRIBUTE, decision)
+
+
+def mark_ignored_key(
+    request: HttpRequest, response: HttpResponseBase, unprotected: bool = True
+) -> None:
+    """Tell the client of a keyed unsafe request whose key was not used (``IGNORED_KEY_HEADER``).
+
+    The middleware calls it after the view for every keyed unsafe request: one
+    no part of the library took charge of is "unprotected" (the first of each
+    route is logged at WARNING). :class:`Protection` calls it for the requests
+    it let through (``unprotected=False``): "anonymous" ones.
+    """
+    settings = idempotency_settings
+    name = settings.IGNORED_KEY_HEADER
+    if not settings.ENABLED:
+        return
+    decision = getattr(django_request(request), DECISION_ATTRIBUTE, None)
+    if decision == "protected" or (decision is None and not unprotected):
+        return
+    if decision is None:
+        decision = "unprotected"
+        route = (str(request.method), route_of(request))
+        if route not in _LOGGED_UNPROTECTED:
+            _LOGGED_UNPROTECTED.add(route)
+            log(logging.WARNING, "unprotected", request, reason="not_protected")
+    if name:
+        response[name] = decision
 
 
 def _open_transactions() -> list[str]:

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import functools
 import weakref
+from collections.abc import Iterator
 from typing import Any
 
 from django.conf import settings as django_settings
 from django.conf.urls.i18n import is_language_prefix_patterns_used
 from django.core.signals import setting_changed
 from django.http import HttpRequest
-from django.urls import Resolver404, ResolverMatch, URLResolver, get_resolver
+from django.urls import Resolver404, ResolverMatch, URLPattern, URLResolver, get_resolver
 from django.utils import translation
 
 LOCALE_MIDDLEWARE = "django.middleware.locale.LocaleMiddleware"
@@ -94,3 +95,17 @@ def _forget(**kwargs: Any) -> None:
 
 
 setting_changed.connect(_forget)
+
+
+def walk_patterns(
+    patterns: Any, prefix: str = "", has_kwargs: bool = False
+) -> Iterator[tuple[str, Any, bool]]:
+    """Every view of a URLconf: (route, view, whether its URL passes keyword arguments)."""
+    for entry in patterns:
+        pattern = entry.pattern
+        fixed = getattr(entry, "default_kwargs", None) or getattr(entry, "default_args", None)
+        here = has_kwargs or bool(pattern.regex.groupindex) or bool(fixed)
+        if isinstance(entry, URLResolver):
+            yield from walk_patterns(entry.url_patterns, prefix + str(pattern), here)
+        elif isinstance(entry, URLPattern):
+            yield prefix + str(pattern), entry.callback, here

@@ -19,7 +19,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import unquote, urlsplit
@@ -29,7 +29,7 @@ from django.conf import settings as django_settings
 from django.core import checks
 from django.http import HttpRequest, JsonResponse
 from django.http.response import HttpResponseBase
-from django.urls import Resolver404, URLPattern, URLResolver, get_resolver, resolve
+from django.urls import Resolver404, get_resolver, resolve
 from django.utils.crypto import salted_hmac
 from django.utils.translation import gettext, gettext_noop
 
@@ -38,8 +38,9 @@ from idempotency_django.conf import idempotency_settings
 from idempotency_django.keys import MAX_KEY_LENGTH, InvalidKey, parse_key
 from idempotency_django.logs import request_id
 from idempotency_django.marks import PROTECTED_ATTRIBUTE, find_request
-from idempotency_django.phases import Attempt, BeginPhase, ViewOptions, arun, run
+from idempotency_django.phases import Attempt, BeginPhase, ViewOptions, arun, decide, run
 from idempotency_django.problems import Refusal
+from idempotency_django.routes import walk_patterns
 from idempotency_django.stores import (
     Claim,
     Outcome,
@@ -290,6 +291,7 @@ def begin_delivery(
     keyword arguments.
     """
     settings = idempotency_settings
+    decide(request, "protected")  # by the delivery contract, whatever key it carries
     match = getattr(request, "resolver_match", None)
     route = str(match.route) if match is not None else ""
     # Deliveries accepted before a SECRET_KEY rotation were recorded under
@@ -375,6 +377,9 @@ class DeliveryAttempt(Attempt):
 
     def unavailable(self) -> HttpResponseBase:
         return REFUSALS[problems.UNAVAILABLE].answer(self.request)
+
+    def principal_changed(self) -> bool:
+        return False  # a delivery's principal is its receiver's namespace, not a user
 
     def over_key_limit(self) -> HttpResponseBase | None:
         return None  # MAX_KEYS_PER_PRINCIPAL bounds clients' keys, not a sender's deliveries
@@ -529,22 +534,11 @@ def check_receiver_namespaces(**kwargs: Any) -> list[checks.CheckMessage]:
             "@deduplicate_webhook(namespace=...).",
             id="idempotency_django.W030",
         )
-        for route, view, has_kwargs in _walk(patterns, "", False)
+        for route, view, has_kwargs in walk_patterns(patterns)
         if not has_kwargs
         and (handler := _receiver_handler(view)) is not None
         and not getattr(handler, NAMESPACE_ATTRIBUTE, False)
     ]
-
-
-def _walk(patterns: Any, prefix: str, has_kwargs: bool) -> Iterator[tuple[str, Any, bool]]:
-    for entry in patterns:
-        pattern = entry.pattern
-        fixed = getattr(entry, "default_kwargs", None) or getattr(entry, "default_args", None)
-        here = has_kwargs or bool(pattern.regex.groupindex) or bool(fixed)
-        if isinstance(entry, URLResolver):
-            yield from _walk(entry.url_patterns, prefix + str(pattern), here)
-        elif isinstance(entry, URLPattern):
-            yield prefix + str(pattern), entry.callback, here
 
 
 def _fallback_identity(

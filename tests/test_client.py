@@ -49,6 +49,7 @@ from idempotency_django.client import (
     decide,
     parse_retry_after,
 )
+from idempotency_django.conf import DEFAULTS
 from tests.docs_examples import client_httpx, client_requests
 from tests.fault_proxy import DROP, FORWARD, HOLD, Answer, fault_proxy
 from tests.test_example_project import (
@@ -111,6 +112,11 @@ MATRIX = [
     pytest.param(Outcome(413), Decision(REJECTED), id="413"),
     pytest.param(Outcome(422), Decision(REJECTED), id="422"),
     pytest.param(Outcome(501), Decision(REJECTED), id="501"),
+    pytest.param(
+        Outcome(502, key_ignored="unprotected"), Decision(REJECTED), id="502, key ignored"
+    ),
+    pytest.param(Outcome(503, None, 1.0, "anonymous"), Decision(REJECTED), id="503, key ignored"),
+    pytest.param(Outcome(201, key_ignored="unprotected"), Decision(DONE), id="201, key ignored"),
 ]
 
 
@@ -132,6 +138,7 @@ def test_the_client_knows_the_servers_problem_codes() -> None:
     assert client_module.KEY_REUSED == problems.KEY_REUSED
     assert client_module.UNAVAILABLE == problems.UNAVAILABLE
     assert client_module.PROBLEM_CONTENT_TYPE == problems.PROBLEM_CONTENT_TYPE
+    assert DEFAULTS["IGNORED_KEY_HEADER"] == client_module.IGNORED_KEY_HEADER
 
 
 # -- backoff and caps -------------------------------------------------------------

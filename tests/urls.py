@@ -16,6 +16,7 @@ router.register(
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("plain/bookings/", views.create_booking),
+    path("plain/token-bookings/", views.token_booking),
     path("plain/no-response/", views.returns_no_response),
     path("plain/no-response-atomic/", views.atomic_returns_no_response),
     path("plain/exempt/", views.exempt_booking),
@@ -32,6 +33,7 @@ urlpatterns = [
     path("plain/organisation/", views.organisation_booking),
     path("plain/guest/", views.guest_booking),
     path("api/slot/", views.api_slot_booking),
+    path("api/public/", views.api_public_booking),
     path("plain/small-limit/", views.small_limit_booking),
     path("api/form/", views.api_form_booking),
     path("api/book/", views.api_book),

@@ -43,6 +43,7 @@ IDEMPOTENCY = {
     ),
     "REPLAYED_HEADER": "Idempotency-Replayed",
     "ECHO_KEY_HEADER": None,
+    "IGNORED_KEY_HEADER": "Idempotency-Key-Ignored",
     "PROBLEM_TYPE_BASE": None,
     "PROBLEM_RENDERER": "idempotency_django.problems.render_problem",
     "DRF_EXCEPTION_HANDLER": False,

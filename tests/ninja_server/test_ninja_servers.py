@@ -164,3 +164,31 @@ def test_a_session_call_needs_its_csrf_token_and_a_refusal_stores_nothing(
         assert accepted.status == 201
         assert not accepted.replayed
     assert rows(slot="c") == 1
+
+
+@pytest.mark.parametrize("server", SERVERS)
+def test_the_retry_client_does_not_retry_where_the_server_ignored_its_key(
+    server: str, alice: User
+) -> None:
+    """An operation nothing protects: the middleware says the key was not used, the
+    project's retry client believes it, and a 502 runs the work once, not five times."""
+    import requests
+
+    from idempotency_django.client import IdempotentClient, RequestRejected, RetryPolicy
+
+    with serve(server, **{**SETTINGS, "NINJA_WITH_MIDDLEWARE": "1"}) as port:
+        session = requests.Session()
+        session.headers["Authorization"] = f"Bearer {token(alice)}"
+        api = IdempotentClient(session, policy=RetryPolicy(attempts=5, max_elapsed=10.0))
+        with pytest.raises(RequestRejected) as refused:
+            api.post(
+                f"http://127.0.0.1:{port}/ninja/unprotected-bookings",
+                json={"slot": "u"},
+                key="unprotected-1",
+            )
+    response = refused.value.response
+    assert response is not None
+    assert response.status_code == 502
+    assert response.headers["Idempotency-Key-Ignored"] == "anonymous"
+    assert refused.value.attempts == 1
+    assert rows(owner=alice) == 1

@@ -153,6 +153,13 @@ def core_decorated(request):  # type: ignore[no-untyped-def]
     return 201, book(request, "core")
 
 
+@api.post("/unprotected-bookings", response={201: BookingOut, 502: dict})
+def unprotected_booking(request: HttpRequest, payload: BookingIn) -> Any:
+    """No integration: books, then answers what a flaky gateway would (a 502)."""
+    book(request, payload.slot)
+    return Status(502, {"detail": "bad gateway"})
+
+
 @api.post("/required-bookings", response={201: BookingOut})
 @idempotent(required=True)
 def required_booking(request: HttpRequest, payload: BookingIn) -> Any:
