@@ -93,6 +93,10 @@ DEFAULTS: dict[str, Any] = {
         "Expires",
         "Vary",
     ),
+    # Fernet keys (Fernet.generate_key(), or idempotency_django.encryption.generate_key())
+    # that encrypt stored headers and bodies: the first encrypts, every one decrypts, as
+    # SECRET_KEY and SECRET_KEY_FALLBACKS. Empty: stored as they are. Needs cryptography.
+    "ENCRYPTION_KEYS": (),
     # -- How answers look -------------------------------------------------
     # The header that marks a replay ("Idempotent-Replayed" for Stripe's clients).
     "REPLAYED_HEADER": "Idempotency-Replayed",
