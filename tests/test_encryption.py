@@ -216,6 +216,40 @@ def test_a_record_no_key_opens_answers_503_and_runs_nothing(
     assert Booking.objects.count() == 1
 
 
+def test_an_altered_record_answers_503_and_runs_nothing(store: Store, alice_client: Client) -> None:
+    """Fernet's HMAC: a token changed in the store opens under no key."""
+    with keys(store, NEW_KEY):
+        assert post(alice_client).status_code == 201
+        _alter_stored_token(store)
+        response = post(alice_client)
+    assert response.status_code == 503
+    assert response.json()["code"] == "idempotency_unavailable"
+    assert Booking.objects.count() == 1
+
+
+def _alter_stored_token(store: Store) -> None:
+    """Flip one character of the stored token, in place, by the store's own means."""
+
+    def altered(token: bytes) -> bytes:
+        middle = len(token) // 2
+        flipped = b"A" if token[middle : middle + 1] != b"A" else b"B"
+        return token[:middle] + flipped + token[middle + 1 :]
+
+    if store.name == "redis":
+        from tests.redis_helpers import raw_client
+
+        client = raw_client()
+        [redis_key] = [key for key in stored_entries()]
+        head, _, token = client.get(redis_key).partition(b"\n")
+        client.set(redis_key, head + b"\n" + altered(token), keepttl=True)
+        client.close()
+    else:
+        record = IdempotencyRecord.objects.get()
+        IdempotencyRecord.objects.filter(pk=record.pk).update(
+            response_body=altered(bytes(record.response_body))
+        )
+
+
 def test_a_malformed_key_at_run_time_answers_503_without_leaking_it(
     alice_client: Client, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -332,3 +366,20 @@ def test_without_cryptography(idempotency: dict[str, Any], expected: str) -> Non
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout == expected
+
+
+def test_the_deliveries_admin_reads_encrypted_run_ids(admin_client: Client) -> None:
+    from idempotency_django.stores import RecordKey, RequestInfo, StoredResponse
+
+    with keys(Store("database"), NEW_KEY):
+        store = get_store()
+        key = RecordKey("webhook:trigger", "", "evt_1")
+        info = RequestInfo("POST", "/hooks/", "f" * 64, kind="webhook", source="header")
+        claim = store.claim(key, info, 60)
+        assert store.complete(
+            key, claim.token, StoredResponse(200, (), b'{"run_id": "run-42"}'), 60
+        )
+        assert b"run-42" not in bytes(IdempotencyRecord.objects.get().response_body)
+        page = admin_client.get(reverse("admin:idempotency_django_webhookdelivery_changelist"))
+    assert page.status_code == 200
+    assert "run-42" in page.content.decode()
