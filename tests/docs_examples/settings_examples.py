@@ -28,6 +28,7 @@ IDEMPOTENCY = {
     "RETRY_AFTER": 1,
     "UNAVAILABLE_RETRY_AFTER": 5,
     "ANONYMOUS": "ignore",
+    "ENCRYPTION_KEYS": (),
     "REPLAY_HEADERS": (
         "Content-Type",
         "Content-Encoding",
@@ -109,6 +110,7 @@ STRIPE = IDEMPOTENCY
 
 # --8<-- [start:body_id_function]
 import json  # noqa: E402
+import os  # noqa: E402
 
 
 def paddle_notification_id(request):
@@ -162,6 +164,21 @@ IDEMPOTENCY = {
 REDIS_CACHES = CACHES
 REDIS_STORE = IDEMPOTENCY
 
+# What a deployment's environment holds; never keys written in a repository.
+os.environ.setdefault(
+    "IDEMPOTENCY_ENCRYPTION_KEYS",
+    "cw_0x689RpI-jtRR7oOSbnFPs2jEWyZRe5A3ncnJZAk=,6hGYnzfVH-mEhYmTRLWgA9EDWaLIdIobLsnJAzomtcs=",
+)
+
+# --8<-- [start:encryption]
+IDEMPOTENCY = {
+    # Fernet keys, comma-separated in the environment: the first encrypts, all decrypt.
+    "ENCRYPTION_KEYS": os.environ["IDEMPOTENCY_ENCRYPTION_KEYS"].split(","),
+}
+# --8<-- [end:encryption]
+
+ENCRYPTION = IDEMPOTENCY
+
 #: Every IDEMPOTENCY example above, by name, for tests/test_docs.py.
 EXAMPLES = {
     "everything": EVERYTHING,
@@ -171,4 +188,5 @@ EXAMPLES = {
     "stripe": STRIPE,
     "body_id_function": BODY_ID_FUNCTION,
     "database_store": DATABASE_STORE,
+    "encryption": ENCRYPTION,
 }
