@@ -21,7 +21,7 @@ from typing import Any
 
 #: The one place the version is written (pyproject.toml reads it). A ``.dev0``
 #: version is unreleased: the changelog's "Unreleased" section is what it will be.
-__version__ = "0.2.0"
+__version__ = "0.3.0.dev0"
 
 __all__ = ["ViewOptions", "__version__", "idempotency_exempt", "idempotent", "lookup"]
 
