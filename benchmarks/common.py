@@ -48,6 +48,10 @@ STORES = {
     "memory": _example_env("sqlite://:memory:", BENCH_MEMORY="1"),
     "memory_quiet": _example_env("sqlite://:memory:", BENCH_MEMORY="1", BENCH_LOG_LEVEL="WARNING"),
 }
+#: The same with stored responses encrypted (ENCRYPTION_KEYS): "<store>_encrypted".
+STORES.update(
+    {f"{name}_encrypted": {**STORES[name], "BENCH_ENCRYPTION": "1"} for name in list(STORES)}
+)
 STORE_LABELS = {
     "sqlite": "database store, SQLite",
     "postgres": "database store, PostgreSQL",
@@ -55,6 +59,9 @@ STORE_LABELS = {
     "memory": "in-memory store (the library's own Python)",
     "memory_quiet": "the same, its INFO log records not enabled",
 }
+STORE_LABELS.update(
+    {f"{name}_encrypted": f"{label}, encrypted" for name, label in list(STORE_LABELS.items())}
+)
 
 
 def child_env(store: str, code: Path = ROOT, **extra: str) -> dict[str, str]:
