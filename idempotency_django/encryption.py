@@ -17,6 +17,8 @@ running the work again would do it twice, and replaying is impossible.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import functools
 import json
 from collections.abc import Sequence
@@ -53,8 +55,7 @@ class UndecryptableResponse(StoreUnavailable):
 
 
 def generate_key() -> str:
-    """A new key for ``ENCRYPTION_KEYS`` (``python -c "from idempotency_django.encryption
-    import generate_key; print(generate_key())"``)."""
+    """A new random key for ``ENCRYPTION_KEYS``: 32 bytes, URL-safe base64."""
     from cryptography.fernet import Fernet
 
     return Fernet.generate_key().decode("ascii")
@@ -126,9 +127,6 @@ def invalid_keys(keys: Any) -> list[str]:
 
 
 def _decoded(key: Any) -> bytes:
-    import base64
-    import binascii
-
     if isinstance(key, str):
         key = key.encode("ascii", "replace")
     if not isinstance(key, bytes):
@@ -157,7 +155,11 @@ def _open(token: bytes) -> tuple[tuple[tuple[str, str], ...], bytes]:
             "(or was altered)."
         ) from None
     line, _, body = payload.partition(b"\n")
-    headers = tuple((str(name), str(value)) for name, value in json.loads(line))
+    try:
+        headers = tuple((str(name), str(value)) for name, value in json.loads(line))
+    except (ValueError, TypeError):
+        # Only a writer holding a key can get here: still no 500, and no payload in the log.
+        raise UndecryptableResponse("A decrypted stored response is malformed.") from None
     return headers, body
 
 

@@ -383,3 +383,14 @@ def test_the_deliveries_admin_reads_encrypted_run_ids(admin_client: Client) -> N
         page = admin_client.get(reverse("admin:idempotency_django_webhookdelivery_changelist"))
     assert page.status_code == 200
     assert "run-42" in page.content.decode()
+
+
+def test_a_well_encrypted_but_malformed_record_answers_503(alice_client: Client) -> None:
+    """Only someone holding a key can write one; it is still no 500."""
+    with keys(Store("database"), NEW_KEY):
+        assert post(alice_client).status_code == 201
+        IdempotencyRecord.objects.update(response_body=Fernet(NEW_KEY).encrypt(b"not json\n{}"))
+        response = post(alice_client)
+    assert response.status_code == 503
+    assert response.json()["code"] == "idempotency_unavailable"
+    assert Booking.objects.count() == 1
