@@ -48,7 +48,7 @@ STORES = {
     "memory": _example_env("sqlite://:memory:", BENCH_MEMORY="1"),
     "memory_quiet": _example_env("sqlite://:memory:", BENCH_MEMORY="1", BENCH_LOG_LEVEL="WARNING"),
 }
-#: The same with stored responses encrypted (ENCRYPTION_KEYS): "<store>_encrypted", on
+#: The same with stored responses encrypted (ENCRYPTION_KEY): "<store>_encrypted", on
 #: databases of their own, so that neither run's keys count against the other's
 #: MAX_KEYS_PER_PRINCIPAL (the benchmark user's first requests come near it).
 ENCRYPTED_PG_DB = f"{PG_DB}_encrypted"

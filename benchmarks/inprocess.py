@@ -1,7 +1,7 @@
 """What does one request cost in process, how close to the floor, what is the library's own Python?
 
     python benchmarks/inprocess.py                      # SQLite, PostgreSQL, Redis, memory
-    python benchmarks/inprocess.py --stores postgres,postgres_encrypted   # ENCRYPTION_KEYS' cost
+    python benchmarks/inprocess.py --stores postgres,postgres_encrypted   # ENCRYPTION_KEY's cost
     python benchmarks/inprocess.py --before /tmp/old --before-python /tmp/venv/bin/python
 
 A bare view, a first request and a replay per pass (Django's test client), on PostgreSQL

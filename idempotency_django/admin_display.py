@@ -141,10 +141,10 @@ def body_digest(body: bytes) -> str:
 
 
 def render_undecryptable() -> SafeString:
-    """In place of a stored response that no key of ``ENCRYPTION_KEYS`` opens."""
+    """In place of a stored response that neither the key nor a fallback opens."""
     return format_html(
         "<em>{}</em>",
-        _("(encrypted with a key that IDEMPOTENCY['ENCRYPTION_KEYS'] no longer holds)"),
+        _("(encrypted with a key that IDEMPOTENCY no longer holds)"),
     )
 
 

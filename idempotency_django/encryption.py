@@ -1,13 +1,15 @@
-"""Stored responses encrypted at rest, with the keys of ``IDEMPOTENCY["ENCRYPTION_KEYS"]``.
+"""Stored responses encrypted at rest, with ``IDEMPOTENCY["ENCRYPTION_KEY"]``.
 
 A stored response holds other people's data (names, addresses, invoices) for
 ``RETENTION`` seconds, and with it every database dump, replica and Redis
-snapshot does. With keys set, the stores keep its headers and body as one
+snapshot does. With a key set, the stores keep its headers and body as one
 Fernet token (AES-128-CBC and HMAC-SHA256, from the ``cryptography``
 package) instead; the status stays readable, for the admin and ``lookup``.
 
-Keys work like ``SECRET_KEY`` and ``SECRET_KEY_FALLBACKS``: the first one
-encrypts, every one decrypts (:class:`~cryptography.fernet.MultiFernet`).
+``ENCRYPTION_KEY`` and ``ENCRYPTION_KEY_FALLBACKS`` work like ``SECRET_KEY``
+and ``SECRET_KEY_FALLBACKS``: the key encrypts, it and the fallbacks decrypt
+(:class:`~cryptography.fernet.MultiFernet`). With fallbacks alone, nothing new
+is encrypted and live encrypted records still replay: encryption turned off.
 A record written before encryption was turned on carries no mark and is
 replayed as it is; one that no key opens raises
 :class:`UndecryptableResponse`, a :class:`~idempotency_django.stores.base.StoreUnavailable`:
@@ -51,26 +53,26 @@ SCHEME = "fernet-1"
 
 
 class UndecryptableResponse(StoreUnavailable):
-    """A stored response is encrypted, and no key of ``ENCRYPTION_KEYS`` opens it."""
+    """A stored response is encrypted, and neither the key nor a fallback opens it."""
 
 
 def generate_key() -> str:
-    """A new random key for ``ENCRYPTION_KEYS``: 32 bytes, URL-safe base64."""
+    """A new random key for ``ENCRYPTION_KEY``: 32 bytes, URL-safe base64."""
     from cryptography.fernet import Fernet
 
     return Fernet.generate_key().decode("ascii")
 
 
 def seal(response: StoredResponse) -> StoredResponse:
-    """``response`` as the store keeps it: encrypted when ``ENCRYPTION_KEYS`` is set."""
-    keys = idempotency_settings.ENCRYPTION_KEYS
-    if not keys:
+    """``response`` as the store keeps it: encrypted when ``ENCRYPTION_KEY`` is set."""
+    if not idempotency_settings.ENCRYPTION_KEY:
         return response
     payload = _headers_line(response.headers) + b"\n" + bytes(response.body)
     return StoredResponse(
         status=response.status,
         headers=((SEALED_HEADER, SCHEME),),
-        body=_fernet(tuple(keys)).encrypt(payload),
+        # MultiFernet encrypts with the first key of _keys(): ENCRYPTION_KEY.
+        body=_fernet(_keys()).encrypt(payload),
         body_omitted=response.body_omitted,
     )
 
@@ -105,24 +107,30 @@ def is_sealed(headers: Any) -> bool:
     return isinstance(pair, (list, tuple)) and len(pair) == 2 and pair[0] == SEALED_HEADER
 
 
-def invalid_keys(keys: Any) -> list[str]:
-    """What is wrong with an ``ENCRYPTION_KEYS`` value, for the system check.
+def invalid_keys(key: Any, fallbacks: Any) -> list[str]:
+    """What is wrong with ``ENCRYPTION_KEY`` and ``ENCRYPTION_KEY_FALLBACKS``, for the check.
 
     Never a key itself: the check's output ends up in logs and CI output.
     """
-    if keys is None:
-        return []
-    if isinstance(keys, (str, bytes)) or not isinstance(keys, Sequence):
-        return ["must be a list of keys, not a single value"]
     problems = []
-    for index, key in enumerate(keys):
+    named: list[tuple[str, Any]] = []
+    if key is not None:
+        named.append(("IDEMPOTENCY['ENCRYPTION_KEY']", key))
+    if isinstance(fallbacks, (str, bytes)) or not isinstance(fallbacks, Sequence):
+        problems.append("IDEMPOTENCY['ENCRYPTION_KEY_FALLBACKS'] must be a list of keys")
+    else:
+        named.extend(
+            (f"IDEMPOTENCY['ENCRYPTION_KEY_FALLBACKS'][{index}]", value)
+            for index, value in enumerate(fallbacks)
+        )
+    for name, value in named:
         try:
-            raw = _decoded(key)
+            raw = _decoded(value)
         except ValueError:
-            problems.append(f"key {index} is not URL-safe base64")
+            problems.append(f"{name} is not a URL-safe base64 string")
             continue
         if len(raw) != 32:
-            problems.append(f"key {index} decodes to {len(raw)} bytes instead of 32")
+            problems.append(f"{name} decodes to {len(raw)} bytes instead of 32")
     return problems
 
 
@@ -138,21 +146,23 @@ def _decoded(key: Any) -> bytes:
 
 
 def _open(token: bytes) -> tuple[tuple[tuple[str, str], ...], bytes]:
-    keys = idempotency_settings.ENCRYPTION_KEYS
+    keys = _keys()
     if not keys:
         raise UndecryptableResponse(
-            "A stored response is encrypted and IDEMPOTENCY['ENCRYPTION_KEYS'] is empty."
+            "A stored response is encrypted, and IDEMPOTENCY has no ENCRYPTION_KEY "
+            "or ENCRYPTION_KEY_FALLBACKS."
         )
+    fernet = _fernet(keys)  # first: it says so when cryptography is missing
     from cryptography.fernet import InvalidToken
 
     try:
-        payload = _fernet(tuple(keys)).decrypt(bytes(token))
+        payload = fernet.decrypt(bytes(token))
     except InvalidToken:
         # No "from": the cause would only say InvalidToken, and the log's
         # error field names the exception's cause first.
         raise UndecryptableResponse(
-            "A stored response is encrypted with no key of IDEMPOTENCY['ENCRYPTION_KEYS'] "
-            "(or was altered)."
+            "A stored response is encrypted with neither IDEMPOTENCY['ENCRYPTION_KEY'] "
+            "nor a key of ENCRYPTION_KEY_FALLBACKS (or was altered)."
         ) from None
     line, _, body = payload.partition(b"\n")
     try:
@@ -168,6 +178,12 @@ def _headers_line(headers: tuple[tuple[str, str], ...]) -> bytes:
     return json.dumps([list(pair) for pair in headers], ensure_ascii=True).encode("ascii")
 
 
+def _keys() -> tuple[str | bytes, ...]:
+    """The key that encrypts (when set) first, then the fallbacks: MultiFernet's order."""
+    key = idempotency_settings.ENCRYPTION_KEY
+    return (*((key,) if key else ()), *idempotency_settings.ENCRYPTION_KEY_FALLBACKS)
+
+
 @functools.cache
 def _fernet(keys: tuple[str | bytes, ...]) -> MultiFernet:
     # Imported here: without keys the package needs no cryptography.
@@ -175,15 +191,16 @@ def _fernet(keys: tuple[str | bytes, ...]) -> MultiFernet:
         from cryptography.fernet import Fernet, MultiFernet
     except ImportError:
         raise StoreUnavailable(
-            "IDEMPOTENCY['ENCRYPTION_KEYS'] is set, but the cryptography package is not "
-            "installed (pip install 'idempotency-django[encryption]')."
+            "IDEMPOTENCY['ENCRYPTION_KEY'] or ENCRYPTION_KEY_FALLBACKS is set, but the "
+            "cryptography package is not installed (pip install 'idempotency-django[encryption]')."
         ) from None
     try:
         return MultiFernet([Fernet(key) for key in keys])
     except (ValueError, TypeError):
         # Never the key in the message: it ends up in logs (check E015 says which one).
         raise StoreUnavailable(
-            "IDEMPOTENCY['ENCRYPTION_KEYS'] holds a malformed key (system check E015)."
+            "IDEMPOTENCY['ENCRYPTION_KEY'] or ENCRYPTION_KEY_FALLBACKS holds a malformed key "
+            "(system check E015)."
         ) from None
 
 

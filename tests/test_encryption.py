@@ -1,4 +1,4 @@
-"""Stored responses encrypted at rest (ENCRYPTION_KEYS), through the real stores.
+"""Stored responses encrypted at rest (ENCRYPTION_KEY), through the real stores.
 
 The database store runs on the suite's database (SQLite by default,
 ``TEST_DATABASE=postgres`` or ``mariadb``); the Redis store on the Redis
@@ -79,9 +79,12 @@ def store(request: pytest.FixtureRequest) -> Iterator[Store]:
 
 
 @contextlib.contextmanager
-def keys(store: Store, *values: str, **more: Any) -> Iterator[None]:
-    """IDEMPOTENCY with ENCRYPTION_KEYS = values (none: off), Redis not flushed between."""
-    extra: dict[str, Any] = {"ENCRYPTION_KEYS": list(values)} if values else {}
+def keys(store: Store, *values: str | None, **more: Any) -> Iterator[None]:
+    """IDEMPOTENCY with ENCRYPTION_KEY = the first value, ENCRYPTION_KEY_FALLBACKS = the
+    others (no values: neither setting); Redis is not flushed in between."""
+    extra: dict[str, Any] = {}
+    if values:
+        extra = {"ENCRYPTION_KEY": values[0], "ENCRYPTION_KEY_FALLBACKS": list(values[1:])}
     extra.update(more)
     base = {"STORE": "redis", "STORE_OPTIONS": {"cache": "idempotency"}}
     if store.name == "database":
@@ -170,6 +173,21 @@ def _raw_with(store: Store, key: str) -> list[bytes]:
             fernet.decrypt(token)
             opened.append(raw)
     return opened
+
+
+def test_with_fallbacks_alone_encryption_is_off_and_live_records_still_replay(
+    store: Store, alice_client: Client
+) -> None:
+    with keys(store, OLD_KEY):
+        before = post(alice_client, "encrypted")
+    with keys(store, None, OLD_KEY):
+        replay = post(alice_client, "encrypted")
+        post(alice_client, "in-the-clear")
+        readable = [raw for raw in store.raw() if json.dumps(SLOT).encode() in raw]
+    assert replay["Idempotency-Replayed"] == "true"
+    assert replay.content == before.content
+    assert len(readable) == 1  # the new record only
+    assert Booking.objects.count() == 2
 
 
 def test_a_record_stored_before_encryption_still_replays(
@@ -312,21 +330,33 @@ def test_the_admin_shows_a_record_no_key_opens_without_failing(alice_client: Cli
 # -- the system check, and the package without cryptography -------------------------
 
 
+SHORT_KEY = Fernet.generate_key().decode()[:20]
+
+
 @pytest.mark.parametrize(
-    "value",
-    ["a-single-string", ["not base64 !"], [Fernet.generate_key().decode()[:20]], [42]],
+    "setting",
+    [
+        {"ENCRYPTION_KEY": "not base64 !"},
+        {"ENCRYPTION_KEY": SHORT_KEY},
+        {"ENCRYPTION_KEY": 42},
+        {"ENCRYPTION_KEY": OLD_KEY, "ENCRYPTION_KEY_FALLBACKS": OTHER_KEY},
+        {"ENCRYPTION_KEY_FALLBACKS": [OTHER_KEY, SHORT_KEY]},
+    ],
+    ids=["not base64", "too short", "not a string", "fallbacks not a list", "a short fallback"],
 )
-def test_a_malformed_key_setting_is_error_e015(value: Any) -> None:
-    with override_settings(IDEMPOTENCY={"ENCRYPTION_KEYS": value}):
+def test_a_malformed_key_setting_is_error_e015(setting: dict[str, Any]) -> None:
+    with override_settings(IDEMPOTENCY=setting):
         messages = check_settings()
     assert [m.id for m in messages if m.level >= checks.ERROR] == ["idempotency_django.E015"]
-    assert all(str(value) not in m.msg for m in messages if isinstance(value, list))
+    # The message names the setting, never a key.
+    assert all(key not in messages[0].msg for key in (SHORT_KEY, OLD_KEY, OTHER_KEY))
 
 
 def test_well_formed_keys_pass_the_check() -> None:
-    with override_settings(IDEMPOTENCY={"ENCRYPTION_KEYS": [generate_key(), OLD_KEY]}):
+    setting = {"ENCRYPTION_KEY": generate_key(), "ENCRYPTION_KEY_FALLBACKS": [OLD_KEY]}
+    with override_settings(IDEMPOTENCY=setting):
         assert [m.id for m in check_settings() if m.id.endswith(("E015", "E016"))] == []
-    assert invalid_keys(()) == invalid_keys(None) == []
+    assert invalid_keys(None, ()) == []
 
 
 PROGRAM = """
@@ -336,24 +366,29 @@ import django
 from django.conf import settings
 settings.configure(IDEMPOTENCY={IDEMPOTENCY!r}, INSTALLED_APPS=["idempotency_django"])
 django.setup()
-from idempotency_django.encryption import seal, unseal
+from idempotency_django.encryption import SEALED_HEADER, seal, unseal
 from idempotency_django.stores.base import StoredResponse, StoreUnavailable
 from idempotency_django.checks import _check_encryption_keys
-from idempotency_django.conf import idempotency_settings
+from idempotency_django.conf import idempotency_settings as s
 response = StoredResponse(201, (("Content-Type", "text/plain"),), b"body")
-try:
-    print(unseal(seal(response)) == response)
-except StoreUnavailable as exc:
-    print(type(exc).__name__)
-print([m.id for m in _check_encryption_keys(idempotency_settings.ENCRYPTION_KEYS)])
+sealed = StoredResponse(201, ((SEALED_HEADER, "fernet-1"),), b"gAAAAAB-a-token")
+for attempt in (lambda: unseal(seal(response)) == response, lambda: unseal(sealed)):
+    try:
+        print(attempt())
+    except StoreUnavailable as exc:
+        print(type(exc).__name__)
+print([m.id for m in _check_encryption_keys(s.ENCRYPTION_KEY, s.ENCRYPTION_KEY_FALLBACKS)])
 """
 
 
 @pytest.mark.parametrize(
     ("idempotency", "expected"),
     [
-        ({}, "True\n[]\n"),
-        ({"ENCRYPTION_KEYS": [OLD_KEY]}, "StoreUnavailable\n['idempotency_django.E016']\n"),
+        ({}, "True\nUndecryptableResponse\n[]\n"),
+        (
+            {"ENCRYPTION_KEY": OLD_KEY},
+            "StoreUnavailable\nStoreUnavailable\n['idempotency_django.E016']\n",
+        ),
     ],
     ids=["off: works", "on: E016 and 503"],
 )

@@ -38,7 +38,7 @@ Value (format 1)
     A string is about half the memory of a hash with the same fields once
     the body passes 64 bytes (Redis then stops packing the hash).
 
-    With ``ENCRYPTION_KEYS`` set, ``headers`` is the one pair
+    With ``ENCRYPTION_KEY`` set, ``headers`` is the one pair
     ``[":idempotency-encrypted","fernet-1"]`` and the body a Fernet token of
     the real headers and body (:mod:`idempotency_django.encryption`): the same
     format, so entries written before and after encryption was turned on live

@@ -28,7 +28,8 @@ IDEMPOTENCY = {
     "RETRY_AFTER": 1,
     "UNAVAILABLE_RETRY_AFTER": 5,
     "ANONYMOUS": "ignore",
-    "ENCRYPTION_KEYS": (),
+    "ENCRYPTION_KEY": None,
+    "ENCRYPTION_KEY_FALLBACKS": (),
     "REPLAY_HEADERS": (
         "Content-Type",
         "Content-Encoding",
@@ -165,15 +166,19 @@ REDIS_CACHES = CACHES
 REDIS_STORE = IDEMPOTENCY
 
 # What a deployment's environment holds; never keys written in a repository.
+os.environ.setdefault("IDEMPOTENCY_ENCRYPTION_KEY", "cw_0x689RpI-jtRR7oOSbnFPs2jEWyZRe5A3ncnJZAk=")
 os.environ.setdefault(
-    "IDEMPOTENCY_ENCRYPTION_KEYS",
-    "cw_0x689RpI-jtRR7oOSbnFPs2jEWyZRe5A3ncnJZAk=,6hGYnzfVH-mEhYmTRLWgA9EDWaLIdIobLsnJAzomtcs=",
+    "IDEMPOTENCY_ENCRYPTION_OLD_KEYS", "6hGYnzfVH-mEhYmTRLWgA9EDWaLIdIobLsnJAzomtcs="
 )
 
 # --8<-- [start:encryption]
 IDEMPOTENCY = {
-    # Fernet keys, comma-separated in the environment: the first encrypts, all decrypt.
-    "ENCRYPTION_KEYS": os.environ["IDEMPOTENCY_ENCRYPTION_KEYS"].split(","),
+    # From the environment, never the repository: a key made by generate_key().
+    "ENCRYPTION_KEY": os.environ["IDEMPOTENCY_ENCRYPTION_KEY"],
+    # During a rotation, the keys it replaces (comma-separated), until their records expire.
+    "ENCRYPTION_KEY_FALLBACKS": [
+        key for key in os.environ.get("IDEMPOTENCY_ENCRYPTION_OLD_KEYS", "").split(",") if key
+    ],
 }
 # --8<-- [end:encryption]
 
