@@ -7,6 +7,7 @@
 - the library's INFO log records built (``BENCH_LOG_LEVEL``), but sent nowhere;
 - ``BENCH_SESSIONS=cache``: sessions in the Redis cache instead of the database;
 - ``BENCH_MEMORY=1``: the store is ``bench_memory.MemoryStore``, to measure the library alone;
+- ``BENCH_ENCRYPTION=1``: stored responses encrypted (``ENCRYPTION_KEY``, and a fallback);
 - ``BENCH_PEER``: another package protects ``/peer/bookings/`` as its README says
   (its middleware replaces this project's).
 """
@@ -41,6 +42,11 @@ if os.environ.get("BENCH_SESSIONS") == "cache":
 
 if os.environ.get("BENCH_MEMORY") == "1":
     IDEMPOTENCY["STORE"] = "bench_memory.MemoryStore"
+
+if os.environ.get("BENCH_ENCRYPTION") == "1":
+    # A key and a fallback, as during a rotation.
+    IDEMPOTENCY["ENCRYPTION_KEY"] = "4d3YDn0v3HTs3KZ6_8yW5f1YzRq4b2dbr2nVn7u0yGA="
+    IDEMPOTENCY["ENCRYPTION_KEY_FALLBACKS"] = ["pQ2m9k9mV4cL2xZbN7sX0aT6wE1rY3uI5oP8qA4sD6f="]
 
 # BENCH_MAX_KEYS=0 turns MAX_KEYS_PER_PRINCIPAL off (its one count per first request),
 # to compare with a version that did not count by default.

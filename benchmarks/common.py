@@ -48,6 +48,25 @@ STORES = {
     "memory": _example_env("sqlite://:memory:", BENCH_MEMORY="1"),
     "memory_quiet": _example_env("sqlite://:memory:", BENCH_MEMORY="1", BENCH_LOG_LEVEL="WARNING"),
 }
+#: The same with stored responses encrypted (ENCRYPTION_KEY): "<store>_encrypted", on
+#: databases of their own, so that neither run's keys count against the other's
+#: MAX_KEYS_PER_PRINCIPAL (the benchmark user's first requests come near it).
+ENCRYPTED_PG_DB = f"{PG_DB}_encrypted"
+ENCRYPTED_SQLITE_PATH = f"{SQLITE_PATH}-encrypted"
+REDIS_ENCRYPTED_URL = REDIS_URL.rsplit("/", 1)[0] + f"/{int(REDIS_URL.rsplit('/', 1)[1]) + 2}"
+
+
+def _encrypted(env: dict[str, str]) -> dict[str, str]:
+    moved = {
+        name: value.replace(PG_URL, PG_URL.replace(PG_DB, ENCRYPTED_PG_DB))
+        .replace(str(SQLITE_PATH), ENCRYPTED_SQLITE_PATH)
+        .replace(REDIS_URL, REDIS_ENCRYPTED_URL)
+        for name, value in env.items()
+    }
+    return {**moved, "BENCH_ENCRYPTION": "1"}
+
+
+STORES.update({f"{name}_encrypted": _encrypted(env) for name, env in list(STORES.items())})
 STORE_LABELS = {
     "sqlite": "database store, SQLite",
     "postgres": "database store, PostgreSQL",
@@ -55,6 +74,9 @@ STORE_LABELS = {
     "memory": "in-memory store (the library's own Python)",
     "memory_quiet": "the same, its INFO log records not enabled",
 }
+STORE_LABELS.update(
+    {f"{name}_encrypted": f"{label}, encrypted" for name, label in list(STORE_LABELS.items())}
+)
 
 
 def child_env(store: str, code: Path = ROOT, **extra: str) -> dict[str, str]:
@@ -100,10 +122,11 @@ def reset_databases() -> None:
     """Recreate the benchmark's own PostgreSQL databases, SQLite files and Redis databases."""
     import redis
 
-    recreate_postgres(PG_DB, f"{PG_DB}_before")
+    recreate_postgres(PG_DB, f"{PG_DB}_before", ENCRYPTED_PG_DB)
     remove_sqlite(SQLITE_PATH)
     remove_sqlite(f"{SQLITE_PATH}-before")
-    for url in (REDIS_URL, REDIS_BEFORE_URL):
+    remove_sqlite(ENCRYPTED_SQLITE_PATH)
+    for url in (REDIS_URL, REDIS_BEFORE_URL, REDIS_ENCRYPTED_URL):
         redis.Redis.from_url(url).flushdb()
 
 

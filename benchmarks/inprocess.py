@@ -1,10 +1,12 @@
 """What does one request cost in process, how close to the floor, what is the library's own Python?
 
     python benchmarks/inprocess.py                      # SQLite, PostgreSQL, Redis, memory
+    python benchmarks/inprocess.py --stores postgres,postgres_encrypted   # ENCRYPTION_KEY's cost
     python benchmarks/inprocess.py --before /tmp/old --before-python /tmp/venv/bin/python
 
 A bare view, a first request and a replay per pass (Django's test client), on PostgreSQL
-the floor too; --before alternates another checkout with this one. docs/benchmarks.md.
+the floor too; each store also with its stored responses encrypted ("<store>_encrypted");
+--before alternates another checkout with this one. docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -116,7 +118,7 @@ def measure(args: argparse.Namespace) -> None:
     for round_ in range(args.rounds):
         for store in args.stores.split(","):
             for label, (code, python) in codes.items():
-                if label == "before" and store.startswith("memory"):
+                if label == "before" and (store.startswith("memory") or "_encrypted" in store):
                     continue
                 arguments = ["-n", str(args.n), "--warmup", str(args.warmup)]
                 if store == "postgres" and label == "after":
@@ -146,6 +148,19 @@ def report(results: Results) -> None:
         figures = [f"x{ratio(store, name, label):.2f}" for name in ("first", "replay")]
         rows.append([label, common.STORE_LABELS[store], f"{bare:.3f} ms", *figures])
     common.table(["Code", "Store", "Bare view", "First request", "Replay"], rows)
+    encrypted = [s for (label, s) in results if label == "after" and s.endswith("_encrypted")]
+    for store in encrypted:
+        plain = store.removesuffix("_encrypted")
+        if ("after", plain) not in results:
+            continue
+        costs = []
+        # The ratio's change, in the plain run's bare-view milliseconds.
+        bare = common.median([r["bare"] for r in results[("after", plain)]])
+        for name in ("first", "replay"):
+            before, after = ratio(plain, name), ratio(store, name)
+            extra = (after - before) * bare
+            costs.append(f"{name} x{before:.2f} -> x{after:.2f} ({extra:+.3f} ms)")
+        print(f"  encryption, {common.STORE_LABELS[plain]}: {'; '.join(costs)}")
     for (label, store), measured in results.items():
         for line in measured[0].get("profile", []):
             print(f"  cProfile, {label} {store}: {line}")
@@ -179,7 +194,11 @@ if __name__ == "__main__":
     parser.add_argument("-n", type=int, default=300, help="passes per measured process")
     parser.add_argument("--warmup", type=int, default=30)
     parser.add_argument("--rounds", type=int, default=3, help="processes per store")
-    parser.add_argument("--stores", default="sqlite,postgres,redis,memory,memory_quiet")
+    parser.add_argument(
+        "--stores",
+        default="sqlite,postgres,redis,memory,memory_quiet,"
+        "sqlite_encrypted,postgres_encrypted,redis_encrypted,memory_encrypted",
+    )
     parser.add_argument("--before", help="another checkout of the library to compare with")
     parser.add_argument("--before-python", default="", help="the Python that runs --before")
     common.run(parser, measure, child)

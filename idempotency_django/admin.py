@@ -52,6 +52,7 @@ from idempotency_django.admin_display import (
     render_headers,
     render_principal,
     render_token,
+    render_undecryptable,
 )
 from idempotency_django.admin_filters import (
     EXPIRED,
@@ -64,8 +65,10 @@ from idempotency_django.admin_filters import (
     StatusClassFilter,
     expiry_state,
 )
+from idempotency_django.encryption import open_columns
 from idempotency_django.models import IdempotencyRecord, WebhookDelivery
 from idempotency_django.purge import default_database, purge_principal, send_evicted
+from idempotency_django.stores.base import StoreUnavailable
 from idempotency_django.webhooks import TRIGGER_PREFIX
 
 __all__ = [
@@ -484,21 +487,30 @@ class IdempotencyRecordAdmin(ExpiringRecordAdmin):
             '{} <span class="quiet">{}</span>', self.state_display(obj), obj.status_code
         )
 
+    # Which of these four a page shows is decided by the stored-response
+    # permission (get_fieldsets); each decrypts only to render what it shows.
+
     @admin.display(description=_("response headers"))
     def headers_display(self, obj: IdempotencyRecord) -> SafeString:
-        return render_headers(obj.response_headers)
+        opened = _opened(obj)
+        return render_undecryptable() if opened is None else render_headers(opened[0])
 
     @admin.display(description=_("response body"))
     def body_display(self, obj: IdempotencyRecord) -> SafeString:
-        return render_body(obj.response_body)
+        opened = _opened(obj)
+        return render_undecryptable() if opened is None else render_body(opened[1])
 
     @admin.display(description=_("response headers"))
     def header_names_display(self, obj: IdempotencyRecord) -> SafeString:
-        return render_header_names(obj.response_headers)
+        opened = _opened(obj)
+        return render_undecryptable() if opened is None else render_header_names(opened[0])
 
     @admin.display(description=_("response body"))
     def body_summary_display(self, obj: IdempotencyRecord) -> SafeString:
-        return render_body_summary(obj.response_body, obj.response_headers)
+        opened = _opened(obj)
+        if opened is None:
+            return render_undecryptable()
+        return render_body_summary(opened[1], opened[0])
 
     # -- actions --
 
@@ -576,8 +588,9 @@ class WebhookDeliveryAdmin(ExpiringRecordAdmin):
     #: Hex digits of the trigger digest shown in the list (all of it on hover).
     trigger_digest_shown = 12
     # The run id column reads the stored body, which for a delivery is only
-    # {"run_id": ...} (see webhooks): it is loaded with the row.
-    changelist_defer = ("response_headers",)
+    # {"run_id": ...} (see webhooks), and the headers, which say whether it is
+    # encrypted (a delivery stores none of its own): both are loaded with the row.
+    changelist_defer = ()
 
     list_display = (
         "delivery_id",
@@ -617,9 +630,27 @@ class WebhookDeliveryAdmin(ExpiringRecordAdmin):
 
     @admin.display(description=_("run id"))
     def run_id_display(self, obj: WebhookDelivery) -> str:
+        opened = _opened(obj)
+        if opened is None:
+            return ""
         try:
-            stored = json.loads(bytes(obj.response_body or b"") or b"{}")
+            stored = json.loads(opened[1] or b"{}")
         except ValueError:
             return ""
         run_id = stored.get("run_id") if isinstance(stored, dict) else None
         return "" if run_id is None else str(run_id)
+
+
+def _opened(obj: IdempotencyRecord) -> tuple[Any, bytes] | None:
+    """The record's stored headers and body, decrypted; None when they cannot be.
+
+    Kept on the object: a detail page renders the headers and the body apart.
+    """
+    if not hasattr(obj, "_idempotency_opened"):
+        try:
+            opened: tuple[Any, bytes] | None = open_columns(obj.response_headers, obj.response_body)
+        except StoreUnavailable:  # no key opens it, or the keys are unusable (E015, E016)
+            opened = None
+        obj._idempotency_opened = opened  # type: ignore[attr-defined]
+    result: tuple[Any, bytes] | None = obj._idempotency_opened  # type: ignore[attr-defined]
+    return result

@@ -37,6 +37,7 @@ __all__ = [
     "render_headers",
     "render_principal",
     "render_token",
+    "render_undecryptable",
 ]
 
 #: Bodies longer than this are shown cut, with a note.
@@ -137,6 +138,14 @@ def body_digest(body: bytes) -> str:
     to anyone who hashes the candidates.
     """
     return salted_hmac(BODY_DIGEST_SALT, body, algorithm="sha256").hexdigest()[:BODY_DIGEST_LENGTH]
+
+
+def render_undecryptable() -> SafeString:
+    """In place of a stored response that neither the key nor a fallback opens."""
+    return format_html(
+        "<em>{}</em>",
+        _("(encrypted with a key that IDEMPOTENCY no longer holds)"),
+    )
 
 
 def render_body_summary(body: bytes | memoryview | None, headers: Any) -> SafeString:

@@ -183,6 +183,9 @@ def check_settings(**kwargs: Any) -> list[checks.CheckMessage]:
             except ImportError as exc:
                 errors.append(_error(f"{SETTING_NAME}[{name!r}] cannot be imported: {exc}", "E009"))
     errors.extend(_check_required_paths(merged["REQUIRED_PATHS"]))
+    errors.extend(
+        _check_encryption_keys(merged["ENCRYPTION_KEY"], merged["ENCRYPTION_KEY_FALLBACKS"])
+    )
     if any(message.level >= checks.ERROR for message in errors):
         return errors
     return errors + _check_store(merged)
@@ -211,6 +214,37 @@ def _check_required_paths(patterns: Any) -> list[checks.CheckMessage]:
                 )
             )
     return messages
+
+
+def _check_encryption_keys(key: Any, fallbacks: Any) -> list[checks.CheckMessage]:
+    from idempotency_django.encryption import invalid_keys
+
+    problems = invalid_keys(key, fallbacks)
+    if problems:
+        return [
+            checks.Error(
+                f"{problem}.",
+                hint="A key is 32 URL-safe base64-encoded bytes, as "
+                "idempotency_django.encryption.generate_key() (Fernet.generate_key()) makes.",
+                id="idempotency_django.E015",
+            )
+            for problem in problems
+        ]
+    if not key and not fallbacks:
+        return []
+    try:
+        import cryptography.fernet  # noqa: F401
+    except ImportError:
+        return [
+            checks.Error(
+                f"{SETTING_NAME}['ENCRYPTION_KEY'] or ENCRYPTION_KEY_FALLBACKS is set, but the "
+                "cryptography package is not installed: every keyed request would answer "
+                "503 idempotency_unavailable.",
+                hint="pip install 'idempotency-django[encryption]'.",
+                id="idempotency_django.E016",
+            )
+        ]
+    return []
 
 
 def _never_required_paths() -> list[tuple[str, str]]:

@@ -93,6 +93,12 @@ DEFAULTS: dict[str, Any] = {
         "Expires",
         "Vary",
     ),
+    # A Fernet key (idempotency_django.encryption.generate_key()) that encrypts stored
+    # headers and bodies at rest (needs cryptography). None: stored as they are.
+    "ENCRYPTION_KEY": None,
+    # Older keys that still decrypt what they encrypted, as SECRET_KEY_FALLBACKS: for
+    # a rotation, or to turn encryption off while encrypted records are still live.
+    "ENCRYPTION_KEY_FALLBACKS": (),
     # -- How answers look -------------------------------------------------
     # The header that marks a replay ("Idempotent-Replayed" for Stripe's clients).
     "REPLAYED_HEADER": "Idempotency-Replayed",

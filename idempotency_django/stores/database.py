@@ -43,6 +43,7 @@ from django.db import (
 )
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from idempotency_django.encryption import seal, unseal
 from idempotency_django.fingerprint import same_request
 from idempotency_django.keys import readable_value
 from idempotency_django.models import IdempotencyRecord
@@ -182,6 +183,7 @@ class DatabaseStore(BaseStore):
         # the stored response commit exactly when the work does.
         connection = connections[self.alias]
         sql = _statements(connection)
+        response = seal(response)
         completed = [
             response.status,
             _json(response.headers),
@@ -330,12 +332,13 @@ class _Row(NamedTuple):
         headers = self.response_headers
         if isinstance(headers, str):
             headers = json.loads(headers)
-        return StoredResponse(
+        stored = StoredResponse(
             status=self.status_code or 200,
             headers=tuple((str(name), str(value)) for name, value in headers),
             body=bytes(self.response_body),
             body_omitted=bool(self.body_omitted),
         )
+        return unseal(stored)
 
 
 def _datetime(connection: BaseDatabaseWrapper, value: Any) -> datetime:

@@ -38,6 +38,12 @@ Value (format 1)
     A string is about half the memory of a hash with the same fields once
     the body passes 64 bytes (Redis then stops packing the hash).
 
+    With ``ENCRYPTION_KEY`` set, ``headers`` is the one pair
+    ``[":idempotency-encrypted","fernet-1"]`` and the body a Fernet token of
+    the real headers and body (:mod:`idempotency_django.encryption`): the same
+    format, so entries written before and after encryption was turned on live
+    side by side.
+
     The key's TTL is the lock timeout while it is a reservation (an
     abandoned reservation is released by its expiry) and the retention once
     completed. Past it, Redis forgets the entry by itself.
@@ -84,6 +90,7 @@ from redis.commands.core import Script
 from redis.exceptions import RedisClusterException, RedisError
 
 from idempotency_django.conf import idempotency_settings
+from idempotency_django.encryption import seal, unseal
 from idempotency_django.stores.base import (
     BaseStore,
     Claim,
@@ -347,6 +354,7 @@ class RedisStore(BaseStore):
         *,
         request: RequestInfo | None = None,
     ) -> bool:
+        response = seal(response)
         headers = _header([list(pair) for pair in response.headers])
         reply = self._run(
             "complete",
@@ -579,11 +587,11 @@ def _header(value: Any) -> bytes:
 
 
 def decode_response(value: Any) -> StoredResponse:
-    """The response kept in a completed value (format 1)."""
+    """The response kept in a completed value (format 1), decrypted when it is."""
     head_bytes, _, body = _bytes(value).partition(b"\n")
     try:
         head = json.loads(head_bytes)
-        return StoredResponse(
+        stored = StoredResponse(
             status=int(head["status"]),
             headers=tuple((str(name), str(value)) for name, value in head.get("headers") or []),
             body=body,
@@ -591,6 +599,7 @@ def decode_response(value: Any) -> StoredResponse:
         )
     except (ValueError, TypeError, KeyError) as exc:
         raise StoreUnavailable(f"A stored response could not be decoded: {exc}") from exc
+    return unseal(stored)
 
 
 def _is_django_redis(backend: str) -> bool:

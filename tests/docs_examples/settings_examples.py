@@ -28,6 +28,8 @@ IDEMPOTENCY = {
     "RETRY_AFTER": 1,
     "UNAVAILABLE_RETRY_AFTER": 5,
     "ANONYMOUS": "ignore",
+    "ENCRYPTION_KEY": None,
+    "ENCRYPTION_KEY_FALLBACKS": (),
     "REPLAY_HEADERS": (
         "Content-Type",
         "Content-Encoding",
@@ -110,6 +112,7 @@ STRIPE = IDEMPOTENCY
 
 # --8<-- [start:body_id_function]
 import json  # noqa: E402
+import os  # noqa: E402
 
 
 def paddle_notification_id(request):
@@ -163,6 +166,25 @@ IDEMPOTENCY = {
 REDIS_CACHES = CACHES
 REDIS_STORE = IDEMPOTENCY
 
+# What a deployment's environment holds; never keys written in a repository.
+os.environ.setdefault("IDEMPOTENCY_ENCRYPTION_KEY", "cw_0x689RpI-jtRR7oOSbnFPs2jEWyZRe5A3ncnJZAk=")
+os.environ.setdefault(
+    "IDEMPOTENCY_ENCRYPTION_OLD_KEYS", "6hGYnzfVH-mEhYmTRLWgA9EDWaLIdIobLsnJAzomtcs="
+)
+
+# --8<-- [start:encryption]
+IDEMPOTENCY = {
+    # From the environment, never the repository: a key made by generate_key().
+    "ENCRYPTION_KEY": os.environ["IDEMPOTENCY_ENCRYPTION_KEY"],
+    # During a rotation, the keys it replaces (comma-separated), until their records expire.
+    "ENCRYPTION_KEY_FALLBACKS": [
+        key for key in os.environ.get("IDEMPOTENCY_ENCRYPTION_OLD_KEYS", "").split(",") if key
+    ],
+}
+# --8<-- [end:encryption]
+
+ENCRYPTION = IDEMPOTENCY
+
 #: Every IDEMPOTENCY example above, by name, for tests/test_docs.py.
 EXAMPLES = {
     "everything": EVERYTHING,
@@ -172,4 +194,5 @@ EXAMPLES = {
     "stripe": STRIPE,
     "body_id_function": BODY_ID_FUNCTION,
     "database_store": DATABASE_STORE,
+    "encryption": ENCRYPTION,
 }
