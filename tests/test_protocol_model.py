@@ -8,7 +8,9 @@ with a view that books one ``Booking`` per run. Each request may:
 
 * succeed; raise in the view; answer a 5xx after booking; succeed in the
   view and then fail on the way out (a later middleware turning it into a 5xx);
-  or book a row whose COMMIT fails (a deferred foreign key);
+  or book a row whose COMMIT fails (a deferred foreign key), with the record in
+  the same database or in a store of its own (Redis), where the answer must
+  wait for the work's commit;
 * under ASGI, be cancelled before its claim, during the claim, during the view,
   or during the completion (while it renders the response, as a TemplateResponse).
 
@@ -40,6 +42,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 from idempotency_django.models import IdempotencyRecord
 from idempotency_django.phases import ViewOptions, arun, begin, run
 from idempotency_django.stores import Outcome, get_store
+from tests import redis_helpers
 from tests.testapp.models import Booking
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -83,6 +86,8 @@ class Protocol(RuleBasedStateMachine):
         super().__init__()
         Booking.objects.all().delete()
         IdempotencyRecord.objects.all().delete()
+        if get_store().database_alias is None:  # the Redis store
+            redis_helpers.raw_client().flushdb()
 
     @rule(key=st.sampled_from(KEYS), failure=st.sampled_from(SYNC_FAILURES))
     def sync_request(self, key: str, failure: str) -> None:
@@ -190,11 +195,21 @@ def record_key(user: User, key: str) -> Any:
     return RecordKey(scope.principal, scope.location, key)
 
 
+@pytest.mark.parametrize(
+    "store",
+    [
+        "database",
+        # The record in a store of its own: the work's COMMIT fails after the
+        # reservation was renewed, so the answer must wait for that commit.
+        pytest.param("redis", marks=pytest.mark.services),
+    ],
+)
 def test_every_request_settles_to_free_and_unbooked_or_stored_and_booked_once(
-    django_user_model: type[User],
+    store: str, django_user_model: type[User]
 ) -> None:
     if connection.vendor == "mysql":
         pytest.skip("MariaDB checks foreign keys at once, not at COMMIT")
     user = django_user_model.objects.create_user("model")
     machine = type("ProtocolModel", (Protocol,), {"user": user})
-    run_state_machine_as_test(machine, settings=SETTINGS)
+    with redis_helpers.redis_store_settings() if store == "redis" else contextlib.nullcontext():
+        run_state_machine_as_test(machine, settings=SETTINGS)
