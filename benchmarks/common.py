@@ -79,12 +79,17 @@ STORE_LABELS.update(
 )
 
 
+#: Settings of the run that reach every measured process (bench_settings.py reads them).
+PASSED_ON = ("BENCH_MAX_KEYS",)
+
+
 def child_env(store: str, code: Path = ROOT, **extra: str) -> dict[str, str]:
     """The environment of a measured process (or gunicorn) for ``store``, running ``code``."""
     env = {
         key: value
         for key, value in os.environ.items()
-        if not key.startswith(("BENCH_", "EXAMPLE_")) and key not in ("DATABASE_URL", "REDIS_URL")
+        if key in PASSED_ON
+        or (not key.startswith(("BENCH_", "EXAMPLE_")) and key not in ("DATABASE_URL", "REDIS_URL"))
     }
     env.update(STORES[store])
     if code != ROOT:  # another checkout: databases of its own (its migrations differ)

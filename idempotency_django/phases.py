@@ -424,6 +424,8 @@ class Attempt:
         self.deferred: StoredResponse | None = None
         #: The databases whose commit the deferred answer waits for.
         self.uncommitted: set[str] = set()
+        #: Who the request was authenticated as when the key was claimed.
+        self.authenticated_as: tuple[Any, ...] = ()
 
     # -- phase 1: claim --
 
@@ -443,6 +445,7 @@ class Attempt:
             return self.held(claim)
         self.token = claim.token
         self.attempt = "takeover" if claim.took_over else "first"
+        self.authenticated_as = _authenticated_as(self.request)
         if not self.in_transaction:
             # Hooked now, ahead of any the view adds: a hook of the view that
             # raises after the commit cannot skip the completion.
@@ -667,6 +670,8 @@ class Attempt:
         (a token of its own, a login): its answer is not stored under the
         first one, who would otherwise be served it.
         """
+        if _same_objects(_authenticated_as(self.request), self.authenticated_as):
+            return False  # who the scope is made of was not replaced: the same principal
         scope = scope_of(self.request, self.options)
         if scope is None or scope.principal == self.key.principal:
             return False
@@ -828,6 +833,24 @@ def scope_of(request: HttpRequest, options: ViewOptions) -> Scope | None:
     if scope is None and idempotency_settings.ANONYMOUS == "session":
         scope = session_scope(request)
     return scope
+
+
+def _authenticated_as(request: HttpRequest) -> tuple[Any, ...]:
+    """The objects a principal is named from: ``user``, and DRF's or ninja's ``auth``.
+
+    A view that authenticates someone else replaces one of them (``login()``
+    sets a new ``request.user``): only then is the scope computed again.
+    """
+    django = django_request(request)
+    return (
+        getattr(request, "user", None),
+        getattr(django, "user", None),
+        getattr(request, "auth", None),
+    )
+
+
+def _same_objects(first: tuple[Any, ...], second: tuple[Any, ...]) -> bool:
+    return len(first) == len(second) and all(a is b for a, b in zip(first, second, strict=True))
 
 
 def decide(request: HttpRequest, decision: str) -> None:
