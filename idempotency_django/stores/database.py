@@ -39,7 +39,6 @@ from django.db import (
     OperationalError,
     connections,
     models,
-    transaction,
 )
 from django.db.backends.base.base import BaseDatabaseWrapper
 
@@ -610,16 +609,6 @@ def _take_over(
 def _in_request_transaction(connection: BaseDatabaseWrapper) -> bool:
     """In a transaction other than the one a Django TestCase wraps each test in."""
     return any(not getattr(block, "_from_testcase", False) for block in connection.atomic_blocks)
-
-
-def _savepoint_if_in_transaction(
-    connection: BaseDatabaseWrapper,
-) -> contextlib.AbstractContextManager[Any]:
-    # Autocommit needs no savepoint around an INSERT that may fail; inside a
-    # transaction the savepoint keeps the failed INSERT from breaking it.
-    if connection.in_atomic_block:
-        return transaction.atomic(using=connection.alias)
-    return contextlib.nullcontext()
 
 
 @contextlib.contextmanager
