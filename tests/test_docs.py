@@ -65,6 +65,7 @@ MY_PAGES = {
     "cors.md",
     "api.md",
     "contributing.md",
+    "architecture.md",
 }
 OTHERS_PAGES = {p.name for p in PAGES} - MY_PAGES | {"stores.md", "operating.md"}
 INCLUDE_LANGUAGES = {"python", "py", "pycon", "js", "javascript"}
