@@ -23,7 +23,6 @@ until a helper runs.
 from __future__ import annotations
 
 import json
-import re
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
@@ -36,7 +35,6 @@ if TYPE_CHECKING:
     from django.test.client import _MonkeyPatchedWSGIResponse as TestResponse
 
     from idempotency_django.stores import BaseStore
-    from idempotency_django.stores.redis import RedisStore
 
 try:
     import pytest
@@ -237,23 +235,19 @@ def clear_store(store: BaseStore | None = None) -> None:
 
     The database store's table is emptied; on Redis only the store's own keys
     (``<key_prefix>:v1:*``) are deleted, never the rest of the cache's database.
-    Another store needs a ``clear()`` method.
+    A store of the project's own needs a ``clear()`` method.
     """
-    from idempotency_django.models import IdempotencyRecord
     from idempotency_django.stores import get_store
-    from idempotency_django.stores.database import DatabaseStore
 
     store = store or get_store()
-    if isinstance(store, DatabaseStore):
-        IdempotencyRecord.objects.using(store.alias).all().delete()
-    elif (redis_store := _redis_store_type()) is not None and isinstance(store, redis_store):
-        _clear_redis(store)
-    elif callable(getattr(store, "clear", None)):
-        store.clear()  # type: ignore[attr-defined]
-    else:
-        raise TypeError(
-            f"clear_store() cannot empty a {type(store).__name__}: give it a clear() method."
-        )
+    refusal = f"clear_store() cannot empty a {type(store).__name__}: give it a clear() method."
+    clear = getattr(store, "clear", None)
+    if clear is None:
+        raise TypeError(refusal)
+    try:
+        clear()
+    except NotImplementedError as exc:
+        raise TypeError(refusal) from exc
 
 
 def idempotency_disabled() -> override_settings:
@@ -364,23 +358,3 @@ def _describe(response: HttpResponseBase) -> str:
         f"{response.status_code}{' ' + code if code else ''} "
         f"[{headers}] {_content(response)[:300]!r}"
     )
-
-
-def _redis_store_type() -> type[RedisStore] | None:
-    try:
-        from idempotency_django.stores.redis import RedisStore
-    except ImportError:  # redis is not installed, so no store is a RedisStore
-        return None
-    return RedisStore
-
-
-def _clear_redis(store: RedisStore) -> None:
-    from idempotency_django.stores.redis import FORMAT_VERSION
-
-    client = store.client()
-    # SCAN for the store's own keys, never FLUSHDB: the cache's database may hold
-    # anything else.
-    prefix = re.sub(r"([*?\[\]\\])", r"\\\1", store.key_prefix)
-    keys = list(client.scan_iter(match=f"{prefix}:v{FORMAT_VERSION}:*", count=1000))
-    for start in range(0, len(keys), 500):
-        client.delete(*keys[start : start + 500])

@@ -212,6 +212,13 @@ class BaseStore(ABC):
         """
         raise NotImplementedError(f"{type(self).__name__} cannot count keys per principal.")
 
+    def clear(self) -> None:
+        """Delete every reservation and stored response of this store (for tests).
+
+        ``idempotency_django.testing.clear_store`` and its fixture call it.
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot be cleared: give it a clear().")
+
     def joins_transaction(self) -> bool:
         """True when a claim now would join a database transaction open around the view.
 

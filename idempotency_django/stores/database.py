@@ -227,6 +227,10 @@ class DatabaseStore(BaseStore):
         first_expiry, now = _datetime(connection, first_expiry), _datetime(connection, now)
         return int(others) + 1, (first_expiry - now).total_seconds()
 
+    def clear(self) -> None:
+        with _unavailable_on_error():
+            IdempotencyRecord.objects.using(self.alias).all().delete()
+
     def joins_transaction(self) -> bool:
         return _in_request_transaction(connections[self.alias])
 

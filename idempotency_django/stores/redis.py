@@ -79,6 +79,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 import uuid
 from typing import Any
@@ -407,6 +408,18 @@ class RedisStore(BaseStore):
                     subscription.get_message(timeout=remaining)
             finally:
                 subscription.close()
+        except _ERRORS as exc:
+            raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from exc
+
+    def clear(self) -> None:
+        # SCAN for the store's own keys, never FLUSHDB: the cache's database may
+        # hold anything else.
+        prefix = re.sub(r"([*?\[\]\\])", r"\\\1", self.key_prefix)
+        try:
+            client = self.client()
+            keys = list(client.scan_iter(match=f"{prefix}:v{FORMAT_VERSION}:*", count=1000))
+            for start in range(0, len(keys), 500):
+                client.delete(*keys[start : start + 500])
         except _ERRORS as exc:
             raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from exc
 
