@@ -77,11 +77,13 @@ Failures
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 from django.conf import settings
@@ -293,6 +295,15 @@ return nil
 _ERRORS = (RedisError, RedisClusterException)
 
 
+@contextlib.contextmanager
+def unavailable_on_error() -> Iterator[None]:
+    """The one translation of the store's failures: Redis's errors become StoreUnavailable."""
+    try:
+        yield
+    except _ERRORS as exc:
+        raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from exc
+
+
 class RedisStore(BaseStore):
     """Reservations and stored responses as Redis strings that expire by themselves."""
 
@@ -377,10 +388,8 @@ class RedisStore(BaseStore):
         if idempotency_settings.MAX_KEYS_PER_PRINCIPAL:
             # A released key no longer counts against its principal. A separate
             # call: the index is another key, maybe on another cluster node.
-            try:
+            with unavailable_on_error():
                 self.client().zrem(self.principal_index(key), key.digest)
-            except _ERRORS as exc:
-                raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from exc
 
     def lookup(self, key: RecordKey) -> KeyState | None:
         reply = self._run("lookup", LOOKUP_SCRIPT, self.redis_key(key))
@@ -397,7 +406,7 @@ class RedisStore(BaseStore):
     def wait(self, key: RecordKey, timeout: float) -> None:
         # complete and release publish on the entry's channel: no polling.
         deadline = time.monotonic() + timeout
-        try:
+        with unavailable_on_error():
             subscription = self.client().pubsub(ignore_subscribe_messages=True)
             try:
                 subscription.subscribe(self.redis_key(key) + ":settled")
@@ -408,20 +417,16 @@ class RedisStore(BaseStore):
                     subscription.get_message(timeout=remaining)
             finally:
                 subscription.close()
-        except _ERRORS as exc:
-            raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from exc
 
     def clear(self) -> None:
         # SCAN for the store's own keys, never FLUSHDB: the cache's database may
         # hold anything else.
         prefix = re.sub(r"([*?\[\]\\])", r"\\\1", self.key_prefix)
-        try:
+        with unavailable_on_error():
             client = self.client()
             keys = list(client.scan_iter(match=f"{prefix}:v{FORMAT_VERSION}:*", count=1000))
             for start in range(0, len(keys), 500):
                 client.delete(*keys[start : start + 500])
-        except _ERRORS as exc:
-            raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from exc
 
     def count_keys(self, key: RecordKey, lifetime: int) -> tuple[int, float | None]:
         count, first_expiry = self._run(
@@ -566,14 +571,12 @@ class RedisStore(BaseStore):
         return get_redis_connection(self.alias, write=True)
 
     def _run(self, name: str, source: str, redis_key: str, *args: str | int | bytes) -> Any:
-        try:
+        with unavailable_on_error():
             client = self.client()
             script = self._scripts.get(name)
             if script is None:
                 script = self._scripts[name] = client.register_script(source)
             return script(keys=[redis_key], args=list(args), client=client)
-        except _ERRORS as exc:
-            raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from exc
 
 
 def _reservation(token: str, fingerprint: str) -> bytes:
