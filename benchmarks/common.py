@@ -40,7 +40,7 @@ def _example_env(database_url: str, backend: str = "db", **more: str) -> dict[st
 
 
 #: Each configuration measured: the example settings' environment, and its label. The
-#: in-memory store (bench_memory.py) keeps the app's tables in an in-memory SQLite database.
+#: in-memory store (STORE="memory") keeps the app's tables in an in-memory SQLite database.
 STORES = {
     "sqlite": _example_env(f"sqlite:///{SQLITE_PATH}"),
     "postgres": _example_env(PG_URL),

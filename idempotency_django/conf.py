@@ -150,6 +150,8 @@ NEVER_RETAINED_CLIENT_ERRORS = frozenset({401, 403, 408, 409, 429})
 STORE_ALIASES = {
     "database": "idempotency_django.stores.database.DatabaseStore",
     "redis": "idempotency_django.stores.redis.RedisStore",
+    # One process only, for tests and benchmarks: check E023 refuses it elsewhere.
+    "memory": "idempotency_django.stores.memory.MemoryStore",
 }
 
 IMPORT_STRINGS = frozenset(

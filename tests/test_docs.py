@@ -66,6 +66,7 @@ MY_PAGES = {
     "api.md",
     "contributing.md",
     "architecture.md",
+    "writing-a-store.md",
 }
 OTHERS_PAGES = {p.name for p in PAGES} - MY_PAGES | {"stores.md", "operating.md"}
 INCLUDE_LANGUAGES = {"python", "py", "pycon", "js", "javascript"}

@@ -1,0 +1,207 @@
+"""A store in this process's memory, for tests and benchmarks (``STORE = "memory"``).
+
+Nothing is shared between processes: two workers would each run a duplicate.
+The system check E023 refuses it unless ``DEBUG`` is on or tests are running.
+Times are this process's monotonic clock.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.core import checks
+
+from idempotency_django.encryption import seal, unseal
+from idempotency_django.fingerprint import same_request
+from idempotency_django.stores.base import (
+    BaseStore,
+    Claim,
+    KeyState,
+    Outcome,
+    RecordKey,
+    RequestInfo,
+    StoredResponse,
+)
+
+IN_PROGRESS = "in_progress"
+COMPLETED = "completed"
+#: Expired entries are swept after this many new ones, so a long run stays bounded
+#: by its live keys without a scan on every claim.
+SWEEP_EVERY = 1024
+
+
+@dataclass
+class _Entry:
+    token: str
+    fingerprint: str
+    expires_at: float
+    principal: str
+    response: StoredResponse | None = None
+
+    @property
+    def state(self) -> str:
+        return IN_PROGRESS if self.response is None else COMPLETED
+
+
+def tests_are_running() -> bool:
+    """True under pytest, or under ``manage.py test``.
+
+    pytest is imported only by a test run; Django's runner has no such mark, so
+    its command line is read, as ``manage.py test`` is the one way to start it.
+    """
+    return "pytest" in sys.modules or sys.argv[1:2] == ["test"]
+
+
+class MemoryStore(BaseStore):
+    """Reservations and stored responses in a dict of this process, behind one lock.
+
+    ``max_entries`` (option, default unlimited) bounds the entries: past it the
+    oldest written goes, even a live one, as the benchmarks want a small heap.
+    """
+
+    counts_keys = True
+
+    def __init__(self, max_entries: int | None = None, **options: Any) -> None:
+        super().__init__(**options)
+        self.max_entries = max_entries
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[RecordKey, _Entry] = OrderedDict()
+        self._added = 0
+
+    def now(self) -> float:
+        return time.monotonic()
+
+    # -- the contract -------------------------------------------------------
+
+    def claim(self, key: RecordKey, request: RequestInfo, lock_timeout: int) -> Claim:
+        token = uuid.uuid4().hex
+        with self._lock:
+            now = self.now()
+            entry = self._entries.get(key)
+            if entry is None or entry.expires_at <= now:
+                self._put(
+                    key, _Entry(token, request.fingerprint, now + lock_timeout, key.principal)
+                )
+                took_over = entry is not None and entry.state == IN_PROGRESS
+                return Claim(Outcome.CLAIMED, token=token, took_over=took_over)
+            fingerprint, response = entry.fingerprint, entry.response
+        if not same_request(fingerprint, request.fingerprint):
+            return Claim(Outcome.REUSED)
+        if response is None:
+            return Claim(Outcome.IN_PROGRESS)
+        return Claim(Outcome.REPLAY, response=unseal(response))
+
+    def peek(self, key: RecordKey) -> Outcome | None:
+        entry = self._live(key)
+        if entry is None:
+            return None
+        return Outcome.IN_PROGRESS if entry.response is None else Outcome.REPLAY
+
+    def lookup(self, key: RecordKey) -> KeyState | None:
+        entry = self._live(key)
+        if entry is None:
+            return None
+        status = None if entry.response is None else entry.response.status
+        return KeyState(state=entry.state, status=status, expires_in=entry.expires_at - self.now())
+
+    def complete(
+        self,
+        key: RecordKey,
+        token: str,
+        response: StoredResponse,
+        retention: int,
+        *,
+        request: RequestInfo | None = None,
+    ) -> bool:
+        sealed = seal(response)
+        with self._lock:
+            now = self.now()
+            entry = self._entries.get(key)
+            if entry is not None and entry.token == token and entry.response is None:
+                # Ours, even past its lock timeout: nobody took it over.
+                entry.response, entry.expires_at = sealed, now + retention
+                self._entries.move_to_end(key)
+                return True
+            if request is None or (entry is not None and entry.expires_at > now):
+                return False
+            # Our reservation expired and nobody claimed the key since: keep the answer.
+            completed = _Entry(token, request.fingerprint, now + retention, key.principal, sealed)
+            self._put(key, completed)
+            return True
+
+    def release(self, key: RecordKey, token: str) -> None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None and entry.token == token and entry.response is None:
+                del self._entries[key]
+
+    def renew(self, key: RecordKey, token: str, lock_timeout: int, request: RequestInfo) -> bool:
+        with self._lock:
+            now = self.now()
+            entry = self._entries.get(key)
+            if entry is not None and entry.token == token and entry.response is None:
+                entry.expires_at = now + lock_timeout
+                return True
+            if entry is not None and entry.expires_at > now:
+                return False
+            self._put(key, _Entry(token, request.fingerprint, now + lock_timeout, key.principal))
+            return True
+
+    def count_keys(self, key: RecordKey, lifetime: int) -> tuple[int, float | None]:
+        # A scan of every entry: fine for tests and benchmarks, which this store is for.
+        with self._lock:
+            now = self.now()
+            others = [
+                entry.expires_at
+                for other, entry in self._entries.items()
+                if other != key and entry.principal == key.principal and entry.expires_at > now
+            ]
+        if not others:
+            return 1, None
+        return len(others) + 1, min(others) - now
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+    def check(self) -> list[checks.CheckMessage]:
+        if settings.DEBUG or tests_are_running():
+            return []
+        return [
+            checks.Error(
+                "The memory store keeps keys in one process: each worker would see only "
+                "its own reservations and run duplicates.",
+                hint="Use it with DEBUG or in tests only; use the database or the Redis "
+                "store otherwise.",
+                id="idempotency_django.E023",
+            )
+        ]
+
+    # -- helpers ------------------------------------------------------------
+
+    def _live(self, key: RecordKey) -> _Entry | None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None or entry.expires_at <= self.now():
+                return None
+            return entry
+
+    def _put(self, key: RecordKey, entry: _Entry) -> None:
+        """Store ``entry``, newest last; the lock is held."""
+        self._entries[key] = entry
+        self._entries.move_to_end(key)
+        self._added += 1
+        if self._added % SWEEP_EVERY == 0:
+            now = self.now()
+            for expired in [k for k, e in self._entries.items() if e.expires_at <= now]:
+                del self._entries[expired]
+        if self.max_entries is not None:
+            while len(self._entries) > self.max_entries:
+                self._entries.popitem(last=False)
