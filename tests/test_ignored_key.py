@@ -132,3 +132,14 @@ def test_a_principal_that_changes_under_the_key_is_never_served_anothers_answer(
     again = alice_client.post("/plain/token-bookings/", headers={"Idempotency-Key": "shared"})
     assert again["Idempotency-Replayed"] == "true"
     assert again.content == as_alice.content
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_async_view_tells_an_anonymous_caller_too(settings: Any) -> None:
+    """``arun`` lets the anonymous request through and marks it, middleware or not."""
+    settings.MIDDLEWARE = [
+        m for m in settings.MIDDLEWARE if m != "idempotency_django.middleware.IdempotencyMiddleware"
+    ]
+    answer = post(Client(), "/async/decorated/", key="async-anon")
+    assert answer.status_code == 201
+    assert answer[HEADER] == "anonymous"
