@@ -16,7 +16,6 @@ principal DRF resolved. :class:`IdempotentMixin` works through DRF's hooks:
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -31,9 +30,9 @@ from idempotency_django.marks import EXEMPT_ATTRIBUTE, OPTIONS_ATTRIBUTE
 from idempotency_django.phases import (
     Protection,
     ViewOptions,
-    atomic_block,
     protect,
     roll_back_open_transactions,
+    transaction_block,
 )
 from idempotency_django.problems import PROBLEM_ATTRIBUTE
 
@@ -148,12 +147,6 @@ class IdempotentMixin:
             error_response = self.handle_exception(IdempotencyError(*problem))
             response = super().finalize_response(request, error_response, *args, **kwargs)  # type: ignore[misc]
         return response
-
-
-def transaction_block(options: ViewOptions) -> Callable[[], Any]:
-    """One transaction around claim, handler and completion with ``atomic``; else none."""
-    atomic = idempotency_settings.ATOMIC if options.atomic is None else options.atomic
-    return atomic_block if atomic else contextlib.nullcontext
 
 
 def protect_drf_call(

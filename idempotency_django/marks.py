@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from django.http import HttpRequest
@@ -49,38 +49,40 @@ def is_ninja_protected_view(view_func: Callable[..., Any], method: str) -> bool:
 
     ninja authenticates inside its view: the middleware must leave such an
     operation to the integration, which claims the key after authentication.
-    Tells without importing ninja: its URL views are closures over their
-    ``PathView``, whose ``operations`` each list their ``methods``.
     """
     if not is_ninja_view(view_func):
         return False
-    for cell in getattr(view_func, "__closure__", None) or ():
-        try:
-            owner = cell.cell_contents
-        except ValueError:  # an empty cell
-            continue
-        for operation in getattr(owner, "operations", None) or ():
-            if method in getattr(operation, "methods", ()):
-                return getattr(operation, NINJA_OPTIONS_ATTRIBUTE, None) is not None
+    for operation in _ninja_operations(view_func):
+        if method in getattr(operation, "methods", ()):
+            return getattr(operation, NINJA_OPTIONS_ATTRIBUTE, None) is not None
     return False
 
 
 def unprotected_ninja_methods(view_func: Callable[..., Any], methods: Any) -> set[str]:
     """The ``methods`` a django-ninja URL view serves without ``idempotency_django.ninja``."""
     found: set[str] = set()
+    for operation in _ninja_operations(view_func):
+        func = getattr(operation, "view_func", None)
+        if getattr(operation, NINJA_OPTIONS_ATTRIBUTE, None) is None and not (
+            getattr(func, EXEMPT_ATTRIBUTE, False)
+            or getattr(getattr(func, NINJA_INNER_ATTRIBUTE, None), EXEMPT_ATTRIBUTE, False)
+        ):
+            found.update(set(getattr(operation, "methods", ())) & set(methods))
+    return found
+
+
+def _ninja_operations(view_func: Callable[..., Any]) -> Iterator[Any]:
+    """The operations behind a django-ninja URL view, found without importing ninja.
+
+    Its URL views are closures over their ``PathView``, whose ``operations``
+    each list their ``methods``.
+    """
     for cell in getattr(view_func, "__closure__", None) or ():
         try:
             owner = cell.cell_contents
         except ValueError:  # an empty cell
             continue
-        for operation in getattr(owner, "operations", None) or ():
-            func = getattr(operation, "view_func", None)
-            if getattr(operation, NINJA_OPTIONS_ATTRIBUTE, None) is None and not (
-                getattr(func, EXEMPT_ATTRIBUTE, False)
-                or getattr(getattr(func, NINJA_INNER_ATTRIBUTE, None), EXEMPT_ATTRIBUTE, False)
-            ):
-                found.update(set(getattr(operation, "methods", ())) & set(methods))
-    return found
+        yield from getattr(owner, "operations", None) or ()
 
 
 def is_drf_request(obj: Any) -> bool:

@@ -300,9 +300,7 @@ def protect(
     With ``atomic`` (the option or the ``ATOMIC`` setting) the claim, the view
     and the completion run in one transaction.
     """
-    atomic = _option(options.atomic, idempotency_settings.ATOMIC)
-    block = atomic_block if atomic else contextlib.nullcontext
-    return run(request, options, lambda _request: call_view(), block)
+    return run(request, options, lambda _request: call_view(), transaction_block(options))
 
 
 async def aprotect(
@@ -315,6 +313,12 @@ async def aprotect(
     Django runs no async view inside a transaction, so ``atomic`` does not apply.
     """
     return await arun(request, options, lambda _request: call_view())
+
+
+def transaction_block(options: ViewOptions) -> Block:
+    """One transaction around claim, view and completion with ``atomic``; else none."""
+    atomic = _option(options.atomic, idempotency_settings.ATOMIC)
+    return atomic_block if atomic else contextlib.nullcontext
 
 
 def atomic_block() -> Any:
