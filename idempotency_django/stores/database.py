@@ -218,14 +218,14 @@ class DatabaseStore(BaseStore):
 
     def count_keys(self, key: RecordKey, lifetime: int) -> tuple[int, float | None]:
         connection = connections[self.alias]
-        params = [readable_value(key.principal), key.digest]
+        principal = readable_value(key.principal)
         with _unavailable_on_error(), connection.cursor() as cursor:
-            cursor.execute(_statements(connection).count_keys, params)
-            others, first_expiry, now = cursor.fetchone()
-        if not others:
-            return 1, None
+            cursor.execute(_statements(connection).count_keys, [principal, principal, key.digest])
+            count, first_expiry, now = cursor.fetchone()
+        if first_expiry is None:
+            return max(int(count), 1), None
         first_expiry, now = _datetime(connection, first_expiry), _datetime(connection, now)
-        return int(others) + 1, (first_expiry - now).total_seconds()
+        return int(count), (first_expiry - now).total_seconds()
 
     def clear(self) -> None:
         with _unavailable_on_error():
@@ -461,6 +461,7 @@ def _statements(connection: BaseDatabaseWrapper) -> _Statements:
 
     key_is = f"{column('digest')} = %s"
     owned = f"{key_is} AND {column('token')} = %s AND {column('state')} = %s"
+    live_of_principal = f"{column('principal')} = %s AND {column('expires_at')} > {now}"
     columns = [*_KEY_COLUMNS, *_REQUEST_COLUMNS, "created_at", "completed_at", "expires_at"]
     values = ", ".join(
         ["%s"] * (len(_KEY_COLUMNS) + len(_REQUEST_COLUMNS))
@@ -519,10 +520,14 @@ def _statements(connection: BaseDatabaseWrapper) -> _Statements:
             f"SELECT {column('state')}, {column('status_code')}, {column('expires_at')}, {now} "
             f"FROM {table} WHERE {key_is} AND {column('expires_at')} > {now}"
         ),
+        # Both walk the (principal, expires_at) index: the count reads no column
+        # outside it, the first expiry of the others stops at the first entry
+        # that is not this key's (this key is in the count).
         count_keys=(
-            f"SELECT COUNT(*), MIN({column('expires_at')}), {now} FROM {table} "
-            f"WHERE {column('principal')} = %s AND {column('digest')} <> %s "
-            f"AND {column('kind')} = 'request' AND {column('expires_at')} > {now}"
+            f"SELECT (SELECT COUNT(*) FROM {table} WHERE {live_of_principal}), "
+            f"(SELECT {column('expires_at')} FROM {table} "
+            f"WHERE {live_of_principal} AND {column('digest')} <> %s "
+            f"ORDER BY {column('expires_at')} LIMIT 1), {now}"
         ),
     )
     _statements_by_vendor[connection.display_name] = statements
