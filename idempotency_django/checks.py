@@ -32,6 +32,7 @@ UNSAFE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
 POSITIVE_INTEGERS = (
     "LOCK_TIMEOUT",
     "RETENTION",
+    "MAX_RUN_TIME",
     "RETRY_AFTER",
     "UNAVAILABLE_RETRY_AFTER",
     "WEBHOOK_RETENTION",
@@ -152,6 +153,7 @@ def check_settings(**kwargs: Any) -> list[checks.CheckMessage]:
     elif isinstance(lock_timeout, int) and wait >= lock_timeout:
         message = f"{SETTING_NAME}['WAIT_FOR_IN_PROGRESS'] must be shorter than LOCK_TIMEOUT."
         errors.append(_error(message, "E004"))
+    errors.extend(_check_heartbeat(merged["HEARTBEAT"], lock_timeout))
     if merged["REUSE_STATUS"] not in (409, 422):
         errors.append(_error(f"{SETTING_NAME}['REUSE_STATUS'] must be 409 or 422.", "E005"))
     if merged["ANONYMOUS"] not in ("ignore", "reject", "session"):
@@ -189,6 +191,19 @@ def check_settings(**kwargs: Any) -> list[checks.CheckMessage]:
     if any(message.level >= checks.ERROR for message in errors):
         return errors
     return errors + _check_store(merged)
+
+
+def _check_heartbeat(heartbeat: Any, lock_timeout: Any) -> list[checks.CheckMessage]:
+    name = f"{SETTING_NAME}['HEARTBEAT']"
+    if heartbeat is None:
+        return []
+    if not isinstance(heartbeat, (int, float)) or isinstance(heartbeat, bool) or heartbeat <= 0:
+        return [_error(f"{name} must be a number of seconds > 0, or None.", "E004")]
+    if isinstance(lock_timeout, int) and heartbeat * 3 > lock_timeout:
+        # Two renewals may be missed (a busy store, a pause) before a
+        # running request loses its key.
+        return [_error(f"{name} must be at most a third of LOCK_TIMEOUT.", "E004")]
+    return []
 
 
 def _check_required_paths(patterns: Any) -> list[checks.CheckMessage]:

@@ -38,6 +38,14 @@ DEFAULTS: dict[str, Any] = {
     "LOCK_TIMEOUT": 300,
     # Seconds a completed response is kept and replayed.
     "RETENTION": 86400,
+    # Seconds between renewals of running requests' reservations (one thread
+    # per process), so that LOCK_TIMEOUT can be a few seconds: a crashed
+    # request's key is free that soon. None: no renewal; LOCK_TIMEOUT must
+    # outlast the slowest view.
+    "HEARTBEAT": None,
+    # Seconds after its claim that a request's reservation is no longer
+    # renewed (a stuck request loses its key LOCK_TIMEOUT later).
+    "MAX_RUN_TIME": 300,
     # Seconds a duplicate of a request still running waits for its answer
     # before 409 idempotency_key_in_progress. 0: answer 409 at once.
     "WAIT_FOR_IN_PROGRESS": 0,

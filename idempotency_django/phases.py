@@ -65,6 +65,7 @@ from django.utils.translation import gettext
 from idempotency_django import problems, signals
 from idempotency_django.conf import NEVER_RETAINED_CLIENT_ERRORS, header, idempotency_settings
 from idempotency_django.fingerprint import BodyTooLarge, prepare_body
+from idempotency_django.heartbeat import Beat, start_beat
 from idempotency_django.keys import InvalidKey, parse_key
 from idempotency_django.logs import log, request_id, route_of
 from idempotency_django.marks import django_request
@@ -430,6 +431,8 @@ class Attempt:
         self.uncommitted: set[str] = set()
         #: Who the request was authenticated as when the key was claimed.
         self.authenticated_as: tuple[Any, ...] = ()
+        #: With HEARTBEAT: the renewal of a reservation committed on its own.
+        self.beat: Beat | None = None
 
     # -- phase 1: claim --
 
@@ -450,6 +453,8 @@ class Attempt:
         self.token = claim.token
         self.attempt = "takeover" if claim.took_over else "first"
         self.authenticated_as = _authenticated_as(self.request)
+        if not self.joined_transaction:
+            self.beat = start_beat(self.store, self.key, self.token, self.info, self.lock_timeout())
         if not self.in_transaction:
             # Hooked now, ahead of any the view adds: a hook of the view that
             # raises after the commit cannot skip the completion.
@@ -713,9 +718,11 @@ class Attempt:
     def complete(self, stored: StoredResponse) -> bool:
         """Store the answer. False only when the claim's transaction must now roll back."""
         try:
-            owned = self.store.complete(
-                self.key, self.token, stored, self.retention(), request=self.info
-            )
+            with self.heartbeat_paused():
+                owned = self.store.complete(
+                    self.key, self.token, stored, self.retention(), request=self.info
+                )
+                self.stop_heartbeat()
         except StoreUnavailable as exc:
             self.log(logging.ERROR, "store_failed", status=stored.status, error=_error_name(exc))
             if self.in_transaction:
@@ -735,7 +742,9 @@ class Attempt:
 
     def release(self, status: int | None, reason: str) -> None:
         try:
-            self.store.release(self.key, self.token)
+            with self.heartbeat_paused():
+                self.store.release(self.key, self.token)
+                self.stop_heartbeat()
         except StoreUnavailable as exc:
             self.log(
                 logging.ERROR,
@@ -748,6 +757,17 @@ class Attempt:
             return
         self.log(logging.INFO, "released", status=status, reason=reason)
         self.send(signals.released, status=status, reason=reason)
+
+    # -- the heartbeat --
+
+    def heartbeat_paused(self) -> contextlib.AbstractContextManager[None]:
+        """No renewal while the key is settled: none can bring back a released reservation."""
+        return self.beat.paused() if self.beat is not None else contextlib.nullcontext()
+
+    def stop_heartbeat(self) -> None:
+        """The key is settled. Until then (a store that failed) it is renewed to MAX_RUN_TIME."""
+        if self.beat is not None:
+            self.beat.stop()
 
     # -- the claim's transaction --
 

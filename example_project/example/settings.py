@@ -9,6 +9,7 @@
                               worker there)
 ``EXAMPLE_LOCK_TIMEOUT_S``    IDEMPOTENCY["LOCK_TIMEOUT"] (default 300)
 ``EXAMPLE_RETENTION_S``       IDEMPOTENCY["RETENTION"] (default 86400)
+``EXAMPLE_HEARTBEAT_S``       IDEMPOTENCY["HEARTBEAT"], seconds, may be a fraction (default off)
 ``EXAMPLE_ATOMIC_REQUESTS``   "1": ATOMIC_REQUESTS on the default database (default off)
 ``EXAMPLE_DEBUG``             "0" turns DEBUG off (default on: a local demo)
 ``EXAMPLE_SECRET_KEY``, ``EXAMPLE_ALLOWED_HOSTS`` (comma-separated, added to the local ones)
@@ -134,6 +135,8 @@ elif BACKEND != "db":
 
 #: Seconds a duplicate waits for the request it duplicates (WAIT_FOR_IN_PROGRESS).
 IDEMPOTENCY["WAIT_FOR_IN_PROGRESS"] = env_int("EXAMPLE_WAIT_FOR_IN_PROGRESS_S", 0)
+if os.environ.get("EXAMPLE_HEARTBEAT_S"):
+    IDEMPOTENCY["HEARTBEAT"] = float(os.environ["EXAMPLE_HEARTBEAT_S"])
 #: Live keys one principal may hold (MAX_KEYS_PER_PRINCIPAL); 0 means no limit.
 if "EXAMPLE_MAX_KEYS_PER_PRINCIPAL" in os.environ:
     IDEMPOTENCY["MAX_KEYS_PER_PRINCIPAL"] = env_int("EXAMPLE_MAX_KEYS_PER_PRINCIPAL", 0) or None

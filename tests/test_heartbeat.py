@@ -1,0 +1,112 @@
+"""HEARTBEAT: a running request keeps its key past a short LOCK_TIMEOUT, a settled one does not.
+
+Real threads, the real clock and a real store (the test database; Redis with
+``--all``): the first request's view sleeps past LOCK_TIMEOUT while a
+duplicate arrives; the heartbeat thread is the only thing renewing its
+reservation. The same test without the heartbeat shows the takeover it
+prevents.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+
+import pytest
+from django.contrib.auth.models import User
+from django.core.checks import run_checks
+from django.test import Client, override_settings
+
+from idempotency_django.heartbeat import heartbeat
+from tests.concurrency import Background, logged_in_client
+from tests.redis_helpers import redis_store_settings
+from tests.testapp.models import Booking
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+BODY = json.dumps({"slot": "2026-07-30T09:00:00Z"})
+#: The view outlives LOCK_TIMEOUT (1 s) by far; the duplicate comes after 2 s.
+SLOW = "/plain/bookings/?delay=3"
+SHORT_LOCK = {"LOCK_TIMEOUT": 1, "HEARTBEAT": 0.2}
+
+
+def keyed_post(client: Client, url: str, key: str = "booking-hb"):  # type: ignore[no-untyped-def]
+    return client.post(url, BODY, content_type="application/json", HTTP_IDEMPOTENCY_KEY=key)
+
+
+@pytest.fixture(params=["database", "redis"])
+def store(request: pytest.FixtureRequest) -> Iterator[str]:
+    if request.param == "redis":
+        with redis_store_settings(**SHORT_LOCK):
+            yield request.param
+    else:
+        with override_settings(IDEMPOTENCY=SHORT_LOCK):
+            yield request.param
+
+
+def duplicate_during_the_first(alice: User) -> tuple[int, int, str | None]:
+    """The first request (3 s) and a duplicate 2 s in: their statuses, the duplicate's code."""
+    first = Background(lambda: keyed_post(logged_in_client(alice), SLOW)).start()
+    time.sleep(2)
+    duplicate = keyed_post(logged_in_client(alice), SLOW)
+    code = duplicate.json().get("code") if duplicate.status_code == 409 else None
+    return first.join().status_code, duplicate.status_code, code
+
+
+def test_a_slow_view_keeps_its_key_past_lock_timeout(alice: User, store: str) -> None:
+    first, duplicate, code = duplicate_during_the_first(alice)
+    assert (first, duplicate, code) == (201, 409, "idempotency_key_in_progress")
+    assert Booking.objects.count() == 1
+    replay = keyed_post(logged_in_client(alice), SLOW)
+    assert replay.status_code == 201 and replay["Idempotency-Replayed"] == "true"
+
+
+@override_settings(IDEMPOTENCY={"LOCK_TIMEOUT": 1})
+def test_without_the_heartbeat_the_same_duplicate_takes_the_key_over(alice: User) -> None:
+    """What the heartbeat prevents: LOCK_TIMEOUT shorter than the view, the work runs twice."""
+    first, duplicate, _ = duplicate_during_the_first(alice)
+    assert (first, duplicate) == (201, 201)
+    assert Booking.objects.count() == 2
+
+
+@override_settings(IDEMPOTENCY={**SHORT_LOCK, "MAX_RUN_TIME": 1})
+def test_a_request_past_max_run_time_is_no_longer_renewed(alice: User) -> None:
+    """MAX_RUN_TIME bounds a stuck request: renewed 1 s, then lost LOCK_TIMEOUT later."""
+    first, duplicate, _ = duplicate_during_the_first(alice)
+    assert (first, duplicate) == (201, 201)
+
+
+def test_a_released_key_is_not_brought_back_by_a_late_renewal(alice: User, store: str) -> None:
+    """A 400 after several renewals releases the key: a retry runs at once, no 409."""
+    url = "/plain/bookings/?delay=0.7&status=400"
+    assert keyed_post(logged_in_client(alice), url).status_code == 400
+    time.sleep(0.5)  # a renewal racing the release would have re-made the reservation by now
+    retry = keyed_post(logged_in_client(alice), url)
+    assert retry.status_code == 400 and "Idempotency-Replayed" not in retry
+    assert Booking.objects.count() == 2
+
+
+def test_settled_requests_leave_nothing_to_renew(alice: User, store: str) -> None:
+    for number in range(3):
+        url = "/plain/bookings/?delay=0.5"
+        assert keyed_post(logged_in_client(alice), url, f"hb-{number}").status_code == 201
+    time.sleep(0.5)  # one beat
+    assert not [beat for beat in heartbeat._beats if not beat.stopped]
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"HEARTBEAT": 0}, "must be a number of seconds > 0, or None"),
+        ({"HEARTBEAT": "2"}, "must be a number of seconds > 0, or None"),
+        ({"HEARTBEAT": 2, "LOCK_TIMEOUT": 5}, "at most a third of LOCK_TIMEOUT"),
+        ({"MAX_RUN_TIME": 0}, "'MAX_RUN_TIME'] must be a positive integer"),
+    ],
+)
+def test_a_heartbeat_that_cannot_keep_the_key_is_a_configuration_error(
+    settings: dict[str, object], message: str
+) -> None:
+    with override_settings(IDEMPOTENCY=settings):
+        errors = [e for e in run_checks() if e.id == "idempotency_django.E004"]
+    assert len(errors) == 1 and message in errors[0].msg
