@@ -14,6 +14,8 @@ IDEMPOTENCY = {
     "FINGERPRINT_FUNCTION": "idempotency_django.fingerprint.default_fingerprint",
     "LOCK_TIMEOUT": 300,
     "RETENTION": 86400,
+    "HEARTBEAT": None,
+    "MAX_RUN_TIME": 300,
     "WAIT_FOR_IN_PROGRESS": 0,
     "MAX_WAITERS_PER_KEY": 1,
     "MAX_WAITERS": 2,
