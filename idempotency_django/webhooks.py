@@ -171,7 +171,7 @@ def delivery_identities(
         found = body_id(request)
         if found:
             return DeliveryIdentity(_storable(str(found)), "body"), None
-    bucket_size = int(settings.WEBHOOK_FALLBACK_BUCKET)
+    bucket_size = settings.WEBHOOK_FALLBACK_BUCKET
     bucket = int((time.time() if now is None else now) // bucket_size)
     return (
         _fallback_identity(namespace, request, bucket),
@@ -319,7 +319,7 @@ def begin_delivery(
         RecordKey(TRIGGER_PREFIX + triggers[0], "", identity.delivery_id),
         info,
         trigger=triggers[0],
-        retention=int(settings.WEBHOOK_RETENTION if retention is None else retention),
+        retention=settings.WEBHOOK_RETENTION if retention is None else retention,
     )
     if previous is None:
         earlier = [RecordKey(TRIGGER_PREFIX + t, "", identity.delivery_id) for t in triggers[1:]]
