@@ -153,9 +153,11 @@ def protect_drf_call(
     request: Request, call_handler: Callable[[], Any], options: ViewOptions
 ) -> HttpResponseBase:
     """Protect one handler call: ``@idempotent`` on a handler, or below ``@api_view``."""
+    if isinstance(request.parser_context["view"], IdempotentMixin):
+        # The mixin's hooks protect it, with these options.
+        answer: HttpResponseBase = call_handler()
+        return answer
     view: APIView = request.parser_context["view"]
-    if isinstance(view, IdempotentMixin):
-        return call_handler()  # the mixin's hooks protect it, with these options
 
     def call_and_finalize() -> HttpResponseBase:
         try:
