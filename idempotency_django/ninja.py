@@ -37,7 +37,7 @@ import dataclasses
 import functools
 import hashlib
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar, Unpack
+from typing import Any, TypeVar, Unpack, overload
 
 from asgiref.sync import sync_to_async
 from django.core.exceptions import ImproperlyConfigured
@@ -202,6 +202,14 @@ class NinjaIdempotency:
         setattr(operation, NINJA_OPTIONS_ATTRIBUTE, self.options)
         operation.openapi_extra = _openapi_extra(operation, self.options, base_extra)
         return _ready_body_first(operation, run)
+
+
+@overload
+def idempotent(view: FuncT) -> FuncT: ...
+
+
+@overload
+def idempotent(view: None = None, **options: Unpack[IdempotentOptions]) -> NinjaIdempotency: ...
 
 
 def idempotent(view: Any = None, **options: Unpack[IdempotentOptions]) -> Any:

@@ -21,7 +21,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar, Unpack, overload
 from urllib.parse import unquote, urlsplit
 
 from asgiref.sync import iscoroutinefunction
@@ -189,6 +189,26 @@ def stripe_event_id(request: HttpRequest) -> str | None:
         event_id = event.get("id")
         return event_id if isinstance(event_id, str) else None
     return None
+
+
+class WebhookOptions(TypedDict, total=False):
+    """The keyword options of :func:`deduplicate_webhook`, for its typed overloads."""
+
+    retention: int | None
+    id_header: str | None
+    body_id: Callable[[HttpRequest], str | None] | None
+    namespace: str | Callable[[HttpRequest], str] | None
+    token_kwarg: str | None
+
+
+@overload
+def deduplicate_webhook(view: ViewT) -> ViewT: ...
+
+
+@overload
+def deduplicate_webhook(
+    view: None = None, **options: Unpack[WebhookOptions]
+) -> Callable[[ViewT], ViewT]: ...
 
 
 def deduplicate_webhook(

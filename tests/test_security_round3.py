@@ -335,7 +335,7 @@ def _drop_database(name: str) -> None:
 
 
 def on_both(alias: str, **fields: Any) -> IdempotencyRecord:
-    record: IdempotencyRecord = IdempotencyRecordFactory(**fields)
+    record: IdempotencyRecord = IdempotencyRecordFactory.create(**fields)
     record.save(using=alias, force_insert=True)  # replicated
     return record
 
