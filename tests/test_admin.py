@@ -103,7 +103,9 @@ def without_tags(html: str) -> str:
 def headings(response: Any) -> list[str]:
     """The changelist's column headings, as Django's admin renders them."""
     columns = result_headers(response.context["cl"])
-    return [capfirst(h["text"]) for h in columns if "action-checkbox" not in h["class_attrib"]]
+    return [
+        capfirst(str(h["text"])) for h in columns if "action-checkbox" not in str(h["class_attrib"])
+    ]
 
 
 def listed(response: object) -> set[str]:

@@ -137,7 +137,7 @@ def test_batches_larger_than_sqlite_parameter_limit() -> None:
 
 def test_pause_between_full_batches(monkeypatch: pytest.MonkeyPatch) -> None:
     sleeps: list[float] = []
-    monkeypatch.setattr(purge_module.time, "sleep", sleeps.append)
+    monkeypatch.setattr("idempotency_django.purge.time.sleep", sleeps.append)
     IdempotencyRecordFactory.create_batch(25, expired=True)
     assert "Deleted 25 completed records" in run("--batch-size", "10", "--pause", "0.25")
     assert sleeps == [0.25, 0.25]
