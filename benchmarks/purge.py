@@ -177,7 +177,7 @@ def print_plans(batch_size: int) -> None:
     now, options = timezone.now(), {"analyze": True} if connection.vendor == "postgresql" else {}
     for kind in KINDS:
         rows = IdempotencyRecord._base_manager.filter(kind.filter(now, None))
-        select = rows.order_by(kind.order_by).values_list("pk", flat=True)[:batch_size]
+        select = rows.order_by("expires_at").values_list("pk", flat=True)[:batch_size]
         print(f"-- {kind.label}: {select.query}")
         print("\n".join(f"   {line}" for line in select.explain(**options).splitlines()))
 

@@ -19,7 +19,7 @@ Where a request goes:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 #: The one place the version is written (pyproject.toml reads it). A ``.dev0``
 #: version is unreleased: the changelog's "Unreleased" section is what it will be.
@@ -27,19 +27,24 @@ __version__ = "0.3.0.dev0"
 
 __all__ = ["ViewOptions", "__version__", "idempotency_exempt", "idempotent", "lookup"]
 
+if TYPE_CHECKING:  # the names' own types, where a run imports them lazily
+    from idempotency_django.decorators import idempotency_exempt, idempotent
+    from idempotency_django.phases import ViewOptions
+    from idempotency_django.state import lookup
+else:
 
-def __getattr__(name: str) -> Any:
-    # Lazy, so importing the package (e.g. from settings) loads no models.
-    if name in ("idempotent", "idempotency_exempt"):
-        from idempotency_django import decorators
+    def __getattr__(name: str) -> Any:
+        # Lazy, so importing the package (e.g. from settings) loads no models.
+        if name in ("idempotent", "idempotency_exempt"):
+            from idempotency_django import decorators
 
-        return getattr(decorators, name)
-    if name == "lookup":
-        from idempotency_django.state import lookup
+            return getattr(decorators, name)
+        if name == "lookup":
+            from idempotency_django.state import lookup
 
-        return lookup
-    if name == "ViewOptions":
-        from idempotency_django.phases import ViewOptions
+            return lookup
+        if name == "ViewOptions":
+            from idempotency_django.phases import ViewOptions
 
-        return ViewOptions
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+            return ViewOptions
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -3,8 +3,8 @@
 Records are read-only here: they are written by the store, never by hand.
 The list filters and the paginator are in :mod:`idempotency_django.admin_filters`,
 the rendering of bodies, headers and principals in
-:mod:`idempotency_django.admin_display`; :class:`ExpiringRecordAdmin` is the
-base of both admins here and of admins of other rows in the same table.
+:mod:`idempotency_django.admin_display`; :class:`ExpiringRecordAdmin` holds
+what the two admins here (requests' records, webhook deliveries) share.
 
 The changelist stays fast on a table of millions of rows: no full COUNT(*)
 beyond the filtered one (none at all on PostgreSQL when unfiltered), no
@@ -150,7 +150,6 @@ class ExpiringRecordAdmin(_ModelAdmin):
 
     #: Columns never loaded for the changelist.
     changelist_defer: ClassVar[tuple[str, ...]] = ("response_body", "response_headers")
-    release_confirmation_template: str | None = None
 
     actions = ["release_reservations"]
     show_full_result_count = False
@@ -282,10 +281,9 @@ class ExpiringRecordAdmin(_ModelAdmin):
             "skipped_count": queryset.count() - len(selected),
             "action_name": "release_reservations",
         }
-        templates = self._confirmation_templates(
-            "release_confirmation", self.release_confirmation_template
+        return TemplateResponse(
+            request, self._confirmation_templates("release_confirmation"), context
         )
-        return TemplateResponse(request, templates, context)
 
     def _action_context(self, request: HttpRequest, title: Any) -> dict[str, Any]:
         opts = self.model._meta
@@ -300,15 +298,13 @@ class ExpiringRecordAdmin(_ModelAdmin):
             "media": self.media,
         }
 
-    def _confirmation_templates(self, name: str, override: str | None) -> list[str]:
-        """The model's, the app's, then this app's template: Django's lookup for delete pages."""
+    def _confirmation_templates(self, name: str) -> list[str]:
+        """The model's, then the app's template: Django's lookup for delete pages."""
         opts = self.model._meta
-        names = [
+        return [
             f"admin/{opts.app_label}/{opts.model_name}/{name}.html",
             f"admin/{opts.app_label}/{name}.html",
-            f"admin/idempotency_django/{name}.html",
         ]
-        return [override, *names] if override else names
 
 
 class RecordChangeList(ChangeList):
@@ -326,7 +322,6 @@ class IdempotencyRecordAdmin(ExpiringRecordAdmin):
     """Requests' records: who sent them (the user a principal names), and their responses."""
 
     actions = ["release_reservations", "delete_principal_records"]
-    principal_confirmation_template: str | None = None
     #: The most principals one "delete all records of" may cover: it is meant
     #: for one person's data, not for emptying the table.
     max_principals_per_deletion = 100
@@ -575,9 +570,7 @@ class IdempotencyRecordAdmin(ExpiringRecordAdmin):
             "selected_pks": list(queryset.order_by().values_list("pk", flat=True)),
             "action_name": "delete_principal_records",
         }
-        templates = self._confirmation_templates(
-            "principal_delete_confirmation", self.principal_confirmation_template
-        )
+        templates = self._confirmation_templates("principal_delete_confirmation")
         return TemplateResponse(request, templates, context)
 
 

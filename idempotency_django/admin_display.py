@@ -213,7 +213,8 @@ def principals_of_users(term: str) -> list[str]:
     fields = [user_model.USERNAME_FIELD]
     email_field = user_model.get_email_field_name()
     with contextlib.suppress(FieldDoesNotExist):
-        if email_field != fields[0] and user_model._meta.get_field(email_field):
+        if email_field != fields[0]:
+            user_model._meta.get_field(email_field)
             fields.append(email_field)
     # Lower() rather than iexact: on MySQL/MariaDB iexact follows the column's
     # collation, and a binary one would make the search case-sensitive.

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings as django_settings
 from django.core.signals import setting_changed
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.http.request import HttpHeaders
 from django.utils.module_loading import import_string
 
@@ -174,27 +175,78 @@ IMPORT_STRINGS = frozenset(
 
 
 class IdempotencySettings:
-    """Attribute access to the merged settings; imports dotted paths on first use."""
+    """Attribute access to the merged settings; imports dotted paths on first use.
+
+    Each setting is declared here with the type a read gives (a dotted path
+    reads as the function it names, METHODS as a frozenset, REQUIRED_PATHS
+    compiled), so that nothing reading it casts. The values are in
+    :data:`DEFAULTS`; the checks refuse a value of another type.
+    """
+
+    ENABLED: bool
+    STORE: str
+    STORE_OPTIONS: dict[str, Any]
+    HEADER: str
+    LOCATION_HEADER: str
+    METHODS: frozenset[str]
+    #: Returns a ``scope.Scope`` or None (scope.py reads these settings: not imported here).
+    SCOPE_FUNCTION: Callable[[HttpRequest], Any]
+    FINGERPRINT_FUNCTION: Callable[[HttpRequest], str]
+    LOCK_TIMEOUT: int
+    RETENTION: int
+    WAIT_FOR_IN_PROGRESS: float
+    MAX_WAITERS_PER_KEY: int | None
+    MAX_WAITERS: int | None
+    MAX_STORED_BODY: int | None
+    MAX_KEYS_PER_PRINCIPAL: int | None
+    MAX_FINGERPRINTED_BODY: int | None
+    RETAIN_CLIENT_ERRORS: bool
+    REQUIRED: bool
+    REQUIRED_PATHS: tuple[re.Pattern[str], ...]
+    ATOMIC: bool
+    REUSE_STATUS: int
+    RETRY_AFTER: int
+    UNAVAILABLE_RETRY_AFTER: int
+    ANONYMOUS: str
+    REPLAY_HEADERS: frozenset[str]
+    ENCRYPTION_KEY: str | bytes | None
+    ENCRYPTION_KEY_FALLBACKS: Sequence[str | bytes]
+    REPLAYED_HEADER: str
+    ECHO_KEY_HEADER: str | None
+    IGNORED_KEY_HEADER: str | None
+    PROBLEM_TYPE_BASE: str | None
+    PROBLEM_RENDERER: Callable[[HttpRequest | None, dict[str, Any], dict[str, str]], HttpResponse]
+    DRF_EXCEPTION_HANDLER: bool
+    REPLAY_HOOK: Callable[[HttpRequest, HttpResponse], HttpResponse] | None
+    REQUEST_ID_HEADER: str | None
+    WEBHOOK_ID_HEADER: str | None
+    WEBHOOK_BODY_ID_FUNCTION: Callable[[HttpRequest], str | None] | None
+    WEBHOOK_RETENTION: int
+    WEBHOOK_FALLBACK_BUCKET: int
+    WEBHOOK_TOKEN_KWARG: str
 
     @property
     def user_settings(self) -> dict[str, Any]:
         value = getattr(django_settings, SETTING_NAME, {})
         return value if isinstance(value, dict) else {}
 
-    def __getattr__(self, name: str) -> Any:
-        # Only reached on a first access: the value is then kept as an
-        # instance attribute, so later reads cost a plain attribute lookup.
-        if name.startswith("_") or name not in DEFAULTS:
-            raise AttributeError(f"Invalid idempotency setting: {name!r}")
-        value = self.user_settings.get(name, DEFAULTS[name])
-        if name in IMPORT_STRINGS and isinstance(value, str):
-            value = import_string(value)
-        elif name in {"METHODS", "REPLAY_HEADERS"}:
-            value = frozenset(str(item).upper() for item in value)
-        elif name == "REQUIRED_PATHS":
-            value = tuple(re.compile(pattern) for pattern in value)
-        setattr(self, name, value)
-        return value
+    # Hidden from type checkers, so that a misspelt setting is an error there.
+    if not TYPE_CHECKING:
+
+        def __getattr__(self, name: str) -> Any:
+            # Only reached on a first access: the value is then kept as an
+            # instance attribute, so later reads cost a plain attribute lookup.
+            if name.startswith("_") or name not in DEFAULTS:
+                raise AttributeError(f"Invalid idempotency setting: {name!r}")
+            value = self.user_settings.get(name, DEFAULTS[name])
+            if name in IMPORT_STRINGS and isinstance(value, str):
+                value = import_string(value)
+            elif name in {"METHODS", "REPLAY_HEADERS"}:
+                value = frozenset(str(item).upper() for item in value)
+            elif name == "REQUIRED_PATHS":
+                value = tuple(re.compile(pattern) for pattern in value)
+            setattr(self, name, value)
+            return value
 
     def reload(self) -> None:
         for name in DEFAULTS:

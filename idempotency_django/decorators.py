@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any, TypeVar, overload
+from typing import Any, TypedDict, TypeVar, Unpack, overload
 
 from asgiref.sync import iscoroutinefunction
 from django.core.exceptions import ImproperlyConfigured
@@ -24,37 +24,34 @@ from idempotency_django.phases import ViewOptions, aprotect, protect
 ViewT = TypeVar("ViewT", bound=Callable[..., Any])
 
 
+class IdempotentOptions(TypedDict, total=False):
+    """The keyword options of ``@idempotent`` (and of the ninja integration's).
+
+    They are :class:`~idempotency_django.phases.ViewOptions`' fields; a function
+    option takes the request a view gets (Django's, DRF's or ninja's).
+    """
+
+    required: bool | None
+    retention: int | None
+    retain_client_errors: bool | None
+    atomic: bool | None
+    max_stored_body: int | None
+    wait_for_in_progress: float | None
+    fingerprint: Callable[[Any], str] | str | None
+    scope: Callable[[Any], Any] | str | None
+
+
 @overload
 def idempotent(view: ViewT) -> ViewT: ...
 
 
 @overload
 def idempotent(
-    view: None = None,
-    *,
-    required: bool | None = None,
-    retention: int | None = None,
-    retain_client_errors: bool | None = None,
-    atomic: bool | None = None,
-    max_stored_body: int | None = None,
-    wait_for_in_progress: float | None = None,
-    fingerprint: Callable[[Any], str] | str | None = None,
-    scope: Callable[[Any], Any] | str | None = None,
+    view: None = None, **options: Unpack[IdempotentOptions]
 ) -> Callable[[ViewT], ViewT]: ...
 
 
-def idempotent(
-    view: Any = None,
-    *,
-    required: bool | None = None,
-    retention: int | None = None,
-    retain_client_errors: bool | None = None,
-    atomic: bool | None = None,
-    max_stored_body: int | None = None,
-    wait_for_in_progress: float | None = None,
-    fingerprint: Callable[[Any], str] | str | None = None,
-    scope: Callable[[Any], Any] | str | None = None,
-) -> Any:
+def idempotent(view: Any = None, **options: Unpack[IdempotentOptions]) -> Any:
     """Protect a view (function, class-based view, DRF view or viewset, or one action).
 
     ``required``: answer 400 ``idempotency_key_missing`` when the key is absent.
@@ -67,21 +64,12 @@ def idempotent(
     example [`json_fields`][idempotency_django.fingerprint.json_fields]. Each defaults
     to the ``IDEMPOTENCY`` setting.
     """
-    options = ViewOptions(
-        required=required,
-        retention=retention,
-        retain_client_errors=retain_client_errors,
-        atomic=atomic,
-        max_stored_body=max_stored_body,
-        wait_for_in_progress=wait_for_in_progress,
-        fingerprint=fingerprint,
-        scope=scope,
-    )
+    view_options = ViewOptions(**options)
 
     def decorate(target: Any) -> Any:
         if isinstance(target, type):
-            return _protect_class(target, options)
-        return protect_callable(target, options)
+            return _protect_class(target, view_options)
+        return protect_callable(target, view_options)
 
     return decorate if view is None else decorate(view)
 

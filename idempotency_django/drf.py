@@ -17,11 +17,12 @@ principal DRF resolved. :class:`IdempotentMixin` works through DRF's hooks:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from django.http.response import HttpResponseBase
 from rest_framework.exceptions import APIException
 from rest_framework.request import Request
+from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from idempotency_django.conf import header, idempotency_settings
@@ -117,12 +118,16 @@ class IdempotentMixin:
         own = getattr(func, OPTIONS_ATTRIBUTE, None)
         return own if isinstance(own, ViewOptions) else self.idempotency_options
 
-    def handle_exception(self, exc: Exception) -> HttpResponseBase:
+    # These two hooks have the signatures of DRF's stubs (Response), so that a
+    # view may mix this class with APIView under mypy. DRF itself passes any
+    # HttpResponseBase through them, as a replay or a refusal is: hence the casts.
+
+    def handle_exception(self, exc: Exception) -> Response:
         if isinstance(exc, Answered):
-            return exc.response
+            return cast(Response, exc.response)
         protection = self._idempotency_protection
         try:
-            response: HttpResponseBase = super().handle_exception(exc)  # type: ignore[misc]
+            response: Response = super().handle_exception(exc)  # type: ignore[misc]
         except BaseException as error:
             if protection is not None:
                 self._idempotency_protection = None
@@ -135,12 +140,12 @@ class IdempotentMixin:
         return response
 
     def finalize_response(
-        self, request: Request, response: HttpResponseBase, *args: Any, **kwargs: Any
-    ) -> HttpResponseBase:
+        self, request: Request, response: Response, *args: Any, **kwargs: Any
+    ) -> Response:
         response = super().finalize_response(request, response, *args, **kwargs)  # type: ignore[misc]
         protection, self._idempotency_protection = self._idempotency_protection, None
         if protection is not None:
-            response = protection.exit(response)
+            response = cast(Response, protection.exit(response))
         problem = getattr(response, PROBLEM_ATTRIBUTE, None)
         if problem is not None and idempotency_settings.DRF_EXCEPTION_HANDLER:
             # For the project's EXCEPTION_HANDLER to render, like its other errors.
@@ -153,9 +158,11 @@ def protect_drf_call(
     request: Request, call_handler: Callable[[], Any], options: ViewOptions
 ) -> HttpResponseBase:
     """Protect one handler call: ``@idempotent`` on a handler, or below ``@api_view``."""
+    if isinstance(request.parser_context["view"], IdempotentMixin):
+        # The mixin's hooks protect it, with these options.
+        answer: HttpResponseBase = call_handler()
+        return answer
     view: APIView = request.parser_context["view"]
-    if isinstance(view, IdempotentMixin):
-        return call_handler()  # the mixin's hooks protect it, with these options
 
     def call_and_finalize() -> HttpResponseBase:
         try:

@@ -312,7 +312,7 @@ def prepare_body(request: HttpRequest) -> None:
     cap = idempotency_settings.MAX_FINGERPRINTED_BODY
     if cap is not None and length > cap:
         raise BodyTooLarge(cap)
-    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    limit: int | None = settings.DATA_UPLOAD_MAX_MEMORY_SIZE  # None in Django, not in its stubs
     if limit is None or length <= limit:
         request.body  # noqa: B018  (Django reads it once and keeps it)
         return

@@ -37,7 +37,7 @@ import dataclasses
 import functools
 import hashlib
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack, overload
 
 from asgiref.sync import sync_to_async
 from django.core.exceptions import ImproperlyConfigured
@@ -48,6 +48,7 @@ from ninja.decorators import decorate_view
 from ninja.operation import AsyncOperation, Operation
 
 from idempotency_django.conf import header, idempotency_settings
+from idempotency_django.decorators import IdempotentOptions
 from idempotency_django.fingerprint import BodyTooLarge, prepare_body
 from idempotency_django.keys import MAX_KEY_LENGTH
 from idempotency_django.marks import (
@@ -203,18 +204,15 @@ class NinjaIdempotency:
         return _ready_body_first(operation, run)
 
 
-def idempotent(
-    view: Any = None,
-    *,
-    required: bool | None = None,
-    retention: int | None = None,
-    retain_client_errors: bool | None = None,
-    atomic: bool | None = None,
-    max_stored_body: int | None = None,
-    wait_for_in_progress: float | None = None,
-    fingerprint: Callable[[Any], str] | str | None = None,
-    scope: Callable[[Any], Any] | str | None = None,
-) -> Any:
+@overload
+def idempotent(view: FuncT) -> FuncT: ...
+
+
+@overload
+def idempotent(view: None = None, **options: Unpack[IdempotentOptions]) -> NinjaIdempotency: ...
+
+
+def idempotent(view: Any = None, **options: Unpack[IdempotentOptions]) -> Any:
     """Protect a ninja operation, or (with ``add_decorator(..., mode="view")``) a router or API.
 
     The options are :func:`idempotency_django.decorators.idempotent`'s, each
@@ -223,18 +221,7 @@ def idempotent(
     the claim, the operation and the stored answer in one transaction (sync
     operations; Django runs no async view in a transaction).
     """
-    protection = NinjaIdempotency(
-        ViewOptions(
-            required=required,
-            retention=retention,
-            retain_client_errors=retain_client_errors,
-            atomic=atomic,
-            max_stored_body=max_stored_body,
-            wait_for_in_progress=wait_for_in_progress,
-            fingerprint=fingerprint,
-            scope=scope,
-        )
-    )
+    protection = NinjaIdempotency(ViewOptions(**options))
     return protection if view is None else protection(view)
 
 

@@ -60,7 +60,7 @@ ProblemAnswer = tuple[int, str, list[tuple[str, str]], dict[str, Any]]
 
 def key_required(required: bool | None) -> bool:
     """Whether the key is required: the view's option, else the ``REQUIRED`` setting."""
-    return bool(idempotency_settings.REQUIRED if required is None else required)
+    return idempotency_settings.REQUIRED if required is None else required
 
 
 def same_request_description(fingerprint: Callable[..., str] | str | None) -> str:

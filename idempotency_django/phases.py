@@ -84,6 +84,7 @@ from idempotency_django.stores.base import backoff
 from idempotency_django.waiting import waiting_slot
 
 ResultT = TypeVar("ResultT")
+OptionT = TypeVar("OptionT")
 
 #: Set on the Django request while its key is claimed, so that a second layer
 #: (a DRF handler calling an inherited protected handler) stays out.
@@ -510,8 +511,8 @@ class Attempt:
             self.log(logging.INFO, "conflict", code=problems.KEY_REUSED)
             self.send(signals.conflict, code=problems.KEY_REUSED)
             return refuse(self.request, problems.KEY_REUSED)
-        seconds = float(
-            _option(self.options.wait_for_in_progress, idempotency_settings.WAIT_FOR_IN_PROGRESS)
+        seconds = _option(
+            self.options.wait_for_in_progress, idempotency_settings.WAIT_FOR_IN_PROGRESS
         )
         if seconds > 0:
             return Busy(self, seconds)
@@ -710,10 +711,10 @@ class Attempt:
         )
 
     def retention(self) -> int:
-        return int(_option(self.options.retention, idempotency_settings.RETENTION))
+        return _option(self.options.retention, idempotency_settings.RETENTION)
 
     def lock_timeout(self) -> int:
-        return int(idempotency_settings.LOCK_TIMEOUT)
+        return idempotency_settings.LOCK_TIMEOUT
 
     def complete(self, stored: StoredResponse) -> bool:
         """Store the answer. False only when the claim's transaction must now roll back."""
@@ -940,7 +941,7 @@ def _imported(path: str) -> Any:
     return import_string(path)
 
 
-def _option(value: Any, default: Any) -> Any:
+def _option(value: OptionT | None, default: OptionT) -> OptionT:
     return default if value is None else value
 
 

@@ -12,8 +12,9 @@ delete (it is live again) is left alone, and a row another purge deleted
 first just counts nothing: counts are the rows each DELETE reports. Several
 purges may therefore run at once, e.g. from cron on every app server.
 
-Each thing to purge is a :class:`PurgeKind`; adding a model that also has an
-``expires_at`` column is one more entry in :data:`KINDS`.
+The rows to purge come in three kinds (:data:`KINDS`): completed request
+records, accepted webhook deliveries and abandoned reservations, each
+counted on its own.
 
 :func:`purge_principal` is the other purge: every record of one principal,
 live or not, e.g. when a user's account is deleted.
@@ -47,30 +48,24 @@ __all__ = [
 
 DEFAULT_BATCH_SIZE = 5000
 
-#: Builds a kind's filter from "now" and the optional ``--older-than`` cutoff.
-FilterBuilder = Callable[[datetime, "datetime | None"], Q]
-
 
 @dataclass(frozen=True)
 class PurgeKind:
-    """One sort of row the purge deletes: a model and the filter selecting dead rows."""
+    """One kind of dead record: the filter selecting it, and its name in counts."""
 
     #: Key in the result.
     label: str
     #: What the command prints after the count.
     description: str
-    model: type[models.Model]
     #: ``(now, older_than_cutoff) -> Q``. Must only ever match rows nobody
     #: needs any more: it is applied again in the DELETE itself.
-    filter: FilterBuilder
-    #: The column batches are ordered by (indexed).
-    order_by: str = "expires_at"
+    filter: Callable[[datetime, datetime | None], Q]
     #: ``description`` for one row.
-    singular: str = ""
+    singular: str
 
     def count(self, number: int) -> str:
         """``number`` rows of this kind, in words: "1 completed record", "2 completed records"."""
-        return f"{number:,} {self.singular if number == 1 and self.singular else self.description}"
+        return f"{number:,} {self.singular if number == 1 else self.description}"
 
 
 def _completed_and_dead(now: datetime, cutoff: datetime | None) -> Q:
@@ -97,27 +92,9 @@ def abandoned_filter(now: datetime, cutoff: datetime | None) -> Q:
 
 #: What a purge deletes, in order.
 KINDS: tuple[PurgeKind, ...] = (
-    PurgeKind(
-        "completed",
-        "completed records",
-        IdempotencyRecord,
-        completed_filter,
-        singular="completed record",
-    ),
-    PurgeKind(
-        "deliveries",
-        "webhook deliveries",
-        IdempotencyRecord,
-        deliveries_filter,
-        singular="webhook delivery",
-    ),
-    PurgeKind(
-        "abandoned",
-        "abandoned reservations",
-        IdempotencyRecord,
-        abandoned_filter,
-        singular="abandoned reservation",
-    ),
+    PurgeKind("completed", "completed records", completed_filter, "completed record"),
+    PurgeKind("deliveries", "webhook deliveries", deliveries_filter, "webhook delivery"),
+    PurgeKind("abandoned", "abandoned reservations", abandoned_filter, "abandoned reservation"),
 )
 
 _DURATION = re.compile(r"^\s*(\d+)\s*([smhdw])\s*$", re.IGNORECASE)
@@ -164,7 +141,6 @@ def purge(
     older_than: timedelta | None = None,
     dry_run: bool = False,
     now: datetime | None = None,
-    kinds: Sequence[PurgeKind] = KINDS,
     on_batch: Callable[[PurgeKind, int], None] | None = None,
     pause: float = 0.0,
 ) -> dict[str, int]:
@@ -186,20 +162,19 @@ def purge(
     now = now or database_now(using)
     cutoff = now - older_than if older_than is not None else None
     counts: dict[str, int] = {}
-    for kind in kinds:
-        condition = kind.filter(now, cutoff)
-        rows = kind.model._base_manager.using(using).filter(condition)
+    for kind in KINDS:
+        rows = IdempotencyRecord._base_manager.using(using).filter(kind.filter(now, cutoff))
         if dry_run:
             counts[kind.label] = counts.get(kind.label, 0) + rows.count()
             continue
         total = 0
-        floor: object = None
+        floor: datetime | None = None
         while True:
             # Resume from the last batch's highest expiry (>=, so ties are not
             # skipped) rather than rescanning the index past rows of other kinds.
-            batch_rows = rows if floor is None else rows.filter(**{f"{kind.order_by}__gte": floor})
+            batch_rows = rows if floor is None else rows.filter(expires_at__gte=floor)
             batch = list(
-                batch_rows.order_by(kind.order_by).values_list("pk", kind.order_by)[:batch_size]
+                batch_rows.order_by("expires_at").values_list("pk", "expires_at")[:batch_size]
             )
             if not batch:
                 break
@@ -218,7 +193,7 @@ def purge(
     return counts
 
 
-def _delete(rows: models.QuerySet[models.Model], pks: list[object], using: str) -> int:
+def _delete(rows: models.QuerySet[IdempotencyRecord], pks: list[int], using: str) -> int:
     """Delete the rows among ``pks`` that still match; return how many went."""
     # SQLite caps the parameters of one statement; PostgreSQL takes the batch whole.
     chunk = connections[using].ops.bulk_batch_size(["pk"], pks) or len(pks)

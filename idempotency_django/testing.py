@@ -92,7 +92,7 @@ def assert_idempotent(
     if other_body == body:
         raise ValueError("other_data must differ from data: it is a different request.")
     key = key or f"assert-idempotent-{uuid.uuid4().hex}"
-    header = str(idempotency_settings.HEADER)
+    header = idempotency_settings.HEADER
     environ_name = "HTTP_" + header.upper().replace("-", "_")
 
     def send(payload: bytes) -> TestResponse:
@@ -216,7 +216,7 @@ def _check_reused(reused: TestResponse) -> None:
 
     replayed_header = idempotency_settings.REPLAYED_HEADER
 
-    reuse_status = int(idempotency_settings.REUSE_STATUS)
+    reuse_status = idempotency_settings.REUSE_STATUS
     if reused.status_code != reuse_status or _code(reused) != problems.KEY_REUSED:
         hint = (
             " The view's fingerprint does not see the difference: pass other_data= "

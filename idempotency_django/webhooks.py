@@ -21,7 +21,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar, Unpack, overload
 from urllib.parse import unquote, urlsplit
 
 from asgiref.sync import iscoroutinefunction
@@ -171,7 +171,7 @@ def delivery_identities(
         found = body_id(request)
         if found:
             return DeliveryIdentity(_storable(str(found)), "body"), None
-    bucket_size = int(settings.WEBHOOK_FALLBACK_BUCKET)
+    bucket_size = settings.WEBHOOK_FALLBACK_BUCKET
     bucket = int((time.time() if now is None else now) // bucket_size)
     return (
         _fallback_identity(namespace, request, bucket),
@@ -189,6 +189,26 @@ def stripe_event_id(request: HttpRequest) -> str | None:
         event_id = event.get("id")
         return event_id if isinstance(event_id, str) else None
     return None
+
+
+class WebhookOptions(TypedDict, total=False):
+    """The keyword options of :func:`deduplicate_webhook`, for its typed overloads."""
+
+    retention: int | None
+    id_header: str | None
+    body_id: Callable[[HttpRequest], str | None] | None
+    namespace: str | Callable[[HttpRequest], str] | None
+    token_kwarg: str | None
+
+
+@overload
+def deduplicate_webhook(view: ViewT) -> ViewT: ...
+
+
+@overload
+def deduplicate_webhook(
+    view: None = None, **options: Unpack[WebhookOptions]
+) -> Callable[[ViewT], ViewT]: ...
 
 
 def deduplicate_webhook(
@@ -319,7 +339,7 @@ def begin_delivery(
         RecordKey(TRIGGER_PREFIX + triggers[0], "", identity.delivery_id),
         info,
         trigger=triggers[0],
-        retention=int(settings.WEBHOOK_RETENTION if retention is None else retention),
+        retention=settings.WEBHOOK_RETENTION if retention is None else retention,
     )
     if previous is None:
         earlier = [RecordKey(TRIGGER_PREFIX + t, "", identity.delivery_id) for t in triggers[1:]]

@@ -6,13 +6,14 @@ import hashlib
 import uuid
 from datetime import timedelta
 
-import factory
 from django.utils import timezone
+from factory.declarations import LazyAttribute, LazyFunction, Sequence, Trait
+from factory.django import DjangoModelFactory
 
 from idempotency_django.models import IdempotencyRecord
 
 
-class IdempotencyRecordFactory(factory.django.DjangoModelFactory):
+class IdempotencyRecordFactory(DjangoModelFactory[IdempotencyRecord]):
     """A live completed record by default.
 
     ``in_progress=True`` makes a live reservation; ``expired=True`` puts
@@ -23,31 +24,31 @@ class IdempotencyRecordFactory(factory.django.DjangoModelFactory):
         model = IdempotencyRecord
 
     class Params:
-        in_progress = factory.Trait(
+        in_progress = Trait(
             state=IdempotencyRecord.State.IN_PROGRESS,
             status_code=None,
             response_headers=[],
             response_body=b"",
             completed_at=None,
-            expires_at=factory.LazyAttribute(lambda o: o.created_at + timedelta(seconds=300)),
+            expires_at=LazyAttribute(lambda o: o.created_at + timedelta(seconds=300)),
         )
-        expired = factory.Trait(
-            created_at=factory.LazyFunction(lambda: timezone.now() - timedelta(days=2)),
-            expires_at=factory.LazyFunction(lambda: timezone.now() - timedelta(seconds=1)),
+        expired = Trait(
+            created_at=LazyFunction(lambda: timezone.now() - timedelta(days=2)),
+            expires_at=LazyFunction(lambda: timezone.now() - timedelta(seconds=1)),
         )
 
-    principal = factory.Sequence(lambda n: f"user:{n % 7}")
+    principal = Sequence(lambda n: f"user:{n % 7}")
     location = ""
-    key = factory.LazyFunction(lambda: str(uuid.uuid4()))
-    fingerprint = factory.LazyAttribute(lambda o: hashlib.sha256(o.key.encode()).hexdigest())
+    key = LazyFunction(lambda: str(uuid.uuid4()))
+    fingerprint = LazyAttribute(lambda o: hashlib.sha256(o.key.encode()).hexdigest())
     method = "POST"
     path = "/plain/bookings/"
-    request_id = factory.Sequence(lambda n: f"req-{n}")
+    request_id = Sequence(lambda n: f"req-{n}")
     state = IdempotencyRecord.State.COMPLETED
-    token = factory.LazyFunction(lambda: uuid.uuid4().hex)
+    token = LazyFunction(lambda: uuid.uuid4().hex)
     status_code = 201
-    response_headers = factory.LazyFunction(lambda: [["Content-Type", "application/json"]])
+    response_headers = LazyFunction(lambda: [["Content-Type", "application/json"]])
     response_body = b'{"id": 1, "status": "booked"}'
-    created_at = factory.LazyFunction(timezone.now)
-    completed_at = factory.LazyAttribute(lambda o: o.created_at)
-    expires_at = factory.LazyAttribute(lambda o: o.created_at + timedelta(days=1))
+    created_at = LazyFunction(timezone.now)
+    completed_at = LazyAttribute(lambda o: o.created_at)
+    expires_at = LazyAttribute(lambda o: o.created_at + timedelta(days=1))

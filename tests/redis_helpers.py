@@ -89,11 +89,18 @@ def redis_store_settings(
         client.close()
 
 
+def raw_value(client: redis.Redis, key: bytes | str) -> bytes:
+    """What ``key`` holds, as bytes (b"" if nothing): a raw client never decodes."""
+    value = client.get(key)
+    assert value is None or isinstance(value, bytes), value
+    return value or b""
+
+
 def stored_entries(client: redis.Redis | None = None) -> dict[bytes, bytes]:
     """Every record the store wrote (under the default prefix), not the principals' key indexes."""
     client = client or raw_client()
     return {
-        key: client.get(key) or b""
+        key: raw_value(client, key)
         for key in client.scan_iter(match="idempotency:*")
         if b":principal:" not in key
     }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from typing import Any
 
 SECRET_KEY = "tests-only-not-secret"
 DEBUG = False
@@ -50,6 +51,7 @@ TEMPLATES = [
 ]
 
 TEST_DATABASE = os.environ.get("TEST_DATABASE", "sqlite")
+DATABASES: dict[str, dict[str, Any]]
 if TEST_DATABASE == "postgres":
     DATABASES = {
         "default": {
@@ -107,7 +109,7 @@ REST_FRAMEWORK = {
 }
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-LOGGING_CONFIG = None
+LOGGING_CONFIG: str | None = None
 
 # The test project serves django-ninja operations without the integration on
 # purpose (tests/test_ignored_key.py shows what their callers are told).

@@ -68,23 +68,25 @@ def viewer_client(db: None) -> Client:
 def records() -> dict[str, IdempotencyRecord]:
     now = timezone.now()
     return {
-        "completed": IdempotencyRecordFactory(
+        "completed": IdempotencyRecordFactory.create(
             key="key-completed", principal="user:1", path="/orders/", status_code=201
         ),
-        "redirect": IdempotencyRecordFactory(
+        "redirect": IdempotencyRecordFactory.create(
             key="key-redirect", principal="user:2", status_code=303, method="PUT"
         ),
-        "client-error": IdempotencyRecordFactory(
+        "client-error": IdempotencyRecordFactory.create(
             key="key-client-error", principal="user:2", status_code=422, location="shop-7"
         ),
-        "server-error": IdempotencyRecordFactory(
+        "server-error": IdempotencyRecordFactory.create(
             key="key-server-error", principal="svc:a", status_code=500
         ),
-        "expired": IdempotencyRecordFactory(key="key-expired", principal="svc:b", expired=True),
-        "reserved": IdempotencyRecordFactory(
+        "expired": IdempotencyRecordFactory.create(
+            key="key-expired", principal="svc:b", expired=True
+        ),
+        "reserved": IdempotencyRecordFactory.create(
             key="key-reserved", principal="svc:c", in_progress=True, method="PATCH"
         ),
-        "abandoned": IdempotencyRecordFactory(
+        "abandoned": IdempotencyRecordFactory.create(
             key="key-abandoned",
             principal="svc:d",
             in_progress=True,
@@ -101,7 +103,9 @@ def without_tags(html: str) -> str:
 def headings(response: Any) -> list[str]:
     """The changelist's column headings, as Django's admin renders them."""
     columns = result_headers(response.context["cl"])
-    return [capfirst(h["text"]) for h in columns if "action-checkbox" not in h["class_attrib"]]
+    return [
+        capfirst(str(h["text"])) for h in columns if "action-checkbox" not in str(h["class_attrib"])
+    ]
 
 
 def listed(response: object) -> set[str]:
@@ -229,7 +233,7 @@ def test_location_choices_come_from_recent_rows(
         for c in spec.choices(response.context["cl"])
     ]
     assert choices == ["All", "shop-7"]
-    IdempotencyRecordFactory(location="shop-new")
+    IdempotencyRecordFactory.create(location="shop-new")
     response = admin_client.get(reverse(CHANGELIST), {"location": "bookmarked"})
     content = response.content.decode()
     assert "?location=shop-new" in content and "?location=bookmarked" in content
@@ -249,7 +253,7 @@ def test_filter_sidebar_lists_choices(
 
 
 def test_detail_shows_everything_read_only_but_the_token(admin_client: Client) -> None:
-    record = IdempotencyRecordFactory(
+    record = IdempotencyRecordFactory.create(
         key="key-detail",
         request_id="req-abc-123",
         fingerprint="f" * 64,
@@ -272,7 +276,7 @@ def test_detail_shows_everything_read_only_but_the_token(admin_client: Client) -
 
 
 def test_detail_escapes_html_bodies_and_headers(admin_client: Client) -> None:
-    record = IdempotencyRecordFactory(
+    record = IdempotencyRecordFactory.create(
         response_headers=[["X-Evil", "<b>bold</b>"]],
         response_body=b"<script>alert('x')</script> & more",
     )
@@ -283,21 +287,21 @@ def test_detail_escapes_html_bodies_and_headers(admin_client: Client) -> None:
 
 
 def test_detail_binary_body(admin_client: Client) -> None:
-    record = IdempotencyRecordFactory(response_body=b"\xff\xfe\x00\x01binary")
+    record = IdempotencyRecordFactory.create(response_body=b"\xff\xfe\x00\x01binary")
     content = admin_client.get(change_url(record)).content.decode()
     assert "10 bytes, binary (not UTF-8)" in content
     assert "ff fe 00 01" in content
 
 
 def test_detail_of_a_reservation(admin_client: Client) -> None:
-    record = IdempotencyRecordFactory(in_progress=True)
+    record = IdempotencyRecordFactory.create(in_progress=True)
     content = admin_client.get(change_url(record)).content.decode()
     assert "in progress" in content
     assert "(empty)" in content and "(none)" in content
 
 
 def test_no_add_and_no_edit(admin_client: Client) -> None:
-    record = IdempotencyRecordFactory(key="unchanged")
+    record = IdempotencyRecordFactory.create(key="unchanged")
     assert (
         admin_client.get(reverse("admin:idempotency_django_idempotencyrecord_add")).status_code
         == 403
@@ -342,7 +346,7 @@ def test_release_asks_for_confirmation_then_releases(
 
 
 def test_release_keeps_a_record_completed_after_confirmation(admin_client: Client) -> None:
-    record = IdempotencyRecordFactory(in_progress=True)
+    record = IdempotencyRecordFactory.create(in_progress=True)
     data = {"action": "release_reservations", "_selected_action": [record.pk]}
     assert admin_client.post(reverse(CHANGELIST), data).status_code == 200
     IdempotencyRecord.objects.filter(pk=record.pk).update(
@@ -380,7 +384,7 @@ def test_delete_selected_evicts_keys(
 
 
 def test_delete_one_from_its_page(admin_client: Client) -> None:
-    record = IdempotencyRecordFactory()
+    record = IdempotencyRecordFactory.create()
     assert admin_client.get(delete_url(record)).status_code == 200
     response = admin_client.post(delete_url(record), {"post": "yes"})
     assert response.status_code == 302
@@ -438,7 +442,7 @@ SECRET = "sk_live_one_time_4f9a2c7e81d3"
 
 @pytest.fixture
 def secret_record() -> IdempotencyRecord:
-    return IdempotencyRecordFactory(
+    return IdempotencyRecordFactory.create(
         key="key-secret",
         response_headers=[["Content-Type", "application/json"], ["Location", f"/keys/{SECRET}/"]],
         response_body=json.dumps({"id": 7, "api_key": SECRET}).encode(),
@@ -530,12 +534,12 @@ def test_body_digest_tells_bodies_apart_without_confirming_guesses() -> None:
 
 def test_principals_are_shown_as_the_users_they_name(admin_client: Client) -> None:
     carol = User.objects.create_user("carol", "carol@example.com")
-    record = IdempotencyRecordFactory(key="k-carol", principal=f"auth.user:{carol.pk}")
-    IdempotencyRecordFactory(key="k-gone", principal="auth.user:987654")
-    IdempotencyRecordFactory(key="k-other-model", principal=f"testapp.booking:{carol.pk}")
-    IdempotencyRecordFactory(key="k-bad-pk", principal="auth.user:not-a-number")
-    IdempotencyRecordFactory(key="k-padded", principal=f"auth.user:0{carol.pk}")
-    IdempotencyRecordFactory(key="k-long", principal="sha256:" + "ab" * 32)
+    record = IdempotencyRecordFactory.create(key="k-carol", principal=f"auth.user:{carol.pk}")
+    IdempotencyRecordFactory.create(key="k-gone", principal="auth.user:987654")
+    IdempotencyRecordFactory.create(key="k-other-model", principal=f"testapp.booking:{carol.pk}")
+    IdempotencyRecordFactory.create(key="k-bad-pk", principal="auth.user:not-a-number")
+    IdempotencyRecordFactory.create(key="k-padded", principal=f"auth.user:0{carol.pk}")
+    IdempotencyRecordFactory.create(key="k-long", principal="sha256:" + "ab" * 32)
     content = admin_client.get(reverse(CHANGELIST)).content.decode()
     named = (
         '<span class="idempotency-token">carol</span> <span class="quiet">'
@@ -562,7 +566,7 @@ def test_changelist_names_the_users_of_a_page_in_one_query(admin_client: Client)
         IdempotencyRecord.objects.all().delete()
         users = [User.objects.create_user(f"user-{count}-{n}") for n in range(count)]
         for user in users:
-            IdempotencyRecordFactory(principal=f"auth.user:{user.pk}")
+            IdempotencyRecordFactory.create(principal=f"auth.user:{user.pk}")
         with CaptureQueriesContext(connection) as queries:
             content = admin_client.get(reverse(CHANGELIST)).content.decode()
         assert all(f">{user.username}</span> <span" in content for user in users)
@@ -589,11 +593,11 @@ def test_search_by_username_or_email_finds_the_users_records(
 ) -> None:
     carol = User.objects.create_user("carol", "carol@example.com")
     dave = User.objects.create_user("dave", "dave@example.com")
-    IdempotencyRecordFactory(key="c-1", principal=f"auth.user:{carol.pk}")
-    IdempotencyRecordFactory(key="c-2", principal=f"auth.user:{carol.pk}", status_code=422)
-    IdempotencyRecordFactory(key="d-1", principal=f"auth.user:{dave.pk}")
-    IdempotencyRecordFactory(key="carol-in-a-key", principal="svc:reports")
-    IdempotencyRecordFactory(key="c-booking", principal=f"testapp.booking:{carol.pk}")
+    IdempotencyRecordFactory.create(key="c-1", principal=f"auth.user:{carol.pk}")
+    IdempotencyRecordFactory.create(key="c-2", principal=f"auth.user:{carol.pk}", status_code=422)
+    IdempotencyRecordFactory.create(key="d-1", principal=f"auth.user:{dave.pk}")
+    IdempotencyRecordFactory.create(key="carol-in-a-key", principal="svc:reports")
+    IdempotencyRecordFactory.create(key="c-booking", principal=f"testapp.booking:{carol.pk}")
     response = admin_client.get(reverse(CHANGELIST), query)
     assert response.status_code == 200
     assert listed(response) == expected
@@ -612,15 +616,15 @@ def test_delete_principal_records_asks_then_deletes_all_of_theirs(
 ) -> None:
     carol = User.objects.create_user("carol")
     principal = f"auth.user:{carol.pk}"
-    selected = IdempotencyRecordFactory(key="c-live", principal=principal)
-    IdempotencyRecordFactory(key="c-expired", principal=principal, expired=True)
-    IdempotencyRecordFactory(key="c-reserved", principal=principal, in_progress=True)
-    IdempotencyRecordFactory(key="c-elsewhere", principal=principal, location="shop-7")
-    IdempotencyRecordFactory(key="c-delivery", principal=principal, kind="webhook")
-    service = IdempotencyRecordFactory(key="svc-1", principal="svc:reports")
-    IdempotencyRecordFactory(key="svc-2", principal="svc:reports")
-    IdempotencyRecordFactory(key="someone-else", principal="auth.user:987654")
-    IdempotencyRecordFactory(key="similar", principal=f"{principal}0")
+    selected = IdempotencyRecordFactory.create(key="c-live", principal=principal)
+    IdempotencyRecordFactory.create(key="c-expired", principal=principal, expired=True)
+    IdempotencyRecordFactory.create(key="c-reserved", principal=principal, in_progress=True)
+    IdempotencyRecordFactory.create(key="c-elsewhere", principal=principal, location="shop-7")
+    IdempotencyRecordFactory.create(key="c-delivery", principal=principal, kind="webhook")
+    service = IdempotencyRecordFactory.create(key="svc-1", principal="svc:reports")
+    IdempotencyRecordFactory.create(key="svc-2", principal="svc:reports")
+    IdempotencyRecordFactory.create(key="someone-else", principal="auth.user:987654")
+    IdempotencyRecordFactory.create(key="similar", principal=f"{principal}0")
     data = {"action": "delete_principal_records", "_selected_action": [selected.pk, service.pk]}
 
     response = admin_client.post(reverse(CHANGELIST), data)
@@ -719,7 +723,7 @@ DELIVERIES = "/admin/idempotency_django/webhookdelivery/"
 @pytest.fixture
 def deliveries() -> dict[str, IdempotencyRecord]:
     return {
-        "accepted": IdempotencyRecordFactory(
+        "accepted": IdempotencyRecordFactory.create(
             kind="webhook",
             key="msg_2Lh9",
             source="standard-webhooks",
@@ -728,7 +732,7 @@ def deliveries() -> dict[str, IdempotencyRecord]:
             path="hooks/<str:token>/",
             response_body=b'{"run_id": "run-77"}',
         ),
-        "running": IdempotencyRecordFactory(
+        "running": IdempotencyRecordFactory.create(
             kind="webhook", key="evt_running", source="body", in_progress=True
         ),
     }
@@ -793,7 +797,7 @@ def test_delete_principal_records_covers_a_bounded_number_of_principals(
     admin_client: Client,
 ) -> None:
     most = record_admin.IdempotencyRecordAdmin.max_principals_per_deletion
-    selected = [IdempotencyRecordFactory(principal=f"svc:{n}").pk for n in range(most + 1)]
+    selected = [IdempotencyRecordFactory.create(principal=f"svc:{n}").pk for n in range(most + 1)]
     data = {"action": "delete_principal_records", "_selected_action": selected, "post": "yes"}
     response = admin_client.post(reverse(CHANGELIST), data, follow=True)
     expected = f"belong to {most + 1} principals; select the records of at most {most}"
@@ -810,12 +814,16 @@ def release_url(record: IdempotencyRecord) -> str:
 
 def test_the_record_page_is_titled_with_the_key_and_the_username(admin_client: Client) -> None:
     alice = User.objects.create_user("alice")
-    record = IdempotencyRecordFactory(key="order-1001-move", principal=f"auth.user:{alice.pk}")
+    record = IdempotencyRecordFactory.create(
+        key="order-1001-move", principal=f"auth.user:{alice.pk}"
+    )
     content = admin_client.get(change_url(record)).content.decode()
     assert "<title>order-1001-move by alice | View idempotency record |" in content
     assert "<h2>order-1001-move by alice</h2>" in content
     assert f"(auth.user:{alice.pk}, -)" not in content
-    located = IdempotencyRecordFactory(key="k-2", principal="svc:billing", location="hotel-porto")
+    located = IdempotencyRecordFactory.create(
+        key="k-2", principal="svc:billing", location="hotel-porto"
+    )
     assert (
         "<h2>k-2 by svc:billing at hotel-porto</h2>"
         in admin_client.get(change_url(located)).content.decode()
@@ -825,7 +833,7 @@ def test_the_record_page_is_titled_with_the_key_and_the_username(admin_client: C
 def test_a_reservation_is_released_from_its_page_after_confirmation(
     admin_client: Client, admin_user: User
 ) -> None:
-    record = IdempotencyRecordFactory(key="stuck", in_progress=True)
+    record = IdempotencyRecordFactory.create(key="stuck", in_progress=True)
     page = admin_client.get(change_url(record)).content.decode()
     assert f'href="{release_url(record)}" class="release-link"' in page
 
@@ -845,7 +853,7 @@ def test_a_reservation_is_released_from_its_page_after_confirmation(
 def test_a_completed_record_has_no_release_link_and_is_not_released(
     admin_client: Client,
 ) -> None:
-    record = IdempotencyRecordFactory(key="done", status_code=201)
+    record = IdempotencyRecordFactory.create(key="done", status_code=201)
     assert "release-link" not in admin_client.get(change_url(record)).content.decode()
     answer = admin_client.post(release_url(record), {"post": "yes"}, follow=True)
     assert answer.redirect_chain[-1][0] == change_url(record)
@@ -854,7 +862,7 @@ def test_a_completed_record_has_no_release_link_and_is_not_released(
 
 
 def test_releasing_from_the_page_needs_the_delete_permission(viewer_client: Client) -> None:
-    record = IdempotencyRecordFactory(key="stuck", in_progress=True)
+    record = IdempotencyRecordFactory.create(key="stuck", in_progress=True)
     assert "release-link" not in viewer_client.get(change_url(record)).content.decode()
     assert viewer_client.get(release_url(record)).status_code == 403
     assert viewer_client.post(release_url(record), {"post": "yes"}).status_code == 403

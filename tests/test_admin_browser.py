@@ -57,7 +57,7 @@ def make_records() -> Any:
         b'"api_secret": "' + SECRET.encode() + b'"}'
     )
     headers = [["Content-Type", "application/json"], ["Location", "/api/bookings/4182/"]]
-    shown = IdempotencyRecordFactory(
+    shown = IdempotencyRecordFactory.create(
         key="8e0c6f5e-6b1d-4d2b-9a57-2f7c1f6a9d01",
         principal=f"auth.user:{alice.pk}",
         location="hotel-lisbon",
@@ -68,7 +68,7 @@ def make_records() -> Any:
         response_body=body,
         created_at=now - timedelta(minutes=2),
     )
-    IdempotencyRecordFactory(
+    IdempotencyRecordFactory.create(
         key="c41d7a22-0e0b-4f8e-a1c3-55b0d2e7f4aa",
         principal=f"auth.user:{alice.pk}",
         location="hotel-lisbon",
@@ -76,7 +76,7 @@ def make_records() -> Any:
         in_progress=True,
         created_at=now - timedelta(seconds=20),
     )
-    IdempotencyRecordFactory(
+    IdempotencyRecordFactory.create(
         key="1f9b3e70-2c4d-4a8b-b6e2-9d0a7c5e3f12",
         principal=f"auth.user:{bruno.pk}",
         location="hotel-porto",
@@ -85,7 +85,7 @@ def make_records() -> Any:
         status_code=422,
         created_at=now - timedelta(hours=1),
     )
-    IdempotencyRecordFactory(
+    IdempotencyRecordFactory.create(
         key="5a2e8d14-7b3f-4c6a-8e1d-0f4b9c2a7e63",
         principal="svc.billing-reconciler",
         path="/plain/bookings/",
@@ -93,7 +93,7 @@ def make_records() -> Any:
         created_at=now - timedelta(hours=2),
         expires_at=now - timedelta(hours=2) + timedelta(seconds=300),
     )
-    IdempotencyRecordFactory(
+    IdempotencyRecordFactory.create(
         key="d7c3b9a1-4e5f-4b2a-9c8d-6e1f0a3b5c27",
         principal="sha256:" + "5e" * 32,  # a principal too long for its column
         method="DELETE",
@@ -104,7 +104,7 @@ def make_records() -> Any:
         expires_at=now - timedelta(days=1),
     )
     for n, source in enumerate(["standard-webhooks", "github", "fallback"]):
-        IdempotencyRecordFactory(
+        IdempotencyRecordFactory.create(
             kind="webhook",
             key=f"msg_2Lh9xQ7vUu3pZk{n}" if n != 1 else "5f1d3c2a-9b8e-11ef-8c3e-0242ac120002",
             source=source,

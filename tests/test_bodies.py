@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -49,7 +50,7 @@ class Browser:
         self.csrf = self.client.cookies["csrftoken"].value
 
     def post_form(self, url: str, data: dict, *, key: str, token_in: str, multipart: bool):  # type: ignore[no-untyped-def,type-arg]
-        headers = {"HTTP_IDEMPOTENCY_KEY": key}
+        headers: dict[str, Any] = {"HTTP_IDEMPOTENCY_KEY": key}
         if token_in == "field":
             data = {**data, "csrfmiddlewaretoken": self.csrf}
         else:
@@ -206,8 +207,8 @@ def test_a_multipart_retry_with_a_new_boundary_replays(
 )
 def test_a_different_part_is_a_different_request(
     browser: Browser,
-    other: dict,
-    why: str,  # type: ignore[type-arg]
+    other: dict[str, Any],
+    why: str,
 ) -> None:
     from django.core.files.uploadedfile import SimpleUploadedFile
 

@@ -51,7 +51,7 @@ from idempotency_django.client import (
 )
 from idempotency_django.conf import DEFAULTS
 from tests.docs_examples import client_httpx, client_requests
-from tests.fault_proxy import DROP, FORWARD, HOLD, Answer, fault_proxy
+from tests.fault_proxy import DROP, FORWARD, HOLD, Answer, Step, fault_proxy
 from tests.test_example_project import (
     PASSWORD,
     example_server,
@@ -126,7 +126,7 @@ def test_retry_matrix(outcome: Outcome, expected: Decision) -> None:
 
 
 def test_401_is_retried_once_when_the_credential_can_be_exchanged() -> None:
-    exchange = {"policy": POLICY, "draw": 0.5, "can_reauthenticate": True}
+    exchange: dict[str, Any] = {"policy": POLICY, "draw": 0.5, "can_reauthenticate": True}
     assert decide(Outcome(401), attempt=1, elapsed=0.0, **exchange) == Decision(
         Verdict.REAUTHENTICATE, 0.0
     )
@@ -244,6 +244,7 @@ class Api:
         return self.request("POST", url, **options)
 
     def request(self, method: str, url: str, **options: Any) -> Any:
+        api: IdempotentClient[Any]
         if self.kind == "requests":
             with requests.Session() as session:
                 session.auth = self.auth
@@ -405,7 +406,7 @@ def test_a_lost_answer_is_retried_with_the_same_key_and_bytes(
 def test_a_gateways_429_and_502_are_retried(kind: str, server: Server) -> None:
     slot = new_slot()
     api = Api(kind, jitter=lambda: 0.5, policy=RetryPolicy(base=0.2))
-    plan = [
+    plan: list[Step] = [
         Answer(429, "Too Many Requests", {"Retry-After": "1"}),
         Answer(502, "Bad Gateway"),
         FORWARD,
@@ -447,7 +448,8 @@ def test_a_request_that_cannot_succeed_is_not_retried(kind: str, case: str, serv
     slot, key = new_slot(), f"client-{uuid.uuid4()}"
     api = Api(kind)
     url = server.base + "/api/bookings/"
-    method, expected = "POST", (409, problems.KEY_REUSED)
+    method = "POST"
+    expected: tuple[int, str | None] = (409, problems.KEY_REUSED)
     if case == "reused key":
         assert api.post(url, json=booking(slot), key=key, location="p").status_code == 201
         body: dict[str, str] = booking(new_slot())
@@ -460,7 +462,7 @@ def test_a_request_that_cannot_succeed_is_not_retried(kind: str, case: str, serv
         api.request(method, url, json=body, key=key, location="p")
     error = rejected.value
     assert (error.status, error.code) == expected
-    assert error.response.status_code == expected[0]
+    assert error.response is not None and error.response.status_code == expected[0]
     assert error.attempts == 1 and api.sleeps == []
     assert key not in str(error) and key not in repr(error.args)
 

@@ -8,6 +8,7 @@ from typing import Any
 import httpx
 import pytest
 import requests
+from django.core.files.uploadedfile import UploadedFile
 from django.test import RequestFactory
 from requests.adapters import BaseAdapter
 
@@ -21,6 +22,11 @@ FIELDS: dict[str, Any] = {
 POLICY = RetryPolicy(attempts=3, base=0.0, cap=0.0)
 
 
+def _as_bytes(body: bytes | str | None) -> bytes:
+    assert isinstance(body, bytes), body  # a multipart body is bytes
+    return body
+
+
 class FlakyAdapter(BaseAdapter):
     """503 on the first attempt, then 201; keeps every request it was sent."""
 
@@ -28,7 +34,9 @@ class FlakyAdapter(BaseAdapter):
         super().__init__()
         self.sent: list[requests.PreparedRequest] = []
 
-    def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:
+    def send(  # type: ignore[override]  # requests' stub names every keyword; a test adapter takes any
+        self, request: requests.PreparedRequest, **kwargs: Any
+    ) -> requests.Response:
         self.sent.append(request)
         response = requests.Response()
         response.status_code = 503 if len(self.sent) == 1 else 201
@@ -46,7 +54,7 @@ def sent_with_requests() -> list[tuple[bytes, str]]:
     session.mount("http://api.test/", adapter)
     api = IdempotentClient(session, policy=POLICY, sleep=lambda _: None)
     assert api.post("http://api.test/upload/", multipart=FIELDS).status_code == 201
-    return [(bytes(r.body or b""), r.headers["Content-Type"]) for r in adapter.sent]
+    return [(_as_bytes(r.body), r.headers["Content-Type"]) for r in adapter.sent]
 
 
 def sent_with_httpx() -> list[tuple[bytes, str]]:
@@ -71,6 +79,7 @@ def test_a_multipart_retry_sends_the_same_bytes(send: Any) -> None:
     request = RequestFactory().generic("POST", "/upload/", body, content_type=content_type)
     assert request.POST["slot"] == "2026-07-30T09:00"
     ticket, notes = request.FILES["ticket"], request.FILES["notes"]
+    assert isinstance(ticket, UploadedFile) and isinstance(notes, UploadedFile)
     assert (ticket.name, ticket.content_type, ticket.read()) == (
         "ticket.pdf",
         "application/pdf",

@@ -369,7 +369,7 @@ def test_drf_view_examples(alice_client: Client) -> None:
     assert post(alice_client, "/api/strict-bookings/", {"slot": "v"}, key="d6").status_code == 201
 
 
-def signed_headers(msg_id: str, body: bytes, secret: str = WEBHOOK_SECRET) -> dict[str, str]:
+def signed_headers(msg_id: str, body: bytes, secret: str = WEBHOOK_SECRET) -> dict[str, Any]:
     now = int(time.time())
     return {
         "HTTP_WEBHOOK_ID": msg_id,
@@ -384,7 +384,7 @@ def test_standard_webhooks_example_verifies_then_deduplicates(client: Client) ->
     url = "/hooks/standard/trg_1/"
     body = b'{"type": "invoice.paid"}'
 
-    def deliver(headers: dict[str, str]):  # type: ignore[no-untyped-def]
+    def deliver(headers: dict[str, Any]):  # type: ignore[no-untyped-def]
         return client.post(url, body, content_type="application/json", **headers)
 
     forged_secret = "whsec_" + base64.b64encode(b"not the secret").decode()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -28,12 +29,12 @@ def api(alice: User) -> APIClient:
     return client
 
 
-def create(
+def create(  # type: ignore[no-untyped-def]
     client: APIClient | Client,
     url: str = "/api/bookings/",
-    body: dict | None = None,
+    body: dict[str, Any] | None = None,
     key: str | None = "book-1",
-    **headers: str,
+    **headers: Any,
 ):
     if key is not None:
         headers["HTTP_IDEMPOTENCY_KEY"] = key

@@ -258,7 +258,9 @@ def _alter_stored_token(store: Store) -> None:
 
         client = raw_client()
         [redis_key] = [key for key in stored_entries()]
-        head, _, token = client.get(redis_key).partition(b"\n")
+        stored = client.get(redis_key)
+        assert isinstance(stored, bytes)
+        head, _, token = stored.partition(b"\n")
         client.set(redis_key, head + b"\n" + altered(token), keepttl=True)
         client.close()
     else:
@@ -355,7 +357,7 @@ def test_a_malformed_key_setting_is_error_e015(setting: dict[str, Any]) -> None:
 def test_well_formed_keys_pass_the_check() -> None:
     setting = {"ENCRYPTION_KEY": generate_key(), "ENCRYPTION_KEY_FALLBACKS": [OLD_KEY]}
     with override_settings(IDEMPOTENCY=setting):
-        assert [m.id for m in check_settings() if m.id.endswith(("E015", "E016"))] == []
+        assert [m.id for m in check_settings() if str(m.id).endswith(("E015", "E016"))] == []
     assert invalid_keys(None, ()) == []
 
 

@@ -34,6 +34,7 @@ from base64 import b64encode
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -427,7 +428,7 @@ def test_plain_view_with_session_and_csrf(server: str) -> None:
 
 def test_webhook_accepted_then_duplicate(server: str) -> None:
     event = {"type": "booking.paid", "booking": 1}
-    headers = {"webhook-id": "msg_2KWPBgLlAfxdpx2AI54pPJ85f4W"}
+    headers: dict[str, Any] = {"webhook-id": "msg_2KWPBgLlAfxdpx2AI54pPJ85f4W"}
     first = call(server, "POST", "/hooks/trg_9f8e7d6c/", event, basic=False, location=None,
                  **headers)  # fmt: skip
     assert first.status == 202
@@ -437,8 +438,9 @@ def test_webhook_accepted_then_duplicate(server: str) -> None:
                      **headers)  # fmt: skip
     assert duplicate.status == 202
     assert duplicate.json() == {"status": "duplicate"}
+    other_id: dict[str, Any] = {"webhook-id": "msg_other"}
     other = call(server, "POST", "/hooks/trg_9f8e7d6c/", event, basic=False, location=None,
-                 **{"webhook-id": "msg_other"})  # fmt: skip
+                 **other_id)  # fmt: skip
     assert other.json()["status"] == "accepted"
     assert other.json()["run_id"] != first.json()["run_id"]
 

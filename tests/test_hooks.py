@@ -42,7 +42,7 @@ def received() -> Iterator[list[tuple[str, dict[str, Any]]]]:
 
 def test_a_purge_run_is_signalled(received: list[tuple[str, dict[str, Any]]]) -> None:
     IdempotencyRecordFactory.create_batch(2, expired=True)
-    IdempotencyRecordFactory()
+    IdempotencyRecordFactory.create()
     call_command("purge_idempotency_records", verbosity=0)
     [(name, sent)] = received
     assert name == "purged"
@@ -53,8 +53,8 @@ def test_a_purge_run_is_signalled(received: list[tuple[str, dict[str, Any]]]) ->
 def test_admin_evictions_and_releases_are_signalled(
     admin_client: Client, admin_user: User, received: list[tuple[str, dict[str, Any]]]
 ) -> None:
-    done = IdempotencyRecordFactory(principal="auth.user:9", key="evicted-1")
-    stuck = IdempotencyRecordFactory(in_progress=True, key="stuck-1")
+    done = IdempotencyRecordFactory.create(principal="auth.user:9", key="evicted-1")
+    stuck = IdempotencyRecordFactory.create(in_progress=True, key="stuck-1")
     changelist = reverse("admin:idempotency_django_idempotencyrecord_changelist")
     admin_client.post(
         changelist,

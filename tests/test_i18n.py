@@ -6,6 +6,7 @@ import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.test import Client, modify_settings
@@ -28,7 +29,7 @@ def restore_the_language() -> Iterator[None]:
         yield
 
 
-def post(client: Client, body: str = BODY, **extra: str):  # type: ignore[no-untyped-def]
+def post(client: Client, body: str = BODY, **extra: Any):  # type: ignore[no-untyped-def]
     return client.post(
         "/plain/bookings/",
         body,

@@ -45,7 +45,9 @@ def import_graph() -> dict[str, set[str]]:
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    found, path, done = [], [], set()
+    found: list[list[str]] = []
+    path: list[str] = []
+    done: set[str] = set()
 
     def visit(node: str) -> None:
         if node in path:

@@ -57,12 +57,12 @@ def rows(**filters: Any) -> int:
 
 @pytest.fixture
 def alice_token(alice: User) -> str:
-    return Token.objects.create(user=alice).key
+    return str(Token.objects.create(user=alice).key)
 
 
 @pytest.fixture
 def bob_token(bob: User) -> str:
-    return Token.objects.create(user=bob).key
+    return str(Token.objects.create(user=bob).key)
 
 
 @pytest.fixture

@@ -284,7 +284,7 @@ def test_extend_schema_overrides_are_kept() -> None:
     from idempotency_django import idempotent
 
     class ErrorSerializer(serializers.Serializer[Any]):
-        errors = serializers.DictField()
+        errors = serializers.DictField()  # type: ignore[assignment]  # the schema's name, not Serializer.errors
 
     class OutSerializer(serializers.Serializer[Any]):
         id = serializers.IntegerField()

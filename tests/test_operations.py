@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -21,13 +22,13 @@ BODY = json.dumps({"slot": "2026-07-30T09:00:00Z", "customer": "Dana Whitfield"}
 SECRET_BODY = json.dumps({"slot": "s", "customer": "card-4242-4242-secret"})
 
 
-def keyed_post(
+def keyed_post(  # type: ignore[no-untyped-def]
     client: Client,
     url: str = "/plain/bookings/",
     key: str = "log-key-1",
     body: str = BODY,
-    **extra: str,
-):  # type: ignore[no-untyped-def]
+    **extra: Any,
+):
     return client.post(
         url, body, content_type="application/json", HTTP_IDEMPOTENCY_KEY=key, **extra
     )
@@ -235,9 +236,9 @@ def test_takeover_is_logged_as_such(alice: User, caplog: pytest.LogCaptureFixtur
     ],
 )  # fmt: skip
 def test_check_transaction_settings_that_turn_409_into_503(
-    database: dict,
-    idempotency: dict,
-    code: str,  # type: ignore[type-arg]
+    database: dict[str, Any],
+    idempotency: dict[str, Any],
+    code: str,
 ) -> None:
     from django.db import connections
 

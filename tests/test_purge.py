@@ -41,17 +41,19 @@ def remaining() -> set[str]:
 @pytest.fixture
 def mixed() -> dict[str, IdempotencyRecord]:
     return {
-        "live": IdempotencyRecordFactory(key="live"),
-        "expired": IdempotencyRecordFactory(key="expired", expired=True),
-        "reserved": IdempotencyRecordFactory(key="reserved", in_progress=True),
-        "abandoned": IdempotencyRecordFactory(key="abandoned", in_progress=True, expired=True),
+        "live": IdempotencyRecordFactory.create(key="live"),
+        "expired": IdempotencyRecordFactory.create(key="expired", expired=True),
+        "reserved": IdempotencyRecordFactory.create(key="reserved", in_progress=True),
+        "abandoned": IdempotencyRecordFactory.create(
+            key="abandoned", in_progress=True, expired=True
+        ),
     }
 
 
 def test_factory_defaults_and_traits() -> None:
-    live = IdempotencyRecordFactory()
-    reserved = IdempotencyRecordFactory(in_progress=True)
-    abandoned = IdempotencyRecordFactory(in_progress=True, expired=True)
+    live = IdempotencyRecordFactory.create()
+    reserved = IdempotencyRecordFactory.create(in_progress=True)
+    abandoned = IdempotencyRecordFactory.create(in_progress=True, expired=True)
     assert live.state == IdempotencyRecord.State.COMPLETED and not live.is_expired
     assert reserved.state == IdempotencyRecord.State.IN_PROGRESS and not reserved.is_expired
     assert reserved.status_code is None and reserved.completed_at is None
@@ -91,8 +93,10 @@ def test_purge_from_code_example(capsys: pytest.CaptureFixture[str]) -> None:
     """The example on docs/operating.md."""
     IdempotencyRecordFactory.create_batch(2, expired=True)
     now = timezone.now()
-    IdempotencyRecordFactory(created_at=now - timedelta(days=8), expires_at=now + timedelta(1))
-    IdempotencyRecordFactory(key="kept")
+    IdempotencyRecordFactory.create(
+        created_at=now - timedelta(days=8), expires_at=now + timedelta(1)
+    )
+    IdempotencyRecordFactory.create(key="kept")
     assert purge_nightly() == {"completed": 3, "abandoned": 0, "deliveries": 0}
     assert "purging {'completed': 2, 'deliveries': 0, 'abandoned': 0}" in capsys.readouterr().out
     assert remaining() == {"kept"}
@@ -100,8 +104,8 @@ def test_purge_from_code_example(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_record_expiring_exactly_now_is_expired() -> None:
     now = timezone.now()
-    IdempotencyRecordFactory(key="edge", expires_at=now)
-    IdempotencyRecordFactory(key="later", expires_at=now + timedelta(microseconds=1))
+    IdempotencyRecordFactory.create(key="edge", expires_at=now)
+    IdempotencyRecordFactory.create(key="later", expires_at=now + timedelta(microseconds=1))
     assert purge(now=now) == {"completed": 1, "abandoned": 0, "deliveries": 0}
     assert remaining() == {"later"}
 
@@ -133,7 +137,7 @@ def test_batches_larger_than_sqlite_parameter_limit() -> None:
 
 def test_pause_between_full_batches(monkeypatch: pytest.MonkeyPatch) -> None:
     sleeps: list[float] = []
-    monkeypatch.setattr(purge_module.time, "sleep", sleeps.append)
+    monkeypatch.setattr("idempotency_django.purge.time.sleep", sleeps.append)
     IdempotencyRecordFactory.create_batch(25, expired=True)
     assert "Deleted 25 completed records" in run("--batch-size", "10", "--pause", "0.25")
     assert sleeps == [0.25, 0.25]
@@ -166,24 +170,24 @@ def test_dry_run_deletes_nothing(mixed: dict[str, IdempotencyRecord]) -> None:
 
 def test_older_than_overrides_retention_but_spares_live_reservations() -> None:
     now = timezone.now()
-    IdempotencyRecordFactory(key="old", created_at=now - timedelta(hours=3))
-    IdempotencyRecordFactory(key="recent", created_at=now - timedelta(hours=1))
-    IdempotencyRecordFactory(
+    IdempotencyRecordFactory.create(key="old", created_at=now - timedelta(hours=3))
+    IdempotencyRecordFactory.create(key="recent", created_at=now - timedelta(hours=1))
+    IdempotencyRecordFactory.create(
         key="old-no-completed-at", created_at=now - timedelta(hours=5), completed_at=None
     )
-    IdempotencyRecordFactory(
+    IdempotencyRecordFactory.create(
         key="old-created-recently-completed",
         created_at=now - timedelta(hours=5),
         completed_at=now - timedelta(minutes=5),
     )
     # A reservation that is old but was given a long takeover window: still live.
-    IdempotencyRecordFactory(
+    IdempotencyRecordFactory.create(
         key="old-reservation",
         in_progress=True,
         created_at=now - timedelta(hours=3),
         expires_at=now + timedelta(minutes=5),
     )
-    IdempotencyRecordFactory(key="abandoned", in_progress=True, expired=True)
+    IdempotencyRecordFactory.create(key="abandoned", in_progress=True, expired=True)
     output = run("--older-than", "2h")
     assert remaining() == {"recent", "old-created-recently-completed", "old-reservation"}
     assert "Deleted 2 completed records" in output
@@ -192,7 +196,9 @@ def test_older_than_overrides_retention_but_spares_live_reservations() -> None:
 
 def test_older_than_dry_run() -> None:
     now = timezone.now()
-    IdempotencyRecordFactory(created_at=now - timedelta(days=8), expires_at=now + timedelta(days=1))
+    IdempotencyRecordFactory.create(
+        created_at=now - timedelta(days=8), expires_at=now + timedelta(days=1)
+    )
     assert "Would delete 1 completed record" in run("--older-than", "7d", "--dry-run")
     assert "Would delete 0 completed records" in run("--dry-run")
     assert IdempotencyRecord.objects.count() == 1
@@ -270,7 +276,7 @@ def test_row_taken_over_between_select_and_delete_survives() -> None:
 )
 def test_redis_store_has_nothing_to_purge() -> None:
     pytest.importorskip("idempotency_django.stores.redis")
-    IdempotencyRecordFactory(expired=True)
+    IdempotencyRecordFactory.create(expired=True)
     output = run()
     assert output.strip() == "The redis store expires entries by itself; nothing to purge."
     assert IdempotencyRecord.objects.count() == 1
@@ -309,9 +315,9 @@ def test_concurrent_purges_neither_crash_nor_double_count() -> None:
 
 
 def test_webhook_deliveries_are_purged_and_counted_apart() -> None:
-    IdempotencyRecordFactory(key="old-delivery", kind="webhook", expired=True)
-    IdempotencyRecordFactory(key="live-delivery", kind="webhook")
-    IdempotencyRecordFactory(key="old-request", expired=True)
+    IdempotencyRecordFactory.create(key="old-delivery", kind="webhook", expired=True)
+    IdempotencyRecordFactory.create(key="live-delivery", kind="webhook")
+    IdempotencyRecordFactory.create(key="old-request", expired=True)
     assert purge() == {"completed": 1, "abandoned": 0, "deliveries": 1}
     assert remaining() == {"live-delivery"}
 
@@ -323,20 +329,22 @@ def test_webhook_deliveries_are_purged_and_counted_apart() -> None:
 def principals() -> dict[str, IdempotencyRecord]:
     """auth.user:42's records of every sort, and others' that must stay."""
     return {
-        "live": IdempotencyRecordFactory(key="live", principal="auth.user:42"),
-        "expired": IdempotencyRecordFactory(key="expired", principal="auth.user:42", expired=True),
-        "reserved": IdempotencyRecordFactory(
+        "live": IdempotencyRecordFactory.create(key="live", principal="auth.user:42"),
+        "expired": IdempotencyRecordFactory.create(
+            key="expired", principal="auth.user:42", expired=True
+        ),
+        "reserved": IdempotencyRecordFactory.create(
             key="reserved", principal="auth.user:42", in_progress=True
         ),
-        "elsewhere": IdempotencyRecordFactory(
+        "elsewhere": IdempotencyRecordFactory.create(
             key="elsewhere", principal="auth.user:42", location="shop-7"
         ),
-        "delivery": IdempotencyRecordFactory(
+        "delivery": IdempotencyRecordFactory.create(
             key="delivery", principal="auth.user:42", kind="webhook"
         ),
-        "other": IdempotencyRecordFactory(key="other", principal="auth.user:7"),
-        "prefix": IdempotencyRecordFactory(key="prefix", principal="auth.user:420"),
-        "case": IdempotencyRecordFactory(key="case", principal="AUTH.USER:42"),
+        "other": IdempotencyRecordFactory.create(key="other", principal="auth.user:7"),
+        "prefix": IdempotencyRecordFactory.create(key="prefix", principal="auth.user:420"),
+        "case": IdempotencyRecordFactory.create(key="case", principal="AUTH.USER:42"),
     }
 
 
@@ -388,8 +396,8 @@ def test_purge_principal_finds_a_principal_stored_as_its_digest() -> None:
     from idempotency_django.keys import readable_value
 
     long_principal = "tenant-with-a-very-long-name:" + "x" * 300
-    IdempotencyRecordFactory(key="long", principal=readable_value(long_principal))
-    IdempotencyRecordFactory(key="kept")
+    IdempotencyRecordFactory.create(key="long", principal=readable_value(long_principal))
+    IdempotencyRecordFactory.create(key="kept")
     assert purge_principal(long_principal) == 1
     assert remaining() == {"kept"}
 
@@ -419,8 +427,8 @@ def test_principal_option_dry_run(principals: dict[str, IdempotencyRecord]) -> N
 
 
 def test_user_option_resolves_the_username(alice: Any) -> None:
-    IdempotencyRecordFactory(key="hers", principal=f"auth.user:{alice.pk}")
-    IdempotencyRecordFactory(key="kept", principal="auth.user:987654")
+    IdempotencyRecordFactory.create(key="hers", principal=f"auth.user:{alice.pk}")
+    IdempotencyRecordFactory.create(key="kept", principal="auth.user:987654")
     output = run("--user", "alice")
     assert f"Deleted 1 record of principal 'auth.user:{alice.pk}'" in output
     assert remaining() == {"kept"}
@@ -440,7 +448,7 @@ def test_user_option_for_an_unknown_user() -> None:
     ],
 )
 def test_principal_option_conflicts(args: list[str], message: str) -> None:
-    IdempotencyRecordFactory(principal="auth.user:1")
+    IdempotencyRecordFactory.create(principal="auth.user:1")
     with pytest.raises(CommandError, match=message):
         run(*args)
     assert IdempotencyRecord.objects.count() == 1
@@ -482,8 +490,8 @@ def test_forget_deleted_user_example(alice: Any, bob: Any) -> None:
     from django.conf import settings
     from django.db.models.signals import post_delete
 
-    IdempotencyRecordFactory(key="hers", principal=f"auth.user:{alice.pk}")
-    IdempotencyRecordFactory(key="his", principal=f"auth.user:{bob.pk}")
+    IdempotencyRecordFactory.create(key="hers", principal=f"auth.user:{alice.pk}")
+    IdempotencyRecordFactory.create(key="his", principal=f"auth.user:{bob.pk}")
     post_delete.connect(forget_deleted_user, sender=settings.AUTH_USER_MODEL)
     try:
         alice.delete()
@@ -498,8 +506,8 @@ def test_purge_principal_is_exact_under_a_case_insensitive_collation() -> None:
     """A project's MariaDB table may compare "AUTH.USER:42" equal to "auth.user:42"."""
     table = connection.ops.quote_name(IdempotencyRecord._meta.db_table)
     alter = f"ALTER TABLE {table} MODIFY principal varchar(255) NOT NULL COLLATE %s"
-    IdempotencyRecordFactory(key="theirs", principal="auth.user:42")
-    IdempotencyRecordFactory(key="someone-else", principal="AUTH.USER:42 ")
+    IdempotencyRecordFactory.create(key="theirs", principal="auth.user:42")
+    IdempotencyRecordFactory.create(key="someone-else", principal="AUTH.USER:42 ")
     with connection.cursor() as cursor:
         cursor.execute(alter % "utf8mb4_general_ci")
     try:
@@ -554,7 +562,7 @@ def test_every_batch_at_verbosity_2_with_the_running_total() -> None:
 
 
 def test_counts_of_one_are_singular() -> None:
-    IdempotencyRecordFactory(expired=True)
+    IdempotencyRecordFactory.create(expired=True)
     output = run("-v", "0")
     assert "Deleted 1 completed record (database 'default')." in output
     assert "Deleted 0 webhook deliveries (database 'default')." in output

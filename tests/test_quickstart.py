@@ -206,7 +206,7 @@ def test_the_quickstart_pasted_into_a_fresh_project(tmp_path: Path) -> None:
     bookings = json.loads(listing)
     assert [b["customer"] for b in bookings] == ["Dana Whitfield"], bookings
     # The page's LOGGING turned the decision lines on, as docs/operating.md shows them.
-    log = (tmp_path / "server.log").read_text()
-    events = re.findall(r"^idempotency event=(\w+) method=POST route=api/bookings/\$? ", log, re.M)
-    assert events == ["reserved", "stored", "replayed", "conflict"], log
-    assert re.search(r"event=conflict .*key_digest=[0-9a-f]{16} .*code=idempotency_key_reused", log)
+    out = (tmp_path / "server.log").read_text()
+    events = re.findall(r"^idempotency event=(\w+) method=POST route=api/bookings/\$? ", out, re.M)
+    assert events == ["reserved", "stored", "replayed", "conflict"], out
+    assert re.search(r"event=conflict .*key_digest=[0-9a-f]{16} .*code=idempotency_key_reused", out)

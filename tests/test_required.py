@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -19,12 +20,13 @@ BODY = json.dumps({"slot": "2026-07-30T09:00:00Z"})
 
 
 def post(client: Client, url: str, key: str | None = None):  # type: ignore[no-untyped-def]
-    headers = {"HTTP_IDEMPOTENCY_KEY": key} if key else {}
+    headers: dict[str, Any] = {"HTTP_IDEMPOTENCY_KEY": key} if key else {}
     return client.post(url, BODY, content_type="application/json", **headers)
 
 
 def missing(response) -> bool:  # type: ignore[no-untyped-def]
-    return response.status_code == 400 and response.json()["code"] == "idempotency_key_missing"
+    code = response.json()["code"] if response.status_code == 400 else None
+    return code == "idempotency_key_missing"
 
 
 @override_settings(IDEMPOTENCY={"REQUIRED": True})

@@ -98,12 +98,12 @@ def redis_cluster(nodes: int = 3) -> Iterator[str]:
             servers.append(subprocess.Popen(command, stdout=subprocess.DEVNULL))
         try:
             for port in ports:
-                wait_for(lambda port=port: cli(port, "ping") == "PONG")
+                wait_for(lambda port=port: cli(port, "ping") == "PONG")  # type: ignore[misc]
             create = ["redis-cli", "--cluster", "create", *(f"127.0.0.1:{p}" for p in ports)]
             create += ["--cluster-replicas", "0", "--cluster-yes"]
             subprocess.run(create, check=True, capture_output=True, timeout=60)
             for port in ports:
-                wait_for(lambda port=port: "cluster_state:ok" in cli(port, "cluster", "info"))
+                wait_for(lambda port=port: "cluster_state:ok" in cli(port, "cluster", "info"))  # type: ignore[misc]
             yield f"redis://127.0.0.1:{ports[0]}/0"
         finally:
             for server in servers:
@@ -163,7 +163,7 @@ def two_servers(env: dict[str, str]) -> Iterator[list[str]]:
     bases = [f"http://127.0.0.1:{port}" for port in ports]
     try:
         for base, process in zip(bases, processes, strict=True):
-            servers.wait_until(lambda base=base: ready(base), process, what=f"gunicorn at {base}")
+            servers.wait_until(lambda base=base: ready(base), process, what=f"gunicorn at {base}")  # type: ignore[misc]
         yield bases
     finally:
         for process in processes:

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 from django.core import checks
-from django.core.files.uploadedfile import SimpleUploadedFile
+from django.core.files.uploadedfile import SimpleUploadedFile, UploadedFile
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.test import Client, override_settings
 from django.urls import include, path
@@ -126,7 +126,9 @@ def api_key_scope(request: HttpRequest) -> Scope | None:
 
 @idempotent(scope=api_key_scope)
 def api_key_upload(request: HttpRequest) -> HttpResponse:
-    upload = Booking.objects.create(slot=f"upload-{len(request.FILES['attachment'].read())}")
+    attachment = request.FILES["attachment"]
+    assert isinstance(attachment, UploadedFile)
+    upload = Booking.objects.create(slot=f"upload-{len(attachment.read())}")
     return JsonResponse({"id": upload.pk}, status=201)
 
 
@@ -150,7 +152,7 @@ def runs(prefix: str) -> int:
 # -- 1. a receiver trusts the one id it names --------------------------------------
 
 
-def standard_headers(msg_id: str, body: bytes) -> dict[str, str]:
+def standard_headers(msg_id: str, body: bytes) -> dict[str, Any]:
     now = int(time.time())
     return {
         "HTTP_WEBHOOK_ID": msg_id,
@@ -159,7 +161,7 @@ def standard_headers(msg_id: str, body: bytes) -> dict[str, str]:
     }
 
 
-EXTRA_HEADERS = [
+EXTRA_HEADERS: list[dict[str, Any]] = [
     {"HTTP_IDEMPOTENCY_KEY": "attacker-1"},
     {"HTTP_SVIX_ID": "attacker-2"},
     {"HTTP_X_GITHUB_DELIVERY": "attacker-3"},
@@ -266,7 +268,7 @@ def test_a_receiver_without_a_namespace_is_flagged() -> None:
 
     def flagged(*patterns: Any) -> list[str]:
         with override_settings(ROOT_URLCONF=_urlconf(*patterns)):
-            return [m.msg for m in check_receiver_namespaces() if m.id.endswith("W030")]
+            return [m.msg for m in check_receiver_namespaces() if str(m.id).endswith("W030")]
 
     assert len(flagged(path("hooks/", shared_receiver))) == 1
     assert len(flagged(path("api/", include([path("drf-hooks/", drf_shared_receiver)])))) == 1
@@ -330,7 +332,7 @@ def test_a_keyed_body_over_the_limit_is_413_and_never_read(alice_client: Client,
     assert response.status_code == 413
     assert response["Content-Type"] == "application/problem+json"
     assert response.json()["code"] == "idempotency_body_too_large"
-    assert not response.wsgi_request._read_started
+    assert not response.wsgi_request._read_started  # type: ignore[attr-defined]
     assert Booking.objects.count() == 0
     assert IdempotencyRecord.objects.count() == 0
 

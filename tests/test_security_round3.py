@@ -94,6 +94,7 @@ def test_a_signed_cookie_guest_stays_one_guest_when_the_session_changes() -> Non
     session = guest.session
     session["cart"] = ["a book"]  # the shop writes to the session: a new cookie
     session.save()
+    assert session.session_key is not None
     guest.cookies[settings.SESSION_COOKIE_NAME] = session.session_key
     assert guest_order(guest)["Idempotency-Replayed"] == "true"  # type: ignore[index]
     assert Booking.objects.count() == 1
@@ -123,7 +124,7 @@ def test_a_guest_request_that_passes_csrf_is_protected() -> None:
     guest = Client(enforce_csrf_checks=True)
     token = "a" * 32
     guest.cookies[settings.CSRF_COOKIE_NAME] = token
-    headers = {"HTTP_IDEMPOTENCY_KEY": "form-1", "HTTP_X_CSRFTOKEN": token}
+    headers: dict[str, Any] = {"HTTP_IDEMPOTENCY_KEY": "form-1", "HTTP_X_CSRFTOKEN": token}
     first = guest.post("/plain/bookings/", {"slot": "x"}, "application/json", **headers)
     assert first.status_code == 201
     assert Session.objects.count() == 1
@@ -335,7 +336,7 @@ def _drop_database(name: str) -> None:
 
 
 def on_both(alias: str, **fields: Any) -> IdempotencyRecord:
-    record: IdempotencyRecord = IdempotencyRecordFactory(**fields)
+    record: IdempotencyRecord = IdempotencyRecordFactory.create(**fields)
     record.save(using=alias, force_insert=True)  # replicated
     return record
 
@@ -488,7 +489,7 @@ def test_at_most_two_duplicates_wait_in_one_process(
             firsts = []
             for name, point in [("a", a), ("b", b), ("c", c)]:
                 firsts.append(
-                    Background(lambda name=name: paused_post(alice, name, f"k-{name}")).start()
+                    Background(lambda name=name: paused_post(alice, name, f"k-{name}")).start()  # type: ignore[misc]
                 )
                 point.wait_until_reached()
             one = Background(lambda: paused_post(alice, "a", "k-a")).start()

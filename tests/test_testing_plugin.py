@@ -541,7 +541,7 @@ def test_the_example_projects_tests_pass(tmp_path: Path, backend: str) -> None:
         if not name.startswith("EXAMPLE_")
         and name not in {"DJANGO_SETTINGS_MODULE", "DATABASE_URL", "REDIS_URL"}
     }
-    database = django_settings.DATABASES["default"]
+    database: dict[str, Any] = django_settings.DATABASES["default"]
     if database["ENGINE"].endswith("postgresql"):
         env["DATABASE_URL"] = (
             f"postgres://{database['USER']}@{database['HOST']}:{database['PORT']}/{database['NAME']}"

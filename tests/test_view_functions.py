@@ -17,7 +17,7 @@ from tests.testapp.models import Booking
 pytestmark = pytest.mark.django_db
 
 
-def post(client: Client, url: str, payload: dict[str, Any], key: str = "k", **headers: str):  # type: ignore[no-untyped-def]
+def post(client: Client, url: str, payload: dict[str, Any], key: str = "k", **headers: Any):  # type: ignore[no-untyped-def]
     return client.post(
         url,
         json.dumps(payload),

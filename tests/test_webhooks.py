@@ -25,7 +25,7 @@ FALLBACK_URL = f"/hooks/fallback/{TOKEN}/"
 BODY = json.dumps({"event": "order.paid", "order": 4471})
 
 
-def deliver(client: Client, url: str = URL, body: str = BODY, **headers: str):  # type: ignore[no-untyped-def]
+def deliver(client: Client, url: str = URL, body: str = BODY, **headers: Any):  # type: ignore[no-untyped-def]
     return client.post(url, body, content_type="application/json", **headers)
 
 
@@ -55,7 +55,7 @@ def test_each_delivery_header_deduplicates(
 
 
 def _deduplicates_by(client: Client, header: str, source: str) -> None:
-    def deliver(client: Client, body: str = BODY, **headers: str):  # type: ignore[no-untyped-def]
+    def deliver(client: Client, body: str = BODY, **headers: Any):  # type: ignore[no-untyped-def]
         return client.post(FALLBACK_URL, body, content_type="application/json", **headers)
 
     first = deliver(client, **{header: "delivery-1"})
@@ -264,7 +264,7 @@ def test_no_token_url_or_body_is_stored_or_logged(
 
 @pytest.mark.django_db(transaction=True)
 def test_redis_store_deduplicates_deliveries_once_under_concurrency() -> None:
-    from tests.redis_helpers import raw_client, redis_store_settings
+    from tests.redis_helpers import raw_client, raw_value, redis_store_settings
 
     with redis_store_settings():
         clients = [Client() for _ in range(12)]
@@ -284,7 +284,7 @@ def test_redis_store_deduplicates_deliveries_once_under_concurrency() -> None:
             assert deliver(Client(), FALLBACK_URL).json()["status"] == "accepted"
         with time_machine.travel(BOUNDARY + timedelta(seconds=1), tick=False):
             assert deliver(Client(), FALLBACK_URL).json()["status"] == "duplicate"
-        stored = b"".join(raw_client().get(key) or b"" for key in raw_client().keys("*"))
+        stored = b"".join(raw_value(raw_client(), key) for key in raw_client().keys("*"))
         assert TOKEN.encode() not in stored
         assert b"order.paid" not in stored
         ttls = [raw_client().ttl(key) for key in raw_client().keys("*")]

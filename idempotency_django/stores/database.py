@@ -284,7 +284,7 @@ def _transaction_checks(
     from idempotency_django.conf import idempotency_settings
 
     options = database.get("OPTIONS") or {}
-    in_transactions = bool(database.get("ATOMIC_REQUESTS")) or bool(idempotency_settings.ATOMIC)
+    in_transactions = bool(database.get("ATOMIC_REQUESTS")) or idempotency_settings.ATOMIC
     messages: list[checks.CheckMessage] = []
     mode = str(options.get("transaction_mode") or "DEFERRED").upper()
     if engine.endswith("sqlite3") and in_transactions and mode != "IMMEDIATE":

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 # --8<-- [start:everything]
 IDEMPOTENCY = {
     "ENABLED": True,
@@ -79,7 +81,7 @@ DATABASES = {
 IDEMPOTENCY = {"ATOMIC": True}
 # --8<-- [end:atomic]
 
-ATOMIC_DATABASES = DATABASES
+ATOMIC_DATABASES: dict[str, dict[str, Any]] = DATABASES
 ATOMIC = IDEMPOTENCY
 
 # --8<-- [start:strict]
@@ -188,7 +190,7 @@ IDEMPOTENCY = {
 ENCRYPTION = IDEMPOTENCY
 
 #: Every IDEMPOTENCY example above, by name, for tests/test_docs.py.
-EXAMPLES = {
+EXAMPLES: dict[str, dict[str, Any]] = {
     "everything": EVERYTHING,
     "atomic": ATOMIC,
     "strict": STRICT,

@@ -81,7 +81,7 @@ def test_a_client_that_hangs_up_mid_request_gets_the_work_done_once(
     assert outcome == expected
 
 
-def delivery(slot: str) -> dict[str, str]:
+def delivery(slot: str) -> dict[str, Any]:
     """The delivery id the webhook receiver trusts (the other views ignore it)."""
     return {"Webhook-Id": f"delivery-{slot}"}
 

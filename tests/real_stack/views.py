@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 
 from django import forms
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.template.response import TemplateResponse
 from django.utils.translation import get_language
@@ -31,9 +31,9 @@ class BookingForm(forms.Form):
     attachment = forms.FileField(required=False)
 
 
-def _owner(request: HttpRequest | Request) -> AbstractBaseUser | None:
+def _owner(request: HttpRequest | Request) -> User | None:
     user: AbstractBaseUser | AnonymousUser = request.user
-    return user if isinstance(user, AbstractBaseUser) else None
+    return user if isinstance(user, User) else None
 
 
 def _book(request: HttpRequest, slot: str, customer: str = "") -> Booking:

@@ -40,7 +40,7 @@ MANAGE = REPO_ROOT / "example_project" / "manage.py"
 BIN = Path(sys.executable).parent
 GUNICORN = BIN / "gunicorn"
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
-SHARED_PG = {"host": "127.0.0.1", "port": 5432, "user": "postgres"}
+SHARED_PG: dict[str, Any] = {"host": "127.0.0.1", "port": 5432, "user": "postgres"}
 RECORD_TABLE = "idempotency_django_idempotencyrecord"
 BOOKING_TABLE = "bookings_booking"
 SLOT = "2026-07-30T09:00:00Z"
@@ -244,7 +244,7 @@ def booking_body(customer: str, slot: str = SLOT) -> bytes:
 
 
 def json_headers(
-    user: Credentials | None, key: str | None, location: str | None = "L1", mode="session"
+    user: Credentials | None, key: str | None, location: str | None = "L1", mode: str = "session"
 ) -> list[Header]:
     headers: list[Header] = [("Content-Type", "application/json")]
     if user is not None:
@@ -267,6 +267,12 @@ class Database:
         raise NotImplementedError
 
     def tables(self) -> list[str]:
+        raise NotImplementedError
+
+    def create(self) -> None:
+        raise NotImplementedError
+
+    def drop(self) -> None:
         raise NotImplementedError
 
     def bookings_by_customer(self) -> dict[str, list[int]]:
@@ -332,7 +338,7 @@ class PgDatabase(Database):
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self.connect() as conn:
-            return list(conn.execute(sql, params).fetchall())  # type: ignore[arg-type]
+            return list(conn.execute(sql, params).fetchall())
 
     def tables(self) -> list[str]:
         rows = self.query(

@@ -23,7 +23,9 @@ PRINCIPALS = ("alice", "bob", None)
 DJANGO_REQUEST_LOG = re.compile(r"^[A-Z][A-Za-z ]+: /hooks/\S*$")
 
 
-def attempt(stack: harness.Stack, who: str | None, location: str | None, key: str, body: bytes):
+def attempt(
+    stack: harness.Stack, who: str | None, location: str | None, key: str, body: bytes
+) -> harness.Reply:
     user = stack.users[who] if who else None
     headers = harness.json_headers(user, key, location, mode="basic")
     return harness.send(stack.port, "POST", "/api/bookings/", headers, body)

@@ -5,9 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable
+from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.contrib.auth.models import User
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http.response import HttpResponseBase
 from django.views import View
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework import serializers, status, viewsets
@@ -18,7 +22,9 @@ from rest_framework.decorators import (
     permission_classes,
 )
 from rest_framework.permissions import AllowAny
+from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.serializers import BaseSerializer
 
 from idempotency_django import idempotency_exempt, idempotent
 from idempotency_django.drf import IdempotentMixin
@@ -37,7 +43,13 @@ def _apply_test_controls(request: HttpRequest) -> HttpResponse | None:
     return None
 
 
-def create_booking(request: HttpRequest) -> HttpResponse:
+def _owner(request: HttpRequest | Request) -> User | None:
+    """The signed-in user; None for a guest."""
+    user = request.user
+    return user if isinstance(user, User) else None
+
+
+def create_booking(request: HttpRequest) -> HttpResponseBase:
     """A plain Django view, protected by the middleware."""
     payload = json.loads(request.body or b"{}")
     booking = Booking.objects.create(
@@ -103,7 +115,7 @@ def token_booking(request: HttpRequest) -> HttpResponse:
     token = request.headers.get("X-Token")
     if token:
         request.user = Token.objects.select_related("user").get(key=token).user
-    booking = Booking.objects.create(slot="token", owner=request.user)
+    booking = Booking.objects.create(slot="token", owner=_owner(request))
     return JsonResponse({"id": booking.pk, "owner": request.user.username}, status=201)
 
 
@@ -124,9 +136,9 @@ class _BookingViewSetBase(viewsets.ModelViewSet[Booking]):
     serializer_class = BookingSerializer
 
     def get_queryset(self):  # type: ignore[no-untyped-def]
-        return Booking.objects.filter(owner=self.request.user)
+        return Booking.objects.filter(owner=_owner(self.request))
 
-    def perform_create(self, serializer: BookingSerializer) -> None:
+    def perform_create(self, serializer: BaseSerializer[Booking]) -> None:
         serializer.save(
             owner=self.request.user, location=self.request.headers.get("X-Location-Id", "")
         )
@@ -189,11 +201,11 @@ def api_book(request):  # type: ignore[no-untyped-def]
     return Response(serializer.data, status=status.HTTP_201_CREATED)
 
 
-def crash_before_commit(view):  # type: ignore[no-untyped-def]
+def crash_before_commit(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
     """Outside @idempotent but inside the ATOMIC_REQUESTS transaction: fails after the
     response was stored, as a crash between "work done" and "commit" would."""
 
-    def wrapper(request, *args, **kwargs):  # type: ignore[no-untyped-def]
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         response = view(request, *args, **kwargs)
         if request.GET.get("crash"):
             raise RuntimeError("crashed before commit")
@@ -310,7 +322,7 @@ def form_booking(request: HttpRequest) -> HttpResponse:
         "attachment_sha256": hashlib.sha256(upload.read()).hexdigest() if upload else None,
         "attachment_size": upload.size if upload else None,
     }
-    booking = Booking.objects.create(slot=received["slot"], owner=request.user)
+    booking = Booking.objects.create(slot=str(received["slot"]), owner=_owner(request))
     return JsonResponse({"id": booking.pk, **received}, status=201)
 
 
@@ -334,14 +346,14 @@ def api_form_booking(request):  # type: ignore[no-untyped-def]
 
 def large_booking(request: HttpRequest) -> HttpResponse:
     """Answers ``?size=`` bytes of JSON: over MAX_STORED_BODY when large enough."""
-    booking = Booking.objects.create(slot="large", owner=request.user)
+    booking = Booking.objects.create(slot="large", owner=_owner(request))
     size = int(request.GET.get("size", 0))
     return JsonResponse({"id": booking.pk, "padding": "x" * size}, status=201)
 
 
 @idempotent(max_stored_body=64)
 def small_limit_booking(request: HttpRequest) -> HttpResponse:
-    booking = Booking.objects.create(slot="small-limit", owner=request.user)
+    booking = Booking.objects.create(slot="small-limit", owner=_owner(request))
     return JsonResponse({"id": booking.pk, "padding": "x" * 100}, status=201)
 
 
@@ -358,14 +370,14 @@ def long_principal_scope(request: HttpRequest):  # type: ignore[no-untyped-def]
 def slot_booking(request: HttpRequest) -> HttpResponse:
     """A retry that differs only in fields other than slot and customer replays."""
     payload = json.loads(request.body)
-    booking = Booking.objects.create(slot=payload["slot"], owner=request.user)
+    booking = Booking.objects.create(slot=payload["slot"], owner=_owner(request))
     return JsonResponse({"id": booking.pk}, status=201)
 
 
 @idempotent(fingerprint=ignore_json_fields("sent_at", "nonce"))
 def nonce_booking(request: HttpRequest) -> HttpResponse:
     payload = json.loads(request.body)
-    booking = Booking.objects.create(slot=payload.get("slot", ""), owner=request.user)
+    booking = Booking.objects.create(slot=payload.get("slot", ""), owner=_owner(request))
     return JsonResponse({"id": booking.pk}, status=201)
 
 

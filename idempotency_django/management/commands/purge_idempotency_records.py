@@ -17,6 +17,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import Error, connections
 from django.utils.connection import ConnectionDoesNotExist
 
+from idempotency_django.models import IdempotencyRecord
 from idempotency_django.purge import (
     DEFAULT_BATCH_SIZE,
     KINDS,
@@ -157,7 +158,7 @@ class Command(BaseCommand):
                 now = database_now(using)
                 older_than = options["older_than"]
                 cutoff = now - older_than if older_than is not None else None
-                rows = kind.model._base_manager.using(using).filter(kind.filter(now, cutoff))
+                rows = IdempotencyRecord._base_manager.using(using).filter(kind.filter(now, cutoff))
                 expected[kind.label] = totals[kind.label] + rows.count()
             return max(0, expected[kind.label] - totals[kind.label])
 
