@@ -194,6 +194,8 @@ class IdempotencySettings:
     FINGERPRINT_FUNCTION: Callable[[HttpRequest], str]
     LOCK_TIMEOUT: int
     RETENTION: int
+    HEARTBEAT: float | None
+    MAX_RUN_TIME: int
     WAIT_FOR_IN_PROGRESS: float
     MAX_WAITERS_PER_KEY: int | None
     MAX_WAITERS: int | None

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -28,7 +29,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 BODY = json.dumps({"slot": "2026-07-30T09:00:00Z"})
 #: The view outlives LOCK_TIMEOUT (1 s) by far; the duplicate comes after 2 s.
 SLOW = "/plain/bookings/?delay=3"
-SHORT_LOCK = {"LOCK_TIMEOUT": 1, "HEARTBEAT": 0.2}
+SHORT_LOCK: dict[str, Any] = {"LOCK_TIMEOUT": 1, "HEARTBEAT": 0.2}
 
 
 def keyed_post(client: Client, url: str, key: str = "booking-hb"):  # type: ignore[no-untyped-def]
