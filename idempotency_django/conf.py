@@ -60,6 +60,10 @@ DEFAULTS: dict[str, Any] = {
     # with the same key. True: keep 4xx too, except the statuses in
     # NEVER_RETAINED_CLIENT_ERRORS (401, 403, 408, 409, 429: they may succeed later).
     "RETAIN_CLIENT_ERRORS": False,
+    # Dotted path to a function(request, response, exception) -> bool that says
+    # whether a 1xx-4xx answer is kept, instead of RETAIN_CLIENT_ERRORS (a 5xx
+    # never is). exception: what DRF turned into the response, else None.
+    "RETAIN_FUNCTION": None,
     # 400 idempotency_key_missing when a request carries no key, on the views
     # that opted in (@idempotent, DRF); never on the admin or auth views.
     "REQUIRED": False,
@@ -161,6 +165,7 @@ IMPORT_STRINGS = frozenset(
         "WEBHOOK_BODY_ID_FUNCTION",
         "PROBLEM_RENDERER",
         "REPLAY_HOOK",
+        "RETAIN_FUNCTION",
     }
 )
 

@@ -40,6 +40,7 @@ def idempotent(
     wait_for_in_progress: float | None = None,
     fingerprint: Callable[[Any], str] | str | None = None,
     scope: Callable[[Any], Any] | str | None = None,
+    retain: Callable[[Any, Any, Any], bool] | str | None = None,
 ) -> Callable[[ViewT], ViewT]: ...
 
 
@@ -54,6 +55,7 @@ def idempotent(
     wait_for_in_progress: float | None = None,
     fingerprint: Callable[[Any], str] | str | None = None,
     scope: Callable[[Any], Any] | str | None = None,
+    retain: Callable[[Any, Any, Any], bool] | str | None = None,
 ) -> Any:
     """Protect a view (function, class-based view, DRF view or viewset, or one action).
 
@@ -64,8 +66,10 @@ def idempotent(
     not kept. ``wait_for_in_progress``: seconds a duplicate waits for the
     request it duplicates. ``fingerprint`` and ``scope``: functions (or dotted
     paths) used instead of ``FINGERPRINT_FUNCTION`` and ``SCOPE_FUNCTION``, for
-    example [`json_fields`][idempotency_django.fingerprint.json_fields]. Each defaults
-    to the ``IDEMPOTENCY`` setting.
+    example [`json_fields`][idempotency_django.fingerprint.json_fields]. ``retain``:
+    a function ``(request, response, exception) -> bool`` (or its dotted path) that
+    says whether an answer is kept, used instead of ``RETAIN_FUNCTION`` (a 5xx never
+    is). Each defaults to the ``IDEMPOTENCY`` setting.
     """
     options = ViewOptions(
         required=required,
@@ -76,6 +80,7 @@ def idempotent(
         wait_for_in_progress=wait_for_in_progress,
         fingerprint=fingerprint,
         scope=scope,
+        retain=retain,
     )
 
     def decorate(target: Any) -> Any:

@@ -214,6 +214,7 @@ def idempotent(
     wait_for_in_progress: float | None = None,
     fingerprint: Callable[[Any], str] | str | None = None,
     scope: Callable[[Any], Any] | str | None = None,
+    retain: Callable[[Any, Any, Any], bool] | str | None = None,
 ) -> Any:
     """Protect a ninja operation, or (with ``add_decorator(..., mode="view")``) a router or API.
 
@@ -233,6 +234,7 @@ def idempotent(
             wait_for_in_progress=wait_for_in_progress,
             fingerprint=fingerprint,
             scope=scope,
+            retain=retain,
         )
     )
     return protection if view is None else protection(view)
