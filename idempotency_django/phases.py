@@ -938,7 +938,7 @@ def roll_back_open_transactions() -> None:
     _roll_back(_open_transactions())
 
 
-def _function(value: Callable[..., Any] | str | None, default: Callable[..., Any]) -> Any:
+def _function(value: Callable[..., Any] | str | None, default: Callable[..., Any] | None) -> Any:
     """A view's own function (given itself or by dotted path), else the setting's."""
     if value is None:
         return default
