@@ -2,7 +2,7 @@
 
 A view that charges a card through a payment provider must send the provider
 the same key on every retry of its own request, or a retry after a lost
-answer charges twice. :func:`downstream_key` derives that key from the key
+answer charges twice. ``downstream_key`` derives that key from the key
 the request holds (its scope and the client's key) and a name the view
 gives the call: the same for every attempt at the request, a takeover
 included, and nothing a third party can learn the client's key from.
@@ -26,7 +26,7 @@ SALT = "idempotency_django.downstream.downstream_key"
 
 
 class NotProtected(RuntimeError):
-    """:func:`downstream_key` was called for a request that holds no key.
+    """``downstream_key`` was called for a request that holds no key.
 
     Only a request the library claimed a key for has one: not a request
     without ``Idempotency-Key``, an anonymous one let through
@@ -42,7 +42,8 @@ def downstream_key(request: HttpRequest, name: str) -> str:
     client's key and ``name``: the same on every retry and after a takeover,
     different for each principal, location, key and name, and revealing
     none of them. ``request`` is the one the view got (Django's, DRF's or
-    ninja's). Raises :class:`NotProtected` when the request holds no key.
+    ninja's). Raises [`NotProtected`][idempotency_django.downstream.NotProtected]
+    when the request holds no key.
     """
     if not name:
         raise ValueError("downstream_key needs the name of the call, e.g. 'charge'.")

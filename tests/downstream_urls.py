@@ -3,6 +3,8 @@
 from django.urls import include, path
 from rest_framework.routers import SimpleRouter
 
+from tests.docs_examples import django_views
+from tests.docs_examples import downstream as examples
 from tests.testapp import downstream_views as views
 from tests.urls import urlpatterns as project_urlpatterns
 
@@ -15,6 +17,9 @@ urlpatterns = [
     path("downstream/api-charge/", views.api_charge),
     path("downstream/hooks/<str:token>/", views.webhook_charge),
     path("downstream/ninja/", views.charges_api.urls),
+    path("docs/invoices/<int:invoice_id>/pay/", examples.pay_invoice),
+    path("docs/orders/<int:order_id>/ship/", examples.ship_order),
+    path("docs/applications/", django_views.submit_application),
     path("retain/plain/", views.booking_answer),
     path("retain/validated/", views.validated_booking),
     path("retain/greedy/", views.greedy_booking),

@@ -205,31 +205,41 @@ def test_a_call_needs_a_name(alice_client: Client) -> None:
 
 
 class Provider:
-    """A payment provider that honours Idempotency-Key, as Stripe does."""
+    """A payment provider that honours Idempotency-Key, as Stripe does.
+
+    With ``lose_first_answers``, it charges a new key and then answers 502, as a
+    gateway that lost the answer would: only a retry under the same key learns
+    what was charged.
+    """
 
     def __init__(self) -> None:
         self.keys: list[str] = []
         self.charges: dict[str, str] = {}
+        self.lose_first_answers = False
         self.lock = threading.Lock()
 
-    def charge(self, key: str) -> dict[str, Any]:
+    def charge(self, key: str) -> tuple[int, dict[str, Any]]:
         with self.lock:
             self.keys.append(key)
             replayed = key in self.charges
             if not replayed:
                 self.charges[key] = f"ch_{len(self.charges) + 1}"
-            return {"id": self.charges[key], "replayed": replayed}
+                if self.lose_first_answers:
+                    return 502, {"error": "bad gateway"}
+            return 200, {"id": self.charges[key], "replayed": replayed}
 
 
 @pytest.fixture
 def provider() -> Iterator[tuple[Provider, str]]:
+    """The stand-in provider, and its base URL."""
     state = Provider()
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            body = json.dumps(state.charge(self.headers["Idempotency-Key"])).encode()
-            self.send_response(200)
+            status, answer = state.charge(self.headers["Idempotency-Key"])
+            body = json.dumps(answer).encode()
+            self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -242,10 +252,42 @@ def provider() -> Iterator[tuple[Provider, str]]:
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield state, f"http://127.0.0.1:{server.server_address[1]}/v1/charges"
+        yield state, f"http://127.0.0.1:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()
+
+
+# -- the documentation's examples ----------------------------------------------------------
+
+
+def test_the_stripe_style_example_charges_once_when_the_answer_was_lost(
+    alice: User, provider: tuple[Provider, str]
+) -> None:
+    state, base = provider
+    state.lose_first_answers = True
+    client = Client(raise_request_exception=False)
+    client.force_login(alice)
+    with override_settings(PAYMENTS_API_URL=base, PAYMENTS_API_KEY="sk_test_example"):
+        lost = charge(client, "/docs/invoices/7/pay/", "invoice-7")
+        paid = charge(client, "/docs/invoices/7/pay/", "invoice-7")
+        replay = charge(client, "/docs/invoices/7/pay/", "invoice-7")
+    assert (lost.status_code, paid.status_code) == (500, 201)
+    assert json.loads(paid.content) == {"payment": "ch_1"}
+    assert replay["Idempotency-Replayed"] == "true"
+    assert state.keys == [state.keys[0]] * 2 and list(state.charges) == [state.keys[0]]
+
+
+def test_the_retry_client_example_sends_the_derived_key_and_retries_with_it(
+    alice_client: Client, provider: tuple[Provider, str]
+) -> None:
+    state, base = provider
+    state.lose_first_answers = True
+    with override_settings(WAREHOUSE_API_URL=base, WAREHOUSE_API_TOKEN="warehouse-token"):
+        shipped = charge(alice_client, "/docs/orders/12/ship/", "order-12")
+    assert json.loads(shipped.content) == {"shipment": "ch_1"}
+    assert len(state.keys) == 2 and state.keys[0] == state.keys[1]  # the client's own retry
+    assert HEX_64.fullmatch(state.keys[0])
 
 
 @pytest.fixture
@@ -256,7 +298,7 @@ def uvicorn_server(transactional_db: None, provider: tuple[Provider, str]) -> It
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "tests.downstream_settings",
         "TESTS_DB_NAME": str(connection.settings_dict["NAME"]),
-        "TESTS_PROVIDER_URL": provider[1],
+        "TESTS_PROVIDER_URL": provider[1] + "/v1/charges",
     }
     process = subprocess.Popen(
         [

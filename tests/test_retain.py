@@ -14,6 +14,7 @@ from django.core import checks
 from django.test import Client, override_settings
 
 from idempotency_django.checks import check_settings, check_transactions
+from tests.docs_examples import settings_examples
 from tests.redis_helpers import redis_store_settings
 from tests.testapp import downstream_views
 from tests.testapp.models import Booking
@@ -166,6 +167,37 @@ def test_ninja_keeps_a_404_for_a_delete(alice_client: Client, store: dict[str, A
     assert first.status_code == retry.status_code == 404
     assert retry["Idempotency-Replayed"] == "true"
     assert Booking.objects.filter(slot="delete-attempt").count() == 1
+
+
+# -- the documentation's examples -----------------------------------------------------------
+
+
+def test_the_settings_example_keeps_a_deletes_404(alice_client: Client) -> None:
+    with override_settings(IDEMPOTENCY=settings_examples.RETAIN_FUNCTION):
+        _, retry = twice(alice_client, "DELETE", "/retain/plain/?missing=1", "delete-4")
+        _, post = twice(alice_client, "POST", "/retain/plain/?status=404", "post-404")
+    assert retry["Idempotency-Replayed"] == "true"
+    assert "Idempotency-Replayed" not in post
+
+
+def test_the_view_example_lets_a_client_fix_a_422_and_send_it_with_the_same_key(
+    alice_client: Client,
+) -> None:
+    def submit(payload: dict[str, str]) -> Any:
+        return alice_client.post(
+            "/docs/applications/",
+            json.dumps(payload),
+            content_type="application/json",
+            HTTP_IDEMPOTENCY_KEY="application-1",
+        )
+
+    with override_settings(IDEMPOTENCY={"RETAIN_CLIENT_ERRORS": True}):
+        refused = submit({"name": ""})
+        fixed = submit({"name": "Dana Whitfield"})
+        again = submit({"name": "Dana Whitfield"})
+    assert (refused.status_code, fixed.status_code) == (422, 201)
+    assert again["Idempotency-Replayed"] == "true"
+    assert Booking.objects.filter(slot="application").count() == 1
 
 
 # -- system checks -----------------------------------------------------------------------------
