@@ -62,7 +62,7 @@ DEFAULTS: dict[str, Any] = {
     "RETAIN_CLIENT_ERRORS": False,
     # Dotted path to a function(request, response, exception) -> bool that says
     # whether a 1xx-4xx answer is kept, instead of RETAIN_CLIENT_ERRORS (a 5xx
-    # never is). exception: what DRF turned into the response, else None.
+    # never is). exception: what DRF or ninja turned into the response, else None.
     "RETAIN_FUNCTION": None,
     # 400 idempotency_key_missing when a request carries no key, on the views
     # that opted in (@idempotent, DRF); never on the admin or auth views.

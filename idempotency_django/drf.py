@@ -26,11 +26,11 @@ from rest_framework.views import APIView
 
 from idempotency_django.conf import header, idempotency_settings
 from idempotency_django.fingerprint import ready_body
-from idempotency_django.marks import EXEMPT_ATTRIBUTE, OPTIONS_ATTRIBUTE, django_request
+from idempotency_django.marks import EXEMPT_ATTRIBUTE, OPTIONS_ATTRIBUTE
 from idempotency_django.phases import (
-    HANDLED_EXCEPTION_ATTRIBUTE,
     Protection,
     ViewOptions,
+    note_handled_exception,
     protect,
     roll_back_open_transactions,
     transaction_block,
@@ -133,7 +133,7 @@ class IdempotentMixin:
             # DRF rolls back the ATOMIC_REQUESTS transactions of a handled
             # exception; ``atomic=True`` opened one of ours: the same rule.
             roll_back_open_transactions()
-            handled(self.request, exc)  # type: ignore[attr-defined]
+            note_handled_exception(self.request, exc)  # type: ignore[attr-defined]
         return response
 
     def finalize_response(
@@ -166,7 +166,7 @@ def protect_drf_call(
             # DRF turns APIExceptions into responses; anything else re-raises.
             response = view.handle_exception(exc)
             roll_back_open_transactions()  # as in IdempotentMixin.handle_exception
-            handled(request, exc)
+            note_handled_exception(request, exc)
         # Finalized here so that the response can be rendered, and stored, now.
         return view.finalize_response(request, response, *view.args, **view.kwargs)
 
@@ -175,11 +175,6 @@ def protect_drf_call(
     if problem is not None and idempotency_settings.DRF_EXCEPTION_HANDLER:
         raise IdempotencyError(*problem)  # for the project's EXCEPTION_HANDLER to render
     return response
-
-
-def handled(request: Request, exc: Exception) -> None:
-    """Note the exception DRF answered for, for the ``retain`` function to see."""
-    setattr(django_request(request), HANDLED_EXCEPTION_ATTRIBUTE, exc)
 
 
 def protect_view_class(view_class: ViewClassT, options: ViewOptions) -> ViewClassT:

@@ -93,15 +93,15 @@ DECISION_ATTRIBUTE = "_idempotency_decision"
 #: Set on the Django request by a claim: the :class:`RecordKey` the request
 #: holds (what :func:`idempotency_django.downstream.downstream_key` derives from).
 KEY_ATTRIBUTE = "_idempotency_key"
-#: Set on the Django request by the DRF integration: the exception DRF turned
-#: into the response, for a ``RETAIN_FUNCTION`` to look at.
+#: Set on the Django request by :func:`note_handled_exception`: the exception
+#: DRF or ninja turned into the response, for a ``RETAIN_FUNCTION`` to look at.
 HANDLED_EXCEPTION_ATTRIBUTE = "_idempotency_handled_exception"
 #: The routes whose unprotected keyed requests were logged (once each).
 _LOGGED_UNPROTECTED: set[tuple[str, str]] = set()
 
 
 #: ``RETAIN_FUNCTION``: whether an answer is kept for replay, given the request,
-#: the response and the exception DRF turned into it (None if none).
+#: the response and the exception DRF or ninja turned into it (None if none).
 RetainFunction = Callable[[HttpRequest, HttpResponseBase, Exception | None], bool]
 
 
@@ -885,6 +885,11 @@ def _authenticated_as(request: HttpRequest) -> tuple[Any, ...]:
 
 def _same_objects(first: tuple[Any, ...], second: tuple[Any, ...]) -> bool:
     return len(first) == len(second) and all(a is b for a, b in zip(first, second, strict=True))
+
+
+def note_handled_exception(request: HttpRequest, error: Exception) -> None:
+    """An integration's handlers (DRF's, ninja's) answered ``error``: a retain function sees it."""
+    setattr(django_request(request), HANDLED_EXCEPTION_ATTRIBUTE, error)
 
 
 def decide(request: HttpRequest, decision: str) -> None:

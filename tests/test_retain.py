@@ -166,7 +166,14 @@ def test_ninja_keeps_a_404_for_a_delete(alice_client: Client, store: dict[str, A
         first, retry = twice(alice_client, "DELETE", "/retain/ninja/bookings/999", "ninja-del")
     assert first.status_code == retry.status_code == 404
     assert retry["Idempotency-Replayed"] == "true"
+    assert downstream_views.ASKED == [(404, "HttpError")]
     assert Booking.objects.filter(slot="delete-attempt").count() == 1
+
+
+def test_ninja_asks_with_no_exception_for_a_returned_answer(alice_client: Client) -> None:
+    _, retry = twice(alice_client, "POST", "/retain/ninja/bookings?status=404", "ninja-post")
+    assert "Idempotency-Replayed" not in retry
+    assert downstream_views.ASKED == [(404, None), (404, None)]
 
 
 # -- the documentation's examples -----------------------------------------------------------

@@ -15,6 +15,7 @@ from typing import Any
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.http.response import HttpResponseBase
 from ninja import NinjaAPI, Status
+from ninja.errors import HttpError
 from ninja.security import django_auth
 from rest_framework import status, viewsets
 from rest_framework.decorators import api_view
@@ -161,9 +162,18 @@ class RetainingBookingViewSet(IdempotentMixin, viewsets.ViewSet):
 retaining_api = NinjaAPI(urls_namespace="retain-tests", auth=django_auth)
 
 
-@retaining_api.delete("/bookings/{pk}", response={204: None, 404: dict})
+@retaining_api.delete("/bookings/{pk}", response={204: None})
 @ninja_idempotent(retain=keep_deletes_not_found)
 def ninja_delete_booking(request: HttpRequest, pk: int) -> Any:
     Booking.objects.create(slot="delete-attempt", owner=request.user)
     deleted, _ = Booking.objects.filter(pk=pk, slot="retain").delete()
-    return Status(204, None) if deleted else Status(404, {"detail": "no such booking"})
+    if not deleted:
+        raise HttpError(404, "no such booking")
+    return Status(204, None)
+
+
+@retaining_api.post("/bookings", response={201: dict, 404: dict})
+@ninja_idempotent(retain=keep_deletes_not_found)
+def ninja_create_booking(request: HttpRequest, status: int = 201) -> Any:
+    booking = Booking.objects.create(slot="retain", owner=request.user)
+    return Status(status, {"id": booking.pk})
