@@ -14,6 +14,7 @@ router.register("bookings", views.RetainingBookingViewSet, basename="retaining")
 urlpatterns = [
     path("downstream/charge/", views.charge),
     path("downstream/middleware-charge/", views.middleware_charge),
+    path("downstream/async-charge/", views.async_charge),
     path("downstream/api-charge/", views.api_charge),
     path("downstream/hooks/<str:token>/", views.webhook_charge),
     path("downstream/ninja/", views.charges_api.urls),

@@ -63,6 +63,12 @@ def charge(request: HttpRequest) -> HttpResponse:
     return _charge(request)
 
 
+@idempotent(required=True)
+async def async_charge(request: HttpRequest) -> HttpResponse:
+    """No provider call: the key the view would send, from an ``async def`` view."""
+    return JsonResponse({"charge_key": downstream_key(request, "charge")}, status=201)
+
+
 def middleware_charge(request: HttpRequest) -> HttpResponse:
     """Protected by the middleware only."""
     return _charge(request)
