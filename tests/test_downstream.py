@@ -109,8 +109,9 @@ def test_a_replay_names_the_key_the_first_attempt_used(alice_client: Client) -> 
 def test_every_integration_derives_the_same_key_from_the_same_scope_and_key(
     alice_client: Client,
 ) -> None:
-    """@idempotent (sync and async), the middleware, DRF, ninja: one user's key names one call, however
-    the request came in (each run after the last one's record is forgotten)."""
+    """@idempotent (sync and async), the middleware, DRF, ninja: one user's key names
+    one call, however the request came in (each run after the last one's record is
+    forgotten)."""
     found = set()
     for url in (
         "/downstream/charge/",

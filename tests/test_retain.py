@@ -140,6 +140,19 @@ def test_a_5xx_is_never_kept_whatever_the_function_says(
     assert runs() == 2  # the retry ran the view again
 
 
+def test_a_retain_function_that_raises_fails_the_request_and_strands_no_key(
+    alice_client: Client, store: dict[str, Any]
+) -> None:
+    """As a view that raises: the error reaches Django, the key is given back."""
+    broken = {**store, "RETAIN_FUNCTION": "tests.testapp.downstream_views.broken_retain"}
+    with override_settings(IDEMPOTENCY=broken), pytest.raises(LookupError):
+        send(alice_client, "POST", "/retain/plain/", "broken")
+    with override_settings(IDEMPOTENCY={**store, "RETAIN_FUNCTION": KEEP_DELETES}):
+        retry = send(alice_client, "POST", "/retain/plain/", "broken")
+    assert retry.status_code == 201
+    assert "Idempotency-Replayed" not in retry
+
+
 # -- DRF and ninja ---------------------------------------------------------------------------
 
 

@@ -130,6 +130,12 @@ def keep_everything(
     return True
 
 
+def broken_retain(
+    request: HttpRequest, response: HttpResponseBase, exception: Exception | None
+) -> bool:
+    raise LookupError("a bug in the project's retain function")
+
+
 def booking_answer(request: HttpRequest) -> HttpResponse:
     """Books; answers ``?status=`` (201 by default). A DELETE of ``?missing=1`` raises 404."""
     if request.method == "DELETE" and request.GET.get("missing"):
