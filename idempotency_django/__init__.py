@@ -13,6 +13,8 @@ Where a request goes:
   that owns the key; ``attempt.finish(response)`` stores the answer (or
   ``attempt.abort()`` releases the key). The state lives in the configured
   store (:mod:`idempotency_django.stores`);
+* a protected view names the calls it makes to other ``Idempotency-Key``
+  APIs with :func:`idempotency_django.downstream.downstream_key`;
 * every refusal is a row of :data:`idempotency_django.problems.REFUSALS`,
   every decision one line of :mod:`idempotency_django.logs`.
 """
@@ -25,10 +27,18 @@ from typing import TYPE_CHECKING, Any
 #: version is unreleased: the changelog's "Unreleased" section is what it will be.
 __version__ = "0.3.0.dev0"
 
-__all__ = ["ViewOptions", "__version__", "idempotency_exempt", "idempotent", "lookup"]
+__all__ = [
+    "ViewOptions",
+    "__version__",
+    "downstream_key",
+    "idempotency_exempt",
+    "idempotent",
+    "lookup",
+]
 
 if TYPE_CHECKING:  # the names' own types, where a run imports them lazily
     from idempotency_django.decorators import idempotency_exempt, idempotent
+    from idempotency_django.downstream import downstream_key
     from idempotency_django.phases import ViewOptions
     from idempotency_django.state import lookup
 else:
@@ -43,6 +53,10 @@ else:
             from idempotency_django.state import lookup
 
             return lookup
+        if name == "downstream_key":
+            from idempotency_django.downstream import downstream_key
+
+            return downstream_key
         if name == "ViewOptions":
             from idempotency_django.phases import ViewOptions
 

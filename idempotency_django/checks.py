@@ -304,15 +304,17 @@ def check_transactions(**kwargs: Any) -> list[checks.CheckMessage]:
         if database.get("ATOMIC_REQUESTS")
     ]
     user = getattr(settings, SETTING_NAME, {})
-    retain = isinstance(user, dict) and user.get("RETAIN_CLIENT_ERRORS", False)
+    retain = isinstance(user, dict) and bool(
+        user.get("RETAIN_CLIENT_ERRORS", False) or user.get("RETAIN_FUNCTION")
+    )
     messages: list[checks.CheckMessage] = []
     if atomic and retain and "rest_framework" in getattr(settings, "INSTALLED_APPS", ()):
         messages.append(
             checks.Warning(
-                "RETAIN_CLIENT_ERRORS is on, but DRF rolls back the ATOMIC_REQUESTS "
-                "transaction of every 4xx raised as an APIException, and the reservation "
-                "with it: those answers are released, not retained (what DRF rolled back "
-                "did not happen, so a retry may run).",
+                "RETAIN_CLIENT_ERRORS or RETAIN_FUNCTION is on, but DRF rolls back the "
+                "ATOMIC_REQUESTS transaction of every 4xx raised as an APIException, and the "
+                "reservation with it: those answers are released, not retained (what DRF "
+                "rolled back did not happen, so a retry may run).",
                 hint="Nothing to do if that is what you want; a 4xx a view returns "
                 "without raising is retained.",
                 id="idempotency_django.W041",

@@ -69,6 +69,10 @@ DEFAULTS: dict[str, Any] = {
     # with the same key. True: keep 4xx too, except the statuses in
     # NEVER_RETAINED_CLIENT_ERRORS (401, 403, 408, 409, 429: they may succeed later).
     "RETAIN_CLIENT_ERRORS": False,
+    # Dotted path to a function(request, response, exception) -> bool that says
+    # whether a 1xx-4xx answer is kept, instead of RETAIN_CLIENT_ERRORS (a 5xx
+    # never is). exception: what DRF or ninja turned into the response, else None.
+    "RETAIN_FUNCTION": None,
     # 400 idempotency_key_missing when a request carries no key, on the views
     # that opted in (@idempotent, DRF); never on the admin or auth views.
     "REQUIRED": False,
@@ -170,6 +174,7 @@ IMPORT_STRINGS = frozenset(
         "WEBHOOK_BODY_ID_FUNCTION",
         "PROBLEM_RENDERER",
         "REPLAY_HOOK",
+        "RETAIN_FUNCTION",
     }
 )
 
@@ -203,6 +208,7 @@ class IdempotencySettings:
     MAX_KEYS_PER_PRINCIPAL: int | None
     MAX_FINGERPRINTED_BODY: int | None
     RETAIN_CLIENT_ERRORS: bool
+    RETAIN_FUNCTION: Callable[[Any, Any, Any], bool] | None
     REQUIRED: bool
     REQUIRED_PATHS: tuple[re.Pattern[str], ...]
     ATOMIC: bool

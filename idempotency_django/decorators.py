@@ -39,6 +39,7 @@ class IdempotentOptions(TypedDict, total=False):
     wait_for_in_progress: float | None
     fingerprint: Callable[[Any], str] | str | None
     scope: Callable[[Any], Any] | str | None
+    retain: Callable[[Any, Any, Any], bool] | str | None
 
 
 @overload
@@ -61,8 +62,10 @@ def idempotent(view: Any = None, **options: Unpack[IdempotentOptions]) -> Any:
     not kept. ``wait_for_in_progress``: seconds a duplicate waits for the
     request it duplicates. ``fingerprint`` and ``scope``: functions (or dotted
     paths) used instead of ``FINGERPRINT_FUNCTION`` and ``SCOPE_FUNCTION``, for
-    example [`json_fields`][idempotency_django.fingerprint.json_fields]. Each defaults
-    to the ``IDEMPOTENCY`` setting.
+    example [`json_fields`][idempotency_django.fingerprint.json_fields]. ``retain``:
+    a function ``(request, response, exception) -> bool`` (or its dotted path) that
+    says whether an answer is kept, used instead of ``RETAIN_FUNCTION`` (a 5xx never
+    is). Each defaults to the ``IDEMPOTENCY`` setting.
     """
     view_options = ViewOptions(**options)
 

@@ -31,6 +31,7 @@ from idempotency_django.marks import EXEMPT_ATTRIBUTE, OPTIONS_ATTRIBUTE
 from idempotency_django.phases import (
     Protection,
     ViewOptions,
+    note_handled_exception,
     protect,
     roll_back_open_transactions,
     transaction_block,
@@ -137,6 +138,7 @@ class IdempotentMixin:
             # DRF rolls back the ATOMIC_REQUESTS transactions of a handled
             # exception; ``atomic=True`` opened one of ours: the same rule.
             roll_back_open_transactions()
+            note_handled_exception(self.request, exc)  # type: ignore[attr-defined]
         return response
 
     def finalize_response(
@@ -171,6 +173,7 @@ def protect_drf_call(
             # DRF turns APIExceptions into responses; anything else re-raises.
             response = view.handle_exception(exc)
             roll_back_open_transactions()  # as in IdempotentMixin.handle_exception
+            note_handled_exception(request, exc)
         # Finalized here so that the response can be rendered, and stored, now.
         return view.finalize_response(request, response, *view.args, **view.kwargs)
 

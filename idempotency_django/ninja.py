@@ -66,7 +66,13 @@ from idempotency_django.openapi_contract import (
     replayed_header,
     same_request_description,
 )
-from idempotency_django.phases import ViewOptions, aprotect, protect, roll_back_open_transactions
+from idempotency_django.phases import (
+    ViewOptions,
+    aprotect,
+    note_handled_exception,
+    protect,
+    roll_back_open_transactions,
+)
 from idempotency_django.problems import PROBLEM_CONTENT_TYPE
 from idempotency_django.scope import Scope, location_of, principal_of
 
@@ -252,7 +258,9 @@ def _protected_function(
     def handled(request: HttpRequest, error: Exception) -> HttpResponseBase:
         # ninja's exception handlers answer HttpError, ValidationError, ...;
         # an error they do not handle is raised again, and releases the key.
-        return operation.api.on_exception(request, error)
+        response = operation.api.on_exception(request, error)
+        note_handled_exception(request, error)
+        return response
 
     if _is_async(operation):
 

@@ -92,8 +92,19 @@ ACTIVE_ATTRIBUTE = "_idempotency_active"
 #: Set on the Django request by phase 1: "protected" once a part of the
 #: library took charge of its key, "anonymous" when it let it through.
 DECISION_ATTRIBUTE = "_idempotency_decision"
+#: Set on the Django request by a claim: the :class:`RecordKey` the request
+#: holds (what :func:`idempotency_django.downstream.downstream_key` derives from).
+KEY_ATTRIBUTE = "_idempotency_key"
+#: Set on the Django request by :func:`note_handled_exception`: the exception
+#: DRF or ninja turned into the response, for a ``RETAIN_FUNCTION`` to look at.
+HANDLED_EXCEPTION_ATTRIBUTE = "_idempotency_handled_exception"
 #: The routes whose unprotected keyed requests were logged (once each).
 _LOGGED_UNPROTECTED: set[tuple[str, str]] = set()
+
+
+#: ``RETAIN_FUNCTION``: whether an answer is kept for replay, given the request,
+#: the response and the exception DRF or ninja turned into it (None if none).
+RetainFunction = Callable[[HttpRequest, HttpResponseBase, Exception | None], bool]
 
 
 @dataclass(frozen=True)
@@ -110,6 +121,8 @@ class ViewOptions:
     fingerprint: Callable[[HttpRequest], str] | str | None = None
     #: A function (or its dotted path) used instead of ``SCOPE_FUNCTION``.
     scope: Callable[[HttpRequest], Scope | None] | str | None = None
+    #: A function (or its dotted path) used instead of ``RETAIN_FUNCTION``.
+    retain: RetainFunction | str | None = None
 
 
 # -- running a view through the phases -----------------------------------------
@@ -466,6 +479,7 @@ class Attempt:
         self.log(logging.INFO, "reserved")
         self.send(signals.reserved)
         setattr(django_request(self.request), ACTIVE_ATTRIBUTE, True)
+        setattr(django_request(self.request), KEY_ATTRIBUTE, self.key)
         return self
 
     def over_key_limit(self) -> HttpResponseBase | None:
@@ -664,14 +678,30 @@ class Attempt:
             return "server_error"
         if self.principal_changed():
             return "principal_changed"
+        return None if self.retains(response) else "not_retained"
+
+    def retains(self, response: HttpResponseBase) -> bool:
+        """Whether an answer that may be kept (not a 5xx, not streamed) is.
+
+        The view's own choice first (its ``retain`` function, then its
+        ``retain_client_errors``), then the project's (``RETAIN_FUNCTION``, then
+        ``RETAIN_CLIENT_ERRORS``). Without a function 2xx/3xx are kept, and 4xx
+        when client errors are, except :data:`NEVER_RETAINED_CLIENT_ERRORS`.
+        """
+        project = idempotency_settings.RETAIN_FUNCTION
+        retain = _function(
+            self.options.retain, project if self.options.retain_client_errors is None else None
+        )
+        if retain is not None:
+            handled = getattr(django_request(self.request), HANDLED_EXCEPTION_ATTRIBUTE, None)
+            return bool(retain(self.request, response, handled))
+        status = response.status_code
         if status < 400:
-            return None
+            return True
         keep_client_errors = _option(
             self.options.retain_client_errors, idempotency_settings.RETAIN_CLIENT_ERRORS
         )
-        if keep_client_errors and status not in NEVER_RETAINED_CLIENT_ERRORS:
-            return None
-        return "not_retained"
+        return bool(keep_client_errors) and status not in NEVER_RETAINED_CLIENT_ERRORS
 
     def principal_changed(self) -> bool:
         """The view authenticated someone else than the key was claimed for.
@@ -878,6 +908,11 @@ def _same_objects(first: tuple[Any, ...], second: tuple[Any, ...]) -> bool:
     return len(first) == len(second) and all(a is b for a, b in zip(first, second, strict=True))
 
 
+def note_handled_exception(request: HttpRequest, error: Exception) -> None:
+    """An integration's handlers (DRF's, ninja's) answered ``error``: a retain function sees it."""
+    setattr(django_request(request), HANDLED_EXCEPTION_ATTRIBUTE, error)
+
+
 def decide(request: HttpRequest, decision: str) -> None:
     """Note what became of the request's key: "protected" or "anonymous"."""
     setattr(django_request(request), DECISION_ATTRIBUTE, decision)
@@ -929,7 +964,7 @@ def roll_back_open_transactions() -> None:
     _roll_back(_open_transactions())
 
 
-def _function(value: Callable[..., Any] | str | None, default: Callable[..., Any]) -> Any:
+def _function(value: Callable[..., Any] | str | None, default: Callable[..., Any] | None) -> Any:
     """A view's own function (given itself or by dotted path), else the setting's."""
     if value is None:
         return default

@@ -62,3 +62,21 @@ def book_slot(request):
 
 
 # --8<-- [end:fingerprint]
+
+
+# --8<-- [start:retain]
+def retryable_unprocessable(request, response, exception):
+    """A 422 here says "fix the form and send it again": never keep it; keep the rest."""
+    return response.status_code != 422
+
+
+@idempotent(retain=retryable_unprocessable)
+def submit_application(request):
+    payload = json.loads(request.body)
+    if not payload.get("name"):
+        return JsonResponse({"detail": "A name is required."}, status=422)
+    Booking.objects.create(slot="application", customer=payload["name"], owner=request.user)
+    return JsonResponse({"submitted": True}, status=201)
+
+
+# --8<-- [end:retain]

@@ -25,6 +25,7 @@ IDEMPOTENCY = {
     "MAX_KEYS_PER_PRINCIPAL": 1000,
     "MAX_FINGERPRINTED_BODY": 10 * 1024 * 1024,
     "RETAIN_CLIENT_ERRORS": False,
+    "RETAIN_FUNCTION": None,
     "REQUIRED": False,
     "REQUIRED_PATHS": (),
     "ATOMIC": False,
@@ -135,6 +136,22 @@ IDEMPOTENCY = {
 
 BODY_ID_FUNCTION = {"WEBHOOK_BODY_ID_FUNCTION": f"{__name__}.paddle_notification_id"}
 
+
+# --8<-- [start:retain_function]
+def keep_not_found_deletes(request, response, exception):
+    """For RETAIN_FUNCTION: keep 2xx and 3xx, and a DELETE's 404 (it is gone either way)."""
+    if request.method == "DELETE" and response.status_code == 404:
+        return True
+    return response.status_code < 400
+
+
+IDEMPOTENCY = {
+    "RETAIN_FUNCTION": "myproject.idempotency.keep_not_found_deletes",
+}
+# --8<-- [end:retain_function]
+
+RETAIN_FUNCTION = {"RETAIN_FUNCTION": f"{__name__}.keep_not_found_deletes"}
+
 # --8<-- [start:database_store]
 IDEMPOTENCY = {
     "STORE": "database",
@@ -197,6 +214,7 @@ EXAMPLES: dict[str, dict[str, Any]] = {
     "webhook_headers": WEBHOOK_HEADERS,
     "stripe": STRIPE,
     "body_id_function": BODY_ID_FUNCTION,
+    "retain_function": RETAIN_FUNCTION,
     "database_store": DATABASE_STORE,
     "encryption": ENCRYPTION,
 }
