@@ -44,6 +44,7 @@ def _example_env(database_url: str, backend: str = "db", **more: str) -> dict[st
 STORES = {
     "sqlite": _example_env(f"sqlite:///{SQLITE_PATH}"),
     "postgres": _example_env(PG_URL),
+    "postgres_async_claim": _example_env(PG_URL, EXAMPLE_ASYNC_CLAIM_COMMIT="1"),
     "redis": _example_env(PG_URL, "redis", REDIS_URL=REDIS_URL),
     "memory": _example_env("sqlite://:memory:", BENCH_MEMORY="1"),
     "memory_quiet": _example_env("sqlite://:memory:", BENCH_MEMORY="1", BENCH_LOG_LEVEL="WARNING"),
@@ -70,6 +71,7 @@ STORES.update({f"{name}_encrypted": _encrypted(env) for name, env in list(STORES
 STORE_LABELS = {
     "sqlite": "database store, SQLite",
     "postgres": "database store, PostgreSQL",
+    "postgres_async_claim": "the same, async_claim_commit",
     "redis": "Redis store (PostgreSQL for the app)",
     "memory": "in-memory store (the library's own Python)",
     "memory_quiet": "the same, its INFO log records not enabled",

@@ -75,10 +75,16 @@ class DatabaseStore(BaseStore):
 
     counts_keys = True
 
-    def __init__(self, database: str = DEFAULT_DB_ALIAS, **options: Any) -> None:
+    def __init__(
+        self, database: str = DEFAULT_DB_ALIAS, async_claim_commit: bool = False, **options: Any
+    ) -> None:
         super().__init__(**options)
         self.alias = database
         self.database_alias = database
+        #: PostgreSQL: a claim outside a transaction commits without waiting for
+        #: the disk; the work's or the completion's commit flushes it. Off by
+        #: default: unsafe behind a pooler in transaction mode (docs/stores.md).
+        self.async_claim_commit = async_claim_commit
 
     # -- the contract -------------------------------------------------------
 
@@ -87,6 +93,7 @@ class DatabaseStore(BaseStore):
         sql = _statements(connection)
         token = uuid.uuid4().hex
         in_transaction = _in_request_transaction(connection)
+        wait = in_transaction or not self.async_claim_commit
         with _unavailable_on_error():
             if in_transaction and sql.lock is not None:
                 with connection.cursor() as cursor:
@@ -112,14 +119,14 @@ class DatabaseStore(BaseStore):
                         raise
                     if row is None and _insert(connection, key, request, token, lock_timeout):
                         return Claim(Outcome.CLAIMED, token=token)
-                elif _insert(connection, key, request, token, lock_timeout):
+                elif _insert(connection, key, request, token, lock_timeout, wait=wait):
                     return Claim(Outcome.CLAIMED, token=token)
                 else:
                     row = _read(connection, sql.read, key)
                 if row is None:
                     continue  # released or purged since our INSERT: try again
                 if row.expired:
-                    if _take_over(connection, row, request, token, lock_timeout):
+                    if _take_over(connection, row, request, token, lock_timeout, wait=wait):
                         return Claim(
                             Outcome.CLAIMED, token=token, took_over=row.state == IN_PROGRESS
                         )
@@ -403,6 +410,11 @@ class _Statements:
     #: PostgreSQL inside a transaction: try the key's advisory lock.
     lock: str | None
     take_over: str
+    #: PostgreSQL: the INSERT and the takeover of a claim made outside a
+    #: transaction, whose commit does not wait for the disk (``SET LOCAL
+    #: synchronous_commit = off`` within the statement's own transaction).
+    insert_or_nothing_no_wait: str | None
+    take_over_no_wait: str | None
     complete: str
     renew: str
     release: str
@@ -494,6 +506,19 @@ def _statements(connection: BaseDatabaseWrapper) -> _Statements:
         + [f"{column('created_at')} = {now}", f"{column('completed_at')} = NULL"]
         + [f"{column('expires_at')} = {later}"]
     )
+    take_over = (
+        f"UPDATE {table} SET {take_over_sets} WHERE {column('id')} = %s "
+        f"AND {column('token')} = %s AND {column('state')} = %s "
+        f"AND {column('expires_at')} <= {now}"
+    )
+    insert_no_wait = take_over_no_wait = None
+    if vendor == "postgresql":
+        # Any later synchronous commit on the server flushes the log up to it.
+        no_wait = "(SELECT set_config('synchronous_commit', 'off', true)) AS commit_without_wait"
+        insert_no_wait = insert_or_nothing.replace(
+            f" VALUES ({values})", f" SELECT {values} FROM {no_wait}", 1
+        )
+        take_over_no_wait = take_over.replace(" WHERE ", f" FROM {no_wait} WHERE ", 1)
     statements = _Statements(
         now=now,
         insert=insert,
@@ -501,11 +526,9 @@ def _statements(connection: BaseDatabaseWrapper) -> _Statements:
         read=read,
         read_locked=_read_locked(connection, read),
         lock="SELECT pg_try_advisory_xact_lock(%s)" if vendor == "postgresql" else None,
-        take_over=(
-            f"UPDATE {table} SET {take_over_sets} WHERE {column('id')} = %s "
-            f"AND {column('token')} = %s AND {column('state')} = %s "
-            f"AND {column('expires_at')} <= {now}"
-        ),
+        take_over=take_over,
+        insert_or_nothing_no_wait=insert_no_wait,
+        take_over_no_wait=take_over_no_wait,
         complete=(
             f"UPDATE {table} SET {column('state')} = '{COMPLETED}', "
             f"{column('status_code')} = %s, {column('response_headers')} = %s, "
@@ -572,9 +595,14 @@ def _insert(
     seconds: int,
     *,
     completed: StoredResponse | None = None,
+    wait: bool = True,
 ) -> bool:
-    """INSERT a reservation (or a completed record) unless the key has a row; True if it did."""
+    """INSERT a reservation (or a completed record) unless the key has a row; True if it did.
+
+    ``wait=False``: on PostgreSQL, its commit does not wait for the disk.
+    """
     sql = _statements(connection)
+    statement = sql.insert_or_nothing if wait else sql.insert_or_nothing_no_wait
     params = [
         *_key_values(key),
         *_request_values(request, token, completed),
@@ -582,7 +610,7 @@ def _insert(
         *_seconds(connection, seconds),
     ]
     with connection.cursor() as cursor:
-        cursor.execute(sql.insert_or_nothing, params)
+        cursor.execute(statement or sql.insert_or_nothing, params)
         return bool(cursor.rowcount)
 
 
@@ -601,12 +629,19 @@ def _take_over(
     request: RequestInfo,
     token: str,
     lock_timeout: int,
+    *,
+    wait: bool = True,
 ) -> bool:
-    """Make an expired row our reservation, unless another request changed it first."""
+    """Make an expired row our reservation, unless another request changed it first.
+
+    ``wait=False``: on PostgreSQL, its commit does not wait for the disk.
+    """
+    sql = _statements(connection)
+    statement = sql.take_over if wait else sql.take_over_no_wait
     values = _request_values(request, token)
     params = [*values, *_seconds(connection, lock_timeout), row.pk, row.token, row.state]
     with connection.cursor() as cursor:
-        cursor.execute(_statements(connection).take_over, params)
+        cursor.execute(statement or sql.take_over, params)
         return bool(cursor.rowcount)
 
 

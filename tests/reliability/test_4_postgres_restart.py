@@ -6,6 +6,7 @@ machine's shared server. Both stores keep their bookings in it.
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator
 
@@ -112,3 +113,99 @@ def test_postgres_crash_under_atomic_requests_books_each_key_once(
     assert not verdict.problems, verdict.problems[:20]
     assert verdict.found == verdict.keys
     assert not unanswered, unanswered[:5]
+
+
+#: Requests parked in the view at once: the server's one worker has as many threads.
+PARKED = 8
+
+
+@pytest.fixture(scope="module")
+def lazy_cluster() -> Iterator[harness.PgCluster]:
+    """A cluster whose WAL writer runs every 10 s: only a synchronous commit flushes sooner."""
+    cluster = harness.PgCluster(wal_writer_delay="10s")
+    try:
+        cluster.init()
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.destroy()
+
+
+def test_postgres_crash_between_claims_and_completions_books_each_key_once(
+    lazy_cluster: harness.PgCluster,
+) -> None:
+    """A crash (immediate stop) while 8 autocommit requests sit between claim and completion.
+
+    Without ATOMIC_REQUESTS, with ``async_claim_commit``, a claim commits on its
+    own without waiting for the disk (docs/stores.md, "The claim's commit"). Every
+    request is parked in the view (a 2 s booking, before its INSERT) when
+    PostgreSQL crashes; with the WAL writer asleep, claims no later commit flushed
+    are lost. The parked requests then fail on their dead connection, and the
+    retries book: a lost claim lets its retry in at once, a kept one after
+    LOCK_TIMEOUT. Each key books once.
+    """
+    cluster = lazy_cluster
+    db = harness.PgDatabase(port=cluster.port)
+    db.create()
+    prefix = f"claims-{uuid.uuid4().hex[:6]}"
+    keys = [f"{prefix}-{index:02d}" for index in range(PARKED)]
+    replies: dict[str, list[harness.Reply]] = {key: [] for key in keys}
+
+    def reservations() -> int:
+        rows = db.query(
+            f"SELECT count(*) FROM {harness.RECORD_TABLE} WHERE key LIKE %s "
+            "AND state = 'in_progress'",
+            (f"{prefix}-%",),
+        )
+        return int(rows[0][0])
+
+    with harness.stack(
+        "pg-crash-claims",
+        "db-postgres",
+        db=db,
+        lock_timeout=LOCK_TIMEOUT_S,
+        delay_ms=2000,
+        workers=1,
+        threads=PARKED,
+        extra_env={"EXAMPLE_ASYNC_CLAIM_COMMIT": "1"},
+    ) as stack:
+        user = stack.users["alice"]
+        first = [
+            threading.Thread(
+                target=lambda key=key: replies[key].append(harness.post_booking(stack, user, key)),
+                daemon=True,
+            )
+            for key in keys
+        ]
+        for thread in first:
+            thread.start()
+        harness.wait_until(lambda: reservations() == PARKED, 10, what="every claim")
+        cluster.crash()
+        cluster.start()
+        kept = reservations()
+        for thread in first:
+            thread.join(timeout=60)
+        first_answers = harness.statuses(answers[0] for answers in replies.values() if answers)
+        harness.settle(stack, user, replies)
+        verdict = harness.verify(db, replies)
+    unanswered = db.query(
+        "SELECT b.customer FROM bookings_booking b WHERE NOT EXISTS ("
+        " SELECT 1 FROM idempotency_django_idempotencyrecord r"
+        " WHERE r.key = b.customer AND r.state = 'completed')"
+    )
+    everything = [reply for answers in replies.values() for reply in answers]
+    harness.record_verdict(
+        "4 PostgreSQL crashed between claims and completions (immediate stop), "
+        "autocommit, async_claim_commit",
+        STORE_LABELS["db-postgres"],
+        everything,
+        verdict,
+        note=f"{PARKED} claims made, {kept} kept by the crash; first answers: "
+        + ", ".join(f"{n} x {label}" for label, n in first_answers.items())
+        + f"; bookings without a completed record: {len(unanswered)}",
+    )
+    assert not verdict.problems, verdict.problems[:20]
+    assert verdict.found == verdict.keys == PARKED
+    assert not unanswered, unanswered[:5]
+    # The claims did not wait for the disk: the crash lost some of them.
+    assert kept < PARKED
