@@ -27,7 +27,6 @@ import contextlib
 import json
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -56,6 +55,7 @@ from idempotency_django.stores.base import (
     StoredResponse,
     StoreUnavailable,
 )
+from idempotency_django.stores.database_sql import later_params, statements
 
 State = IdempotencyRecord.State
 IN_PROGRESS = str(State.IN_PROGRESS)
@@ -90,7 +90,7 @@ class DatabaseStore(BaseStore):
 
     def claim(self, key: RecordKey, request: RequestInfo, lock_timeout: int) -> Claim:
         connection = connections[self.alias]
-        sql = _statements(connection)
+        sql = statements(connection)
         token = uuid.uuid4().hex
         in_transaction = _in_request_transaction(connection)
         wait = in_transaction or not self.async_claim_commit
@@ -137,7 +137,7 @@ class DatabaseStore(BaseStore):
     def peek(self, key: RecordKey) -> Outcome | None:
         connection = connections[self.alias]
         with _unavailable_on_error():
-            row = _read(connection, _statements(connection).read, key)
+            row = _read(connection, statements(connection).read, key)
         if row is None or row.expired:
             return None
         return Outcome.REPLAY if row.state == COMPLETED else Outcome.IN_PROGRESS
@@ -145,7 +145,7 @@ class DatabaseStore(BaseStore):
     def lookup(self, key: RecordKey) -> KeyState | None:
         connection = connections[self.alias]
         with _unavailable_on_error(), connection.cursor() as cursor:
-            cursor.execute(_statements(connection).lookup, _scope(key))
+            cursor.execute(statements(connection).lookup, _scope(key))
             row = cursor.fetchone()
         if row is None:
             return None
@@ -159,7 +159,7 @@ class DatabaseStore(BaseStore):
         # A reservation made inside another request's transaction is not
         # visible yet: ask for the lock that transaction holds on the key.
         connection = connections[self.alias]
-        sql = _statements(connection)
+        sql = statements(connection)
         with _unavailable_on_error():
             if not _in_request_transaction(connection):
                 if sql.lock is not None:
@@ -188,14 +188,14 @@ class DatabaseStore(BaseStore):
         # Inside the view's transaction when there is one: that is what makes
         # the stored response commit exactly when the work does.
         connection = connections[self.alias]
-        sql = _statements(connection)
+        sql = statements(connection)
         response = seal(response)
         completed = [
             response.status,
             _json(response.headers),
             bytes(response.body),
             response.body_omitted,
-            *_seconds(connection, retention),
+            *later_params(connection, retention),
         ]
         with _unavailable_on_error(), connection.cursor() as cursor:
             cursor.execute(sql.complete, [*completed, *_scope(key), token, IN_PROGRESS])
@@ -210,13 +210,13 @@ class DatabaseStore(BaseStore):
     def release(self, key: RecordKey, token: str) -> None:
         connection = connections[self.alias]
         with _unavailable_on_error(), connection.cursor() as cursor:
-            cursor.execute(_statements(connection).release, [*_scope(key), token, IN_PROGRESS])
+            cursor.execute(statements(connection).release, [*_scope(key), token, IN_PROGRESS])
 
     def renew(self, key: RecordKey, token: str, lock_timeout: int, request: RequestInfo) -> bool:
         connection = connections[self.alias]
-        params = [*_seconds(connection, lock_timeout), *_scope(key), token, IN_PROGRESS]
+        params = [*later_params(connection, lock_timeout), *_scope(key), token, IN_PROGRESS]
         with _unavailable_on_error(), connection.cursor() as cursor:
-            cursor.execute(_statements(connection).renew, params)
+            cursor.execute(statements(connection).renew, params)
             if cursor.rowcount:
                 return True
             # Our reservation is gone (purged after its lock timeout): make it
@@ -227,7 +227,7 @@ class DatabaseStore(BaseStore):
         connection = connections[self.alias]
         params = [readable_value(key.principal), key.digest]
         with _unavailable_on_error(), connection.cursor() as cursor:
-            cursor.execute(_statements(connection).count_keys, params)
+            cursor.execute(statements(connection).count_keys, params)
             others, first_expiry, now = cursor.fetchone()
         if not others:
             return 1, None
@@ -246,7 +246,7 @@ class DatabaseStore(BaseStore):
         connection = connections[self.alias]
         with connection.cursor() as cursor:
             # Parameters (none) so that every backend unescapes the SQL's %%.
-            cursor.execute(f"SELECT {_statements(connection).now}", [])
+            cursor.execute(f"SELECT {statements(connection).now}", [])
             return _datetime(connection, cursor.fetchone()[0])
 
     def check(self) -> list[checks.CheckMessage]:
@@ -385,183 +385,8 @@ def _lock_id(key: RecordKey) -> int:
     return int.from_bytes(bytes.fromhex(key.digest[:16]), "big", signed=True)
 
 
-def _seconds(connection: BaseDatabaseWrapper, seconds: int) -> list[Any]:
-    """The parameters of a ``now + seconds`` expression (repeated where the SQL needs it)."""
-    if connection.vendor == "sqlite":
-        return [f"+{int(seconds)} seconds"]
-    return [int(seconds)]
-
-
-# -- SQL ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Statements:
-    """The SQL of every claim, built once per database vendor."""
-
-    now: str
-    insert: str
-    #: INSERT that does nothing when the key has a row.
-    insert_or_nothing: str
-    read: str
-    #: MariaDB/MySQL inside a transaction: the read that fails at once on a
-    #: row another transaction is writing.
-    read_locked: str | None
-    #: PostgreSQL inside a transaction: try the key's advisory lock.
-    lock: str | None
-    take_over: str
-    #: PostgreSQL: the INSERT and the takeover of a claim made outside a
-    #: transaction, whose commit does not wait for the disk (``SET LOCAL
-    #: synchronous_commit = off`` within the statement's own transaction).
-    insert_or_nothing_no_wait: str | None
-    take_over_no_wait: str | None
-    complete: str
-    renew: str
-    release: str
-    #: A principal's other live keys, the first expiry among them, and the time now.
-    count_keys: str
-    #: A live record's state, status and expiry, and the time now.
-    lookup: str
-
-
-_statements_by_vendor: dict[str, _Statements] = {}
-
-#: The columns that name a new row's key, in statement order.
-_KEY_COLUMNS = ("digest", "principal", "location", "key")
-#: The record's columns a new row (or a takeover) gets from the request.
-_REQUEST_COLUMNS = (
-    "fingerprint",
-    "method",
-    "path",
-    "request_id",
-    "kind",
-    "source",
-    "token",
-    "state",
-    "status_code",
-    "response_headers",
-    "response_body",
-    "body_omitted",
-)
-
-
-def _statements(connection: BaseDatabaseWrapper) -> _Statements:
-    try:
-        return _statements_by_vendor[connection.display_name]
-    except KeyError:
-        pass
-    quote = connection.ops.quote_name
-    fields = {field.name: field for field in IdempotencyRecord._meta.concrete_fields}
-
-    def column(name: str) -> str:
-        return quote(str(fields[name].column))
-
-    table = quote(IdempotencyRecord._meta.db_table)
-    vendor = connection.vendor
-    if vendor == "postgresql":
-        now = "statement_timestamp()"
-        later = "(statement_timestamp() + %s * INTERVAL '1 second')"
-    elif vendor == "mysql":
-        now = "UTC_TIMESTAMP(6)"
-        later = "(UTC_TIMESTAMP(6) + INTERVAL %s SECOND)"
-    elif vendor == "sqlite":
-        # Django stores SQLite datetimes as ISO text in UTC: the same format.
-        now = "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')"
-        later = "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', %s)"
-    else:
-        raise StoreUnavailable(f"The database store does not support {vendor!r}.")
-
-    key_is = f"{column('digest')} = %s"
-    owned = f"{key_is} AND {column('token')} = %s AND {column('state')} = %s"
-    columns = [*_KEY_COLUMNS, *_REQUEST_COLUMNS, "created_at", "completed_at", "expires_at"]
-    values = ", ".join(
-        ["%s"] * (len(_KEY_COLUMNS) + len(_REQUEST_COLUMNS))
-        + [now, f"CASE WHEN %s = 1 THEN {now} END", later]
-    )
-    insert = f"INSERT INTO {table} ({', '.join(map(column, columns))}) VALUES ({values})"
-    # No failed statement on a replay: no "duplicate key" error in the
-    # server's log, and no savepoint needed inside a transaction.
-    if vendor == "mysql":
-        # IGNORE also turns other errors into warnings; every value is cut
-        # to its column's length, so only the duplicate key is left to ignore.
-        insert_or_nothing = insert.replace("INSERT INTO", "INSERT IGNORE INTO", 1)
-    else:
-        insert_or_nothing = f"{insert} ON CONFLICT ({column('digest')}) DO NOTHING"
-    read_columns = ", ".join(
-        [
-            column("id"),
-            column("token"),
-            column("fingerprint"),
-            column("state"),
-            f"{column('expires_at')} <= {now}",
-            column("status_code"),
-            column("response_headers"),
-            column("response_body"),
-            column("body_omitted"),
-        ]
-    )
-    read = f"SELECT {read_columns} FROM {table} WHERE {key_is}"
-    take_over_sets = ", ".join(
-        [f"{column(name)} = %s" for name in _REQUEST_COLUMNS]
-        + [f"{column('created_at')} = {now}", f"{column('completed_at')} = NULL"]
-        + [f"{column('expires_at')} = {later}"]
-    )
-    take_over = (
-        f"UPDATE {table} SET {take_over_sets} WHERE {column('id')} = %s "
-        f"AND {column('token')} = %s AND {column('state')} = %s "
-        f"AND {column('expires_at')} <= {now}"
-    )
-    insert_no_wait = take_over_no_wait = None
-    if vendor == "postgresql":
-        # Any later synchronous commit on the server flushes the log up to it.
-        no_wait = "(SELECT set_config('synchronous_commit', 'off', true)) AS commit_without_wait"
-        insert_no_wait = insert_or_nothing.replace(
-            f" VALUES ({values})", f" SELECT {values} FROM {no_wait}", 1
-        )
-        take_over_no_wait = take_over.replace(" WHERE ", f" FROM {no_wait} WHERE ", 1)
-    statements = _Statements(
-        now=now,
-        insert=insert,
-        insert_or_nothing=insert_or_nothing,
-        read=read,
-        read_locked=_read_locked(connection, read),
-        lock="SELECT pg_try_advisory_xact_lock(%s)" if vendor == "postgresql" else None,
-        take_over=take_over,
-        insert_or_nothing_no_wait=insert_no_wait,
-        take_over_no_wait=take_over_no_wait,
-        complete=(
-            f"UPDATE {table} SET {column('state')} = '{COMPLETED}', "
-            f"{column('status_code')} = %s, {column('response_headers')} = %s, "
-            f"{column('response_body')} = %s, {column('body_omitted')} = %s, "
-            f"{column('completed_at')} = {now}, "
-            f"{column('expires_at')} = {later} WHERE {owned}"
-        ),
-        renew=f"UPDATE {table} SET {column('expires_at')} = {later} WHERE {owned}",
-        release=f"DELETE FROM {table} WHERE {owned}",
-        lookup=(
-            f"SELECT {column('state')}, {column('status_code')}, {column('expires_at')}, {now} "
-            f"FROM {table} WHERE {key_is} AND {column('expires_at')} > {now}"
-        ),
-        count_keys=(
-            f"SELECT COUNT(*), MIN({column('expires_at')}), {now} FROM {table} "
-            f"WHERE {column('principal')} = %s AND {column('digest')} <> %s "
-            f"AND {column('kind')} = 'request' AND {column('expires_at')} > {now}"
-        ),
-    )
-    _statements_by_vendor[connection.display_name] = statements
-    return statements
-
-
-def _read_locked(connection: BaseDatabaseWrapper, read: str) -> str | None:
-    if connection.vendor != "mysql":
-        return None
-    if getattr(connection, "mysql_is_mariadb", False):
-        return f"{read} LOCK IN SHARE MODE NOWAIT"
-    return f"{read} FOR SHARE NOWAIT"
-
-
 def _key_values(key: RecordKey) -> list[str]:
-    """The values of :data:`_KEY_COLUMNS`."""
+    """The values of :data:`~idempotency_django.stores.database_sql.KEY_COLUMNS`."""
     return [key.digest, readable_value(key.principal), readable_value(key.location), key.key]
 
 
@@ -570,7 +395,7 @@ def _request_values(
     token: str,
     completed: StoredResponse | None = None,
 ) -> list[Any]:
-    """The values of :data:`_REQUEST_COLUMNS`, cut to the columns' lengths."""
+    """The values of :data:`~idempotency_django.stores.database_sql.REQUEST_COLUMNS`, cut."""
     return [
         request.fingerprint[:128],
         request.method,
@@ -601,13 +426,13 @@ def _insert(
 
     ``wait=False``: on PostgreSQL, its commit does not wait for the disk.
     """
-    sql = _statements(connection)
+    sql = statements(connection)
     statement = sql.insert_or_nothing if wait else sql.insert_or_nothing_no_wait
     params = [
         *_key_values(key),
         *_request_values(request, token, completed),
         1 if completed is not None else 0,  # completed_at: the database's now, or NULL
-        *_seconds(connection, seconds),
+        *later_params(connection, seconds),
     ]
     with connection.cursor() as cursor:
         cursor.execute(statement or sql.insert_or_nothing, params)
@@ -636,10 +461,10 @@ def _take_over(
 
     ``wait=False``: on PostgreSQL, its commit does not wait for the disk.
     """
-    sql = _statements(connection)
+    sql = statements(connection)
     statement = sql.take_over if wait else sql.take_over_no_wait
     values = _request_values(request, token)
-    params = [*values, *_seconds(connection, lock_timeout), row.pk, row.token, row.state]
+    params = [*values, *later_params(connection, lock_timeout), row.pk, row.token, row.state]
     with connection.cursor() as cursor:
         cursor.execute(statement or sql.take_over, params)
         return bool(cursor.rowcount)
