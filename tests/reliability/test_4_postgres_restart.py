@@ -74,11 +74,9 @@ def test_postgres_crash_under_atomic_requests_books_each_key_once(
 ) -> None:
     """A crash (immediate stop, then recovery from the WAL) with ATOMIC_REQUESTS.
 
-    Reservations commit without waiting for their WAL to reach the disk; the
-    view's own commit, which carries the booking and its stored response,
-    flushes them with it. So a crash may lose reservations, never a stored
-    response whose booking survived: every key books once, and every booking
-    has its completed record.
+    The reservation, the booking and its stored response are one transaction:
+    a crash may lose it whole, never a stored response whose booking survived.
+    Every key books once, and every booking has its completed record.
     """
     db = harness.PgDatabase(port=cluster.port)
     db.create()
