@@ -207,3 +207,72 @@ def test_postgres_crash_between_claims_and_completions_books_each_key_once(
     assert not unanswered, unanswered[:5]
     # The claims did not wait for the disk: the crash lost some of them.
     assert kept < PARKED
+
+
+@pytest.mark.parametrize("async_claim", [False, True], ids=["claims-wait", "async-claims"])
+def test_postgres_crash_behind_a_transaction_pooler(
+    lazy_cluster: harness.PgCluster, async_claim: bool
+) -> None:
+    """Why ``async_claim_commit`` is off by default: pgbouncer in transaction mode.
+
+    The app reaches PostgreSQL through pgbouncer (``pool_mode = transaction``).
+    A booking is parked in the view when PostgreSQL crashes; pgbouncer keeps the
+    app's connection, so the parked request goes on after the recovery. A
+    duplicate sent then finds the key held if the claim waited for the disk
+    (409, one booking), and free if it did not: the two run, two bookings.
+    """
+    from tests.real_stack.pgbouncer import pgbouncer
+
+    cluster = lazy_cluster
+    db = harness.PgDatabase(port=cluster.port)
+    db.create()
+    key = f"pooled-{uuid.uuid4().hex[:8]}"
+    upstream = {"HOST": "127.0.0.1", "PORT": cluster.port, "USER": "postgres"}
+    with pgbouncer(db.name, upstream, pool_size=4) as bouncer:
+        pooled = harness.PgDatabase(port=bouncer.port)
+        pooled.name, pooled.url = db.name, db.url.replace(str(cluster.port), str(bouncer.port))
+        with harness.stack(
+            f"pg-crash-pooler-{'async' if async_claim else 'wait'}",
+            "db-postgres",
+            db=pooled,
+            lock_timeout=60,
+            delay_ms=3000,
+            workers=1,
+            threads=4,
+            extra_env={"EXAMPLE_ASYNC_CLAIM_COMMIT": "1" if async_claim else "0"},
+        ) as stack:
+            user = stack.users["alice"]
+            first: list[harness.Reply] = []
+            thread = threading.Thread(
+                target=lambda: first.append(harness.post_booking(stack, user, key)), daemon=True
+            )
+            thread.start()
+            harness.wait_until(
+                lambda: stack.record_exists("alice", "L1", key), 10, what="the claim"
+            )
+            cluster.crash()
+            cluster.start()
+            kept = stack.record_exists("alice", "L1", key)
+            duplicate = harness.post_booking(stack, user, key)
+            thread.join(timeout=30)
+            bookings = len(db.bookings_by_customer().get(key, []))
+    harness.record(
+        harness.Row(
+            "4 PostgreSQL crashed behind pgbouncer (transaction mode), a duplicate after it",
+            f"database (PostgreSQL), async_claim_commit {'on' if async_claim else 'off'}",
+            2,
+            1,
+            bookings,
+            harness.five_xx([*first, duplicate]),
+            int(bookings == 0),
+            max(0, bookings - 1),
+            note=f"claim kept by the crash: {kept}; first request {first[0].status if first else 0}"
+            f", duplicate {duplicate.status} {duplicate.code or ''}".rstrip()
+            + ("; documented: the reason the option is off by default" if async_claim else ""),
+        )
+    )
+    if async_claim:
+        assert not kept and duplicate.status == 201 and bookings == 2
+    else:
+        assert kept and duplicate.status == 409 and bookings == 1
+        assert first and first[0].status == 201
