@@ -21,12 +21,10 @@ from idempotency_django.models import IdempotencyRecord
 from idempotency_django.stores import Outcome, RecordKey, RequestInfo, get_store
 from idempotency_django.stores.database import DatabaseStore
 
-pytestmark = [
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif(
-        connection.vendor != "postgresql", reason="synchronous_commit is PostgreSQL's"
-    ),
-]
+postgresql_only = pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="synchronous_commit is PostgreSQL's"
+)
+pytestmark = pytest.mark.django_db(transaction=True)
 
 REQUEST = RequestInfo(method="POST", path="/bookings/", fingerprint="f" * 64)
 TABLE = IdempotencyRecord._meta.db_table
@@ -63,6 +61,7 @@ def session_commit_mode() -> str:
         return str(cursor.fetchone()[0])
 
 
+@postgresql_only
 @pytest.mark.usefixtures("commit_mode_in_request_id")
 def test_a_claim_in_autocommit_does_not_wait_and_the_next_commit_does() -> None:
     key = RecordKey("alice", "", "k1")
@@ -74,6 +73,7 @@ def test_a_claim_in_autocommit_does_not_wait_and_the_next_commit_does() -> None:
     assert session_commit_mode() == "on"
 
 
+@postgresql_only
 @pytest.mark.usefixtures("commit_mode_in_request_id")
 def test_a_takeover_in_autocommit_does_not_wait() -> None:
     key = RecordKey("alice", "", "k2")
@@ -88,6 +88,7 @@ def test_a_takeover_in_autocommit_does_not_wait() -> None:
     assert session_commit_mode() == "on"
 
 
+@postgresql_only
 @pytest.mark.usefixtures("commit_mode_in_request_id")
 def test_a_claim_in_a_transaction_commits_with_the_work_and_waits() -> None:
     key = RecordKey("alice", "", "k3")
@@ -98,9 +99,16 @@ def test_a_claim_in_a_transaction_commits_with_the_work_and_waits() -> None:
     assert commit_mode(key) == "on"
 
 
+@postgresql_only
 @pytest.mark.usefixtures("commit_mode_in_request_id")
 def test_by_default_every_claim_waits() -> None:
     key = RecordKey("alice", "", "k4")
     claim = DatabaseStore().claim(key, REQUEST, 60)
     assert claim.outcome is Outcome.CLAIMED
     assert commit_mode(key) == "on"
+
+
+def test_the_option_elsewhere_is_a_warning() -> None:
+    warned = {message.id for message in DatabaseStore(async_claim_commit=True).check()}
+    assert ("idempotency_django.W013" in warned) is (connection.vendor != "postgresql")
+    assert "idempotency_django.W013" not in {message.id for message in DatabaseStore().check()}

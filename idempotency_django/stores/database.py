@@ -272,6 +272,16 @@ class DatabaseStore(BaseStore):
                 )
             )
         messages.extend(_transaction_checks(self.alias, engine, database))
+        if self.async_claim_commit and not engine.endswith("postgresql"):
+            messages.append(
+                checks.Warning(
+                    f"IDEMPOTENCY['STORE_OPTIONS']['async_claim_commit'] is set, but "
+                    f"DATABASES[{self.alias!r}] is not PostgreSQL: every claim still "
+                    "waits for the disk.",
+                    hint="Remove the option: only PostgreSQL commits without waiting.",
+                    id="idempotency_django.W013",
+                )
+            )
         if not settings.USE_TZ and not engine.endswith("postgresql"):
             messages.append(
                 checks.Error(
