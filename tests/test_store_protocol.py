@@ -235,10 +235,20 @@ def machine_for(store: BaseStore) -> type[StoreProtocol]:
     return type(f"StoreProtocol_{type(store).__name__}", (StoreProtocol,), {"store": store})
 
 
-@pytest.fixture(params=[pytest.param("database", marks=pytest.mark.django_db), "redis"])
+@pytest.fixture(
+    params=[
+        pytest.param("database", marks=pytest.mark.django_db),
+        pytest.param("database-async-claims", marks=pytest.mark.django_db),
+        "redis",
+    ]
+)
 def store(request: pytest.FixtureRequest) -> Iterator[BaseStore]:
     if request.param == "database":
         with override_settings(IDEMPOTENCY={"STORE": "database"}):
+            yield get_store()
+    elif request.param == "database-async-claims":
+        options = {"async_claim_commit": True}
+        with override_settings(IDEMPOTENCY={"STORE": "database", "STORE_OPTIONS": options}):
             yield get_store()
     else:
         with redis_store_settings():
