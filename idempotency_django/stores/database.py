@@ -4,7 +4,9 @@ Everything goes through the request's own connection; there is no second one.
 
 * **No transaction open** (autocommit): the claim's INSERT commits at once,
   so every other request sees the reservation. A request that dies leaves it
-  behind until ``LOCK_TIMEOUT``, when another claim may take it over.
+  behind until ``LOCK_TIMEOUT``, when another claim may take it over. With
+  ``async_claim_commit`` on PostgreSQL that commit does not wait for the disk
+  (docs/stores.md says when that is safe).
 * **Inside a transaction** (``ATOMIC_REQUESTS``, ``atomic=True``, or a
   caller's own ``transaction.atomic``): the claim, the view's writes and the
   stored response commit or roll back together. The reservation is not
@@ -19,6 +21,7 @@ Everything goes through the request's own connection; there is no second one.
 Every time is the database's clock (``statement_timestamp()``,
 ``UTC_TIMESTAMP(6)``, SQLite's ``'now'``), never an app server's, and a
 takeover compares the owner token, the state and the expiry in one UPDATE.
+The statements, per database, are :mod:`idempotency_django.stores.database_sql`'s.
 """
 
 from __future__ import annotations
