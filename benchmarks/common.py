@@ -44,6 +44,10 @@ def _example_env(database_url: str, backend: str = "db", **more: str) -> dict[st
 STORES = {
     "sqlite": _example_env(f"sqlite:///{SQLITE_PATH}"),
     "postgres": _example_env(PG_URL),
+    # A database of its own: its keys must not count against "postgres"'s MAX_KEYS_PER_PRINCIPAL.
+    "postgres_async_claim": _example_env(
+        PG_URL.replace(PG_DB, f"{PG_DB}_async_claim"), EXAMPLE_ASYNC_CLAIM_COMMIT="1"
+    ),
     "redis": _example_env(PG_URL, "redis", REDIS_URL=REDIS_URL),
     "memory": _example_env("sqlite://:memory:", BENCH_MEMORY="1"),
     "memory_quiet": _example_env("sqlite://:memory:", BENCH_MEMORY="1", BENCH_LOG_LEVEL="WARNING"),
@@ -70,6 +74,7 @@ STORES.update({f"{name}_encrypted": _encrypted(env) for name, env in list(STORES
 STORE_LABELS = {
     "sqlite": "database store, SQLite",
     "postgres": "database store, PostgreSQL",
+    "postgres_async_claim": "the same, async_claim_commit",
     "redis": "Redis store (PostgreSQL for the app)",
     "memory": "in-memory store (the library's own Python)",
     "memory_quiet": "the same, its INFO log records not enabled",
@@ -128,7 +133,13 @@ def reset_databases() -> None:
     """Recreate the benchmark's own PostgreSQL databases, SQLite files and Redis databases."""
     import redis
 
-    recreate_postgres(PG_DB, f"{PG_DB}_before", ENCRYPTED_PG_DB)
+    recreate_postgres(
+        PG_DB,
+        f"{PG_DB}_before",
+        ENCRYPTED_PG_DB,
+        f"{PG_DB}_async_claim",
+        f"{PG_DB}_before_async_claim",
+    )
     remove_sqlite(SQLITE_PATH)
     remove_sqlite(f"{SQLITE_PATH}-before")
     remove_sqlite(ENCRYPTED_SQLITE_PATH)

@@ -71,11 +71,11 @@ def statement_floor() -> Any:
     """A function sending a first request's two statements, as the store builds them."""
     from django.db import connection
 
-    from idempotency_django.stores import RecordKey, RequestInfo, StoredResponse
+    from idempotency_django.stores import RecordKey, RequestInfo, StoredResponse, database_sql
     from idempotency_django.stores import database as db
 
     connection.ensure_connection()
-    raw, sql = connection.connection, db._statements(connection)
+    raw, sql = connection.connection, database_sql.statements(connection)
     request = RequestInfo(method="POST", path=common.PROTECTED_PATH, fingerprint="f" * 64)
     stored = StoredResponse(201, (("Content-Type", "application/json"),), common.BODY.encode())
 

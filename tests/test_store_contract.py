@@ -52,6 +52,16 @@ class TestDatabaseStore(StoreContract):
         assert (store.database_alias, store.expires_by_itself) == ("default", False)
 
 
+class TestDatabaseStoreWithAsyncClaims(TestDatabaseStore):
+    """The same contract with ``async_claim_commit``: PostgreSQL's own INSERT and takeover."""
+
+    @pytest.fixture
+    def store(self) -> Iterator[BaseStore]:
+        options = {"STORE": "database", "STORE_OPTIONS": {"async_claim_commit": True}}
+        with override_settings(IDEMPOTENCY=options):
+            yield get_store()
+
+
 class TestRedisStore(StoreContract):
     @pytest.fixture
     def store(self) -> Iterator[BaseStore]:

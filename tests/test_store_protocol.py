@@ -48,6 +48,7 @@ from idempotency_django.stores import (
     RecordKey,
     RequestInfo,
     StoredResponse,
+    database_sql,
     get_store,
 )
 from idempotency_django.stores import database as database_store
@@ -234,10 +235,20 @@ def machine_for(store: BaseStore) -> type[StoreProtocol]:
     return type(f"StoreProtocol_{type(store).__name__}", (StoreProtocol,), {"store": store})
 
 
-@pytest.fixture(params=[pytest.param("database", marks=pytest.mark.django_db), "redis"])
+@pytest.fixture(
+    params=[
+        pytest.param("database", marks=pytest.mark.django_db),
+        pytest.param("database-async-claims", marks=pytest.mark.django_db),
+        "redis",
+    ]
+)
 def store(request: pytest.FixtureRequest) -> Iterator[BaseStore]:
     if request.param == "database":
         with override_settings(IDEMPOTENCY={"STORE": "database"}):
+            yield get_store()
+    elif request.param == "database-async-claims":
+        options = {"async_claim_commit": True}
+        with override_settings(IDEMPOTENCY={"STORE": "database", "STORE_OPTIONS": options}):
             yield get_store()
     else:
         with redis_store_settings():
@@ -252,15 +263,15 @@ def test_every_store_follows_the_protocol(store: BaseStore) -> None:
 def test_the_model_catches_a_token_only_takeover(monkeypatch: pytest.MonkeyPatch) -> None:
     """0.1's takeover: ``UPDATE ... WHERE id = %s AND token = %s``, nothing else."""
     store = get_store()
-    statements = database_store._statements(connection)
+    statements = database_sql.statements(connection)
     token = connection.ops.quote_name("token")
     token_only = statements.take_over.split(" AND ")[0] + f" AND {token} = %s"
 
     def token_only_take_over(
-        connection: Any, row: Any, request: Any, token: str, lock: int
+        connection: Any, row: Any, request: Any, token: str, lock: int, *, wait: bool = True
     ) -> bool:
         values = database_store._request_values(request, token)
-        params = [*values, *database_store._seconds(connection, lock), row.pk, row.token]
+        params = [*values, *database_sql.later_params(connection, lock), row.pk, row.token]
         with connection.cursor() as cursor:
             cursor.execute(token_only, params)
             return bool(cursor.rowcount)

@@ -11,6 +11,7 @@
 ``EXAMPLE_RETENTION_S``       IDEMPOTENCY["RETENTION"] (default 86400)
 ``EXAMPLE_HEARTBEAT_S``       IDEMPOTENCY["HEARTBEAT"], seconds, may be a fraction (default off)
 ``EXAMPLE_ATOMIC_REQUESTS``   "1": ATOMIC_REQUESTS on the default database (default off)
+``EXAMPLE_ASYNC_CLAIM_COMMIT`` "1": the database store's async_claim_commit (default off)
 ``EXAMPLE_DEBUG``             "0" turns DEBUG off (default on: a local demo)
 ``EXAMPLE_SECRET_KEY``, ``EXAMPLE_ALLOWED_HOSTS`` (comma-separated, added to the local ones)
 """
@@ -130,7 +131,10 @@ if BACKEND == "redis":
     IDEMPOTENCY["STORE"] = "redis"
     IDEMPOTENCY["STORE_OPTIONS"] = {"cache": "default"}
     # --8<-- [end:redis_store]
-elif BACKEND != "db":
+elif BACKEND == "db":
+    if env_flag("EXAMPLE_ASYNC_CLAIM_COMMIT", False):
+        IDEMPOTENCY["STORE_OPTIONS"] = {"async_claim_commit": True}
+else:
     raise ImproperlyConfigured(f"EXAMPLE_IDEMPOTENCY_BACKEND must be db or redis, not {BACKEND!r}.")
 
 #: Seconds a duplicate waits for the request it duplicates (WAIT_FOR_IN_PROGRESS).

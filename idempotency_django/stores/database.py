@@ -4,7 +4,9 @@ Everything goes through the request's own connection; there is no second one.
 
 * **No transaction open** (autocommit): the claim's INSERT commits at once,
   so every other request sees the reservation. A request that dies leaves it
-  behind until ``LOCK_TIMEOUT``, when another claim may take it over.
+  behind until ``LOCK_TIMEOUT``, when another claim may take it over. With
+  ``async_claim_commit`` on PostgreSQL that commit does not wait for the disk
+  (docs/stores.md says when that is safe).
 * **Inside a transaction** (``ATOMIC_REQUESTS``, ``atomic=True``, or a
   caller's own ``transaction.atomic``): the claim, the view's writes and the
   stored response commit or roll back together. The reservation is not
@@ -19,6 +21,7 @@ Everything goes through the request's own connection; there is no second one.
 Every time is the database's clock (``statement_timestamp()``,
 ``UTC_TIMESTAMP(6)``, SQLite's ``'now'``), never an app server's, and a
 takeover compares the owner token, the state and the expiry in one UPDATE.
+The statements, per database, are :mod:`idempotency_django.stores.database_sql`'s.
 """
 
 from __future__ import annotations
@@ -27,7 +30,6 @@ import contextlib
 import json
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -56,6 +58,7 @@ from idempotency_django.stores.base import (
     StoredResponse,
     StoreUnavailable,
 )
+from idempotency_django.stores.database_sql import later_params, statements
 
 State = IdempotencyRecord.State
 IN_PROGRESS = str(State.IN_PROGRESS)
@@ -75,18 +78,25 @@ class DatabaseStore(BaseStore):
 
     counts_keys = True
 
-    def __init__(self, database: str = DEFAULT_DB_ALIAS, **options: Any) -> None:
+    def __init__(
+        self, database: str = DEFAULT_DB_ALIAS, async_claim_commit: bool = False, **options: Any
+    ) -> None:
         super().__init__(**options)
         self.alias = database
         self.database_alias = database
+        #: PostgreSQL: a claim outside a transaction commits without waiting for
+        #: the disk; the work's or the completion's commit flushes it. Off by
+        #: default: unsafe behind a pooler in transaction mode (docs/stores.md).
+        self.async_claim_commit = async_claim_commit
 
     # -- the contract -------------------------------------------------------
 
     def claim(self, key: RecordKey, request: RequestInfo, lock_timeout: int) -> Claim:
         connection = connections[self.alias]
-        sql = _statements(connection)
+        sql = statements(connection)
         token = uuid.uuid4().hex
         in_transaction = _in_request_transaction(connection)
+        wait = in_transaction or not self.async_claim_commit
         with _unavailable_on_error():
             if in_transaction and sql.lock is not None:
                 with connection.cursor() as cursor:
@@ -112,14 +122,14 @@ class DatabaseStore(BaseStore):
                         raise
                     if row is None and _insert(connection, key, request, token, lock_timeout):
                         return Claim(Outcome.CLAIMED, token=token)
-                elif _insert(connection, key, request, token, lock_timeout):
+                elif _insert(connection, key, request, token, lock_timeout, wait=wait):
                     return Claim(Outcome.CLAIMED, token=token)
                 else:
                     row = _read(connection, sql.read, key)
                 if row is None:
                     continue  # released or purged since our INSERT: try again
                 if row.expired:
-                    if _take_over(connection, row, request, token, lock_timeout):
+                    if _take_over(connection, row, request, token, lock_timeout, wait=wait):
                         return Claim(
                             Outcome.CLAIMED, token=token, took_over=row.state == IN_PROGRESS
                         )
@@ -130,7 +140,7 @@ class DatabaseStore(BaseStore):
     def peek(self, key: RecordKey) -> Outcome | None:
         connection = connections[self.alias]
         with _unavailable_on_error():
-            row = _read(connection, _statements(connection).read, key)
+            row = _read(connection, statements(connection).read, key)
         if row is None or row.expired:
             return None
         return Outcome.REPLAY if row.state == COMPLETED else Outcome.IN_PROGRESS
@@ -138,7 +148,7 @@ class DatabaseStore(BaseStore):
     def lookup(self, key: RecordKey) -> KeyState | None:
         connection = connections[self.alias]
         with _unavailable_on_error(), connection.cursor() as cursor:
-            cursor.execute(_statements(connection).lookup, _scope(key))
+            cursor.execute(statements(connection).lookup, _scope(key))
             row = cursor.fetchone()
         if row is None:
             return None
@@ -152,7 +162,7 @@ class DatabaseStore(BaseStore):
         # A reservation made inside another request's transaction is not
         # visible yet: ask for the lock that transaction holds on the key.
         connection = connections[self.alias]
-        sql = _statements(connection)
+        sql = statements(connection)
         with _unavailable_on_error():
             if not _in_request_transaction(connection):
                 if sql.lock is not None:
@@ -181,14 +191,14 @@ class DatabaseStore(BaseStore):
         # Inside the view's transaction when there is one: that is what makes
         # the stored response commit exactly when the work does.
         connection = connections[self.alias]
-        sql = _statements(connection)
+        sql = statements(connection)
         response = seal(response)
         completed = [
             response.status,
             _json(response.headers),
             bytes(response.body),
             response.body_omitted,
-            *_seconds(connection, retention),
+            *later_params(connection, retention),
         ]
         with _unavailable_on_error(), connection.cursor() as cursor:
             cursor.execute(sql.complete, [*completed, *_scope(key), token, IN_PROGRESS])
@@ -203,13 +213,13 @@ class DatabaseStore(BaseStore):
     def release(self, key: RecordKey, token: str) -> None:
         connection = connections[self.alias]
         with _unavailable_on_error(), connection.cursor() as cursor:
-            cursor.execute(_statements(connection).release, [*_scope(key), token, IN_PROGRESS])
+            cursor.execute(statements(connection).release, [*_scope(key), token, IN_PROGRESS])
 
     def renew(self, key: RecordKey, token: str, lock_timeout: int, request: RequestInfo) -> bool:
         connection = connections[self.alias]
-        params = [*_seconds(connection, lock_timeout), *_scope(key), token, IN_PROGRESS]
+        params = [*later_params(connection, lock_timeout), *_scope(key), token, IN_PROGRESS]
         with _unavailable_on_error(), connection.cursor() as cursor:
-            cursor.execute(_statements(connection).renew, params)
+            cursor.execute(statements(connection).renew, params)
             if cursor.rowcount:
                 return True
             # Our reservation is gone (purged after its lock timeout): make it
@@ -220,7 +230,7 @@ class DatabaseStore(BaseStore):
         connection = connections[self.alias]
         principal = readable_value(key.principal)
         with _unavailable_on_error(), connection.cursor() as cursor:
-            cursor.execute(_statements(connection).count_keys, [principal, principal, key.digest])
+            cursor.execute(statements(connection).count_keys, [principal, principal, key.digest])
             count, first_expiry, now = cursor.fetchone()
         if first_expiry is None:
             return max(int(count), 1), None
@@ -239,7 +249,7 @@ class DatabaseStore(BaseStore):
         connection = connections[self.alias]
         with connection.cursor() as cursor:
             # Parameters (none) so that every backend unescapes the SQL's %%.
-            cursor.execute(f"SELECT {_statements(connection).now}", [])
+            cursor.execute(f"SELECT {statements(connection).now}", [])
             return _datetime(connection, cursor.fetchone()[0])
 
     def check(self) -> list[checks.CheckMessage]:
@@ -265,6 +275,16 @@ class DatabaseStore(BaseStore):
                 )
             )
         messages.extend(_transaction_checks(self.alias, engine, database))
+        if self.async_claim_commit and not engine.endswith("postgresql"):
+            messages.append(
+                checks.Warning(
+                    f"IDEMPOTENCY['STORE_OPTIONS']['async_claim_commit'] is set, but "
+                    f"DATABASES[{self.alias!r}] is not PostgreSQL: every claim still "
+                    "waits for the disk.",
+                    hint="Remove the option: only PostgreSQL commits without waiting.",
+                    id="idempotency_django.W013",
+                )
+            )
         if not settings.USE_TZ and not engine.endswith("postgresql"):
             messages.append(
                 checks.Error(
@@ -378,172 +398,8 @@ def _lock_id(key: RecordKey) -> int:
     return int.from_bytes(bytes.fromhex(key.digest[:16]), "big", signed=True)
 
 
-def _seconds(connection: BaseDatabaseWrapper, seconds: int) -> list[Any]:
-    """The parameters of a ``now + seconds`` expression (repeated where the SQL needs it)."""
-    if connection.vendor == "sqlite":
-        return [f"+{int(seconds)} seconds"]
-    return [int(seconds)]
-
-
-# -- SQL ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Statements:
-    """The SQL of every claim, built once per database vendor."""
-
-    now: str
-    insert: str
-    #: INSERT that does nothing when the key has a row.
-    insert_or_nothing: str
-    read: str
-    #: MariaDB/MySQL inside a transaction: the read that fails at once on a
-    #: row another transaction is writing.
-    read_locked: str | None
-    #: PostgreSQL inside a transaction: try the key's advisory lock.
-    lock: str | None
-    take_over: str
-    complete: str
-    renew: str
-    release: str
-    #: A principal's other live keys, the first expiry among them, and the time now.
-    count_keys: str
-    #: A live record's state, status and expiry, and the time now.
-    lookup: str
-
-
-_statements_by_vendor: dict[str, _Statements] = {}
-
-#: The columns that name a new row's key, in statement order.
-_KEY_COLUMNS = ("digest", "principal", "location", "key")
-#: The record's columns a new row (or a takeover) gets from the request.
-_REQUEST_COLUMNS = (
-    "fingerprint",
-    "method",
-    "path",
-    "request_id",
-    "kind",
-    "source",
-    "token",
-    "state",
-    "status_code",
-    "response_headers",
-    "response_body",
-    "body_omitted",
-)
-
-
-def _statements(connection: BaseDatabaseWrapper) -> _Statements:
-    try:
-        return _statements_by_vendor[connection.display_name]
-    except KeyError:
-        pass
-    quote = connection.ops.quote_name
-    fields = {field.name: field for field in IdempotencyRecord._meta.concrete_fields}
-
-    def column(name: str) -> str:
-        return quote(str(fields[name].column))
-
-    table = quote(IdempotencyRecord._meta.db_table)
-    vendor = connection.vendor
-    if vendor == "postgresql":
-        now = "statement_timestamp()"
-        later = "(statement_timestamp() + %s * INTERVAL '1 second')"
-    elif vendor == "mysql":
-        now = "UTC_TIMESTAMP(6)"
-        later = "(UTC_TIMESTAMP(6) + INTERVAL %s SECOND)"
-    elif vendor == "sqlite":
-        # Django stores SQLite datetimes as ISO text in UTC: the same format.
-        now = "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')"
-        later = "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', %s)"
-    else:
-        raise StoreUnavailable(f"The database store does not support {vendor!r}.")
-
-    key_is = f"{column('digest')} = %s"
-    owned = f"{key_is} AND {column('token')} = %s AND {column('state')} = %s"
-    live_of_principal = f"{column('principal')} = %s AND {column('expires_at')} > {now}"
-    columns = [*_KEY_COLUMNS, *_REQUEST_COLUMNS, "created_at", "completed_at", "expires_at"]
-    values = ", ".join(
-        ["%s"] * (len(_KEY_COLUMNS) + len(_REQUEST_COLUMNS))
-        + [now, f"CASE WHEN %s = 1 THEN {now} END", later]
-    )
-    insert = f"INSERT INTO {table} ({', '.join(map(column, columns))}) VALUES ({values})"
-    # No failed statement on a replay: no "duplicate key" error in the
-    # server's log, and no savepoint needed inside a transaction.
-    if vendor == "mysql":
-        # IGNORE also turns other errors into warnings; every value is cut
-        # to its column's length, so only the duplicate key is left to ignore.
-        insert_or_nothing = insert.replace("INSERT INTO", "INSERT IGNORE INTO", 1)
-    else:
-        insert_or_nothing = f"{insert} ON CONFLICT ({column('digest')}) DO NOTHING"
-    read_columns = ", ".join(
-        [
-            column("id"),
-            column("token"),
-            column("fingerprint"),
-            column("state"),
-            f"{column('expires_at')} <= {now}",
-            column("status_code"),
-            column("response_headers"),
-            column("response_body"),
-            column("body_omitted"),
-        ]
-    )
-    read = f"SELECT {read_columns} FROM {table} WHERE {key_is}"
-    take_over_sets = ", ".join(
-        [f"{column(name)} = %s" for name in _REQUEST_COLUMNS]
-        + [f"{column('created_at')} = {now}", f"{column('completed_at')} = NULL"]
-        + [f"{column('expires_at')} = {later}"]
-    )
-    statements = _Statements(
-        now=now,
-        insert=insert,
-        insert_or_nothing=insert_or_nothing,
-        read=read,
-        read_locked=_read_locked(connection, read),
-        lock="SELECT pg_try_advisory_xact_lock(%s)" if vendor == "postgresql" else None,
-        take_over=(
-            f"UPDATE {table} SET {take_over_sets} WHERE {column('id')} = %s "
-            f"AND {column('token')} = %s AND {column('state')} = %s "
-            f"AND {column('expires_at')} <= {now}"
-        ),
-        complete=(
-            f"UPDATE {table} SET {column('state')} = '{COMPLETED}', "
-            f"{column('status_code')} = %s, {column('response_headers')} = %s, "
-            f"{column('response_body')} = %s, {column('body_omitted')} = %s, "
-            f"{column('completed_at')} = {now}, "
-            f"{column('expires_at')} = {later} WHERE {owned}"
-        ),
-        renew=f"UPDATE {table} SET {column('expires_at')} = {later} WHERE {owned}",
-        release=f"DELETE FROM {table} WHERE {owned}",
-        lookup=(
-            f"SELECT {column('state')}, {column('status_code')}, {column('expires_at')}, {now} "
-            f"FROM {table} WHERE {key_is} AND {column('expires_at')} > {now}"
-        ),
-        # Both walk the (principal, expires_at) index: the count reads no column
-        # outside it, the first expiry of the others stops at the first entry
-        # that is not this key's (this key is in the count).
-        count_keys=(
-            f"SELECT (SELECT COUNT(*) FROM {table} WHERE {live_of_principal}), "
-            f"(SELECT {column('expires_at')} FROM {table} "
-            f"WHERE {live_of_principal} AND {column('digest')} <> %s "
-            f"ORDER BY {column('expires_at')} LIMIT 1), {now}"
-        ),
-    )
-    _statements_by_vendor[connection.display_name] = statements
-    return statements
-
-
-def _read_locked(connection: BaseDatabaseWrapper, read: str) -> str | None:
-    if connection.vendor != "mysql":
-        return None
-    if getattr(connection, "mysql_is_mariadb", False):
-        return f"{read} LOCK IN SHARE MODE NOWAIT"
-    return f"{read} FOR SHARE NOWAIT"
-
-
 def _key_values(key: RecordKey) -> list[str]:
-    """The values of :data:`_KEY_COLUMNS`."""
+    """The values of :data:`~idempotency_django.stores.database_sql.KEY_COLUMNS`."""
     return [key.digest, readable_value(key.principal), readable_value(key.location), key.key]
 
 
@@ -552,7 +408,7 @@ def _request_values(
     token: str,
     completed: StoredResponse | None = None,
 ) -> list[Any]:
-    """The values of :data:`_REQUEST_COLUMNS`, cut to the columns' lengths."""
+    """The values of :data:`~idempotency_django.stores.database_sql.REQUEST_COLUMNS`, cut."""
     return [
         request.fingerprint[:128],
         request.method,
@@ -577,17 +433,22 @@ def _insert(
     seconds: int,
     *,
     completed: StoredResponse | None = None,
+    wait: bool = True,
 ) -> bool:
-    """INSERT a reservation (or a completed record) unless the key has a row; True if it did."""
-    sql = _statements(connection)
+    """INSERT a reservation (or a completed record) unless the key has a row; True if it did.
+
+    ``wait=False``: on PostgreSQL, its commit does not wait for the disk.
+    """
+    sql = statements(connection)
+    statement = sql.insert_or_nothing if wait else sql.insert_or_nothing_no_wait
     params = [
         *_key_values(key),
         *_request_values(request, token, completed),
         1 if completed is not None else 0,  # completed_at: the database's now, or NULL
-        *_seconds(connection, seconds),
+        *later_params(connection, seconds),
     ]
     with connection.cursor() as cursor:
-        cursor.execute(sql.insert_or_nothing, params)
+        cursor.execute(statement or sql.insert_or_nothing, params)
         return bool(cursor.rowcount)
 
 
@@ -606,12 +467,19 @@ def _take_over(
     request: RequestInfo,
     token: str,
     lock_timeout: int,
+    *,
+    wait: bool = True,
 ) -> bool:
-    """Make an expired row our reservation, unless another request changed it first."""
+    """Make an expired row our reservation, unless another request changed it first.
+
+    ``wait=False``: on PostgreSQL, its commit does not wait for the disk.
+    """
+    sql = statements(connection)
+    statement = sql.take_over if wait else sql.take_over_no_wait
     values = _request_values(request, token)
-    params = [*values, *_seconds(connection, lock_timeout), row.pk, row.token, row.state]
+    params = [*values, *later_params(connection, lock_timeout), row.pk, row.token, row.state]
     with connection.cursor() as cursor:
-        cursor.execute(_statements(connection).take_over, params)
+        cursor.execute(statement or sql.take_over, params)
         return bool(cursor.rowcount)
 
 

@@ -104,6 +104,15 @@ from idempotency_django.stores.base import (
     StoredResponse,
     StoreUnavailable,
 )
+from idempotency_django.stores.redis_scripts import (
+    CLAIM_SCRIPT,
+    COMPLETE_SCRIPT,
+    COUNT_KEYS_SCRIPT,
+    LOOKUP_SCRIPT,
+    PEEK_SCRIPT,
+    RELEASE_SCRIPT,
+    RENEW_SCRIPT,
+)
 
 FORMAT_VERSION = 1
 IN_PROGRESS = "in_progress"
@@ -118,178 +127,6 @@ NOT_SHARED_BACKENDS = frozenset(
         "django.core.cache.backends.dummy.DummyCache",
         "django.core.cache.backends.filebased.FileBasedCache",
     }
-)
-
-# The header of a stored value, or nil when the value is not format 1.
-_LUA_HEAD = """
-local function head_of(value)
-  local newline = string.find(value, '\\n', 1, true)
-  if not newline then
-    return nil
-  end
-  local ok, head = pcall(cjson.decode, string.sub(value, 1, newline - 1))
-  if ok and type(head) == 'table' and head['v'] == 1 then
-    return head
-  end
-  return nil
-end
-"""
-
-# KEYS[1] the entry; ARGV: fingerprint, the reservation's value, lock timeout (ms),
-# then other fingerprints of the same request (under SECRET_KEY_FALLBACKS, 0.1's).
-# Returns {"claimed"}, {"in_progress"}, {"reused"} or {"replay", value}.
-CLAIM_SCRIPT = (
-    _LUA_HEAD
-    + """
-local value = redis.call('GET', KEYS[1])
-if value then
-  local head = head_of(value)
-  if head then
-    local same = head['fp'] == ARGV[1]
-    for i = 4, #ARGV do
-      same = same or head['fp'] == ARGV[i]
-    end
-    if not same then
-      return {'reused'}
-    end
-    if head['state'] == 'in_progress' then
-      return {'in_progress'}
-    end
-    if head['state'] == 'completed' then
-      return {'replay', value}
-    end
-  end
-end
-redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-return {'claimed'}
-"""
-)
-
-# KEYS[1] the entry; ARGV: token, retention (ms), status, headers (JSON), body,
-# "1" to store even when the entry is gone (our reservation expired and nobody
-# claimed the key since), the fingerprint to keep then, and "1" when the body
-# was too large to keep (MAX_STORED_BODY).
-# Returns 1 when stored, 0 when another request owns the key or it was stored already.
-COMPLETE_SCRIPT = (
-    _LUA_HEAD
-    + """
-local value = redis.call('GET', KEYS[1])
-local fp
-if not value then
-  if ARGV[6] ~= '1' then
-    return 0
-  end
-  fp = ARGV[7]
-else
-  local head = head_of(value)
-  if not head or head['state'] ~= 'in_progress' or head['token'] ~= ARGV[1] then
-    return 0
-  end
-  fp = head['fp']
-end
-local omitted = ''
-if ARGV[8] == '1' then
-  omitted = ',"omitted":true'
-end
-local completed = '{"v":1,"state":"completed","token":' .. cjson.encode(ARGV[1])
-  .. ',"fp":' .. cjson.encode(fp) .. ',"status":' .. ARGV[3]
-  .. ',"headers":' .. ARGV[4] .. omitted .. '}\\n' .. ARGV[5]
-redis.call('SET', KEYS[1], completed, 'PX', ARGV[2])
-redis.call('PUBLISH', KEYS[1] .. ':settled', 'completed')
-return 1
-"""
-)
-
-# KEYS[1] the entry; ARGV: token. Returns 1 when the reservation was dropped.
-RELEASE_SCRIPT = (
-    _LUA_HEAD
-    + """
-local value = redis.call('GET', KEYS[1])
-if not value then
-  return 0
-end
-local head = head_of(value)
-if head and head['state'] == 'in_progress' and head['token'] == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', KEYS[1] .. ':settled', 'released')
-  return 1
-end
-return 0
-"""
-)
-
-# KEYS[1] the entry; ARGV: token, lock timeout (ms), the reservation's value
-# should it have to be made again. Returns 1 when the reservation is ours.
-RENEW_SCRIPT = (
-    _LUA_HEAD
-    + """
-local value = redis.call('GET', KEYS[1])
-if not value then
-  redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[2])
-  return 1
-end
-local head = head_of(value)
-if head and head['state'] == 'in_progress' and head['token'] == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
-end
-return 0
-"""
-)
-
-# KEYS[1] a principal's index of keys (a sorted set: record digest -> expiry in
-# ms); ARGV: this key's digest, its longest lifetime (ms). Adds it, forgets the
-# expired ones, and returns {count, ms until the first of the others expires}.
-COUNT_KEYS_SCRIPT = """
-local time = redis.call('TIME')
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-local first = redis.call('ZRANGE', KEYS[1], 0, 1, 'WITHSCORES')
-local wait = -1
-if first[1] and first[1] ~= ARGV[1] then
-  wait = tonumber(first[2]) - now
-elseif first[3] then
-  wait = tonumber(first[4]) - now
-end
-return {redis.call('ZCARD', KEYS[1]), wait}
-"""
-
-# KEYS[1] the entry. Returns {state, status or "", ms to live}, or nil.
-LOOKUP_SCRIPT = (
-    _LUA_HEAD
-    + """
-local value = redis.call('GET', KEYS[1])
-if not value then
-  return nil
-end
-local head = head_of(value)
-if not head then
-  return nil
-end
-local status = ''
-if head['status'] then
-  status = tostring(head['status'])
-end
-return {head['state'], status, redis.call('PTTL', KEYS[1])}
-"""
-)
-
-# KEYS[1] the entry. Returns the state of a format-1 entry, or nil (no body is sent back).
-PEEK_SCRIPT = (
-    _LUA_HEAD
-    + """
-local value = redis.call('GET', KEYS[1])
-if not value then
-  return nil
-end
-local head = head_of(value)
-if head then
-  return head['state']
-end
-return nil
-"""
 )
 
 _ERRORS = (RedisError, RedisClusterException)

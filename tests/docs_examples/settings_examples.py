@@ -161,6 +161,15 @@ IDEMPOTENCY = {
 
 DATABASE_STORE = IDEMPOTENCY
 
+# --8<-- [start:async_claim_commit]
+IDEMPOTENCY = {
+    "STORE": "database",
+    "STORE_OPTIONS": {"database": "default", "async_claim_commit": True},
+}
+# --8<-- [end:async_claim_commit]
+
+ASYNC_CLAIM_COMMIT = IDEMPOTENCY
+
 # --8<-- [start:redis_store]
 CACHES = {
     "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
@@ -216,5 +225,6 @@ EXAMPLES: dict[str, dict[str, Any]] = {
     "body_id_function": BODY_ID_FUNCTION,
     "retain_function": RETAIN_FUNCTION,
     "database_store": DATABASE_STORE,
+    "async_claim_commit": ASYNC_CLAIM_COMMIT,
     "encryption": ENCRYPTION,
 }

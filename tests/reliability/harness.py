@@ -389,7 +389,9 @@ class SqliteDatabase(Database):
 class PgCluster:
     """A PostgreSQL cluster of our own (initdb + pg_ctl) that a test may stop and start."""
 
-    def __init__(self) -> None:
+    def __init__(self, **settings: str) -> None:
+        #: Server settings of this cluster's own, as ``-c name=value``.
+        self.settings = settings
         self.root = Path(tempfile.mkdtemp(prefix="reliability-pgcluster-"))
         self.data = self.root / "data"
         self.port = free_port()
@@ -412,7 +414,7 @@ class PgCluster:
         options = (
             f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 "
             "-c fsync=off -c max_connections=100"
-        )
+        ) + "".join(f" -c {name}={value}" for name, value in self.settings.items())
         self._run(
             "pg_ctl",
             "-D",
