@@ -8,6 +8,7 @@ example project.
 
 from __future__ import annotations
 
+import asyncio
 import email.parser
 import email.policy
 import hashlib
@@ -26,7 +27,9 @@ from conftest import Api
 from http_recorder import Answer, Recorder, free_port
 
 from idempotency_client import (
+    AsyncIdempotentClient,
     IdempotentClient,
+    IdempotentRequestError,
     RequestRejected,
     RetriesExhausted,
     RetryPolicy,
@@ -329,3 +332,69 @@ def test_bad_calls_are_refused_before_anything_is_sent() -> None:
         IdempotentClient(httpx.AsyncClient())  # type: ignore[call-overload]
     with pytest.raises(TypeError, match=r"requests\.Session or an httpx\.Client"):
         IdempotentClient(object())  # type: ignore[call-overload]
+
+
+@pytest.mark.parametrize("method", ["put", "patch", "delete"])
+def test_each_unsafe_method_has_its_call(kind: str, method: str) -> None:
+    async def call_async(url: str) -> Any:
+        async with httpx.AsyncClient() as client:
+            return await getattr(AsyncIdempotentClient(client), method)(url, content=b"x")
+
+    with Recorder() as api:
+        url = f"{api.base}/items/1/"
+        if kind == "httpx-async":
+            response = asyncio.run(call_async(url))
+        else:
+            session = requests.Session() if kind == "requests" else httpx.Client()
+            with session:
+                response = getattr(IdempotentClient(session), method)(url, content=b"x")
+    assert response.status_code == 201
+    assert [(seen.method, seen.body) for seen in api.seen] == [(method.upper(), b"x")]
+
+
+def test_a_non_blip_network_error_of_httpx_is_raised_at_once() -> None:
+    async def call_async() -> None:
+        async with httpx.AsyncClient() as client:
+            await AsyncIdempotentClient(client).post("gopher://127.0.0.1/pay/", json=BODY)
+
+    with pytest.raises(httpx.UnsupportedProtocol):
+        asyncio.run(call_async())
+
+
+def test_a_body_of_ones_own_content_type_and_a_redirect_without_location(kind: str) -> None:
+    bare = Answer(307)  # no Location: not a redirect to follow, the final answer
+    with Recorder({"/pay/": [bare]}) as api:
+        response = Api(kind).post(
+            f"{api.base}/pay/", json=BODY, headers={"Content-Type": "application/vnd.api+json"}
+        )
+    assert response.status_code == 307
+    assert api.seen[0].headers["Content-Type"] == "application/vnd.api+json"
+
+
+def test_a_problem_body_that_is_not_json_has_no_code(kind: str) -> None:
+    broken = Answer(409, {"Content-Type": "application/problem+json"}, b"<html>")
+    with Recorder({"/pay/": [broken]}) as api, pytest.raises(RequestRejected) as rejected:
+        Api(kind).post(f"{api.base}/pay/", json=BODY)
+    assert (rejected.value.status, rejected.value.code) == (409, None)
+
+
+@pytest.mark.parametrize(
+    ("url", "origin"),
+    [
+        ("http://user:secret@[::1]:8000/pay/?token=t", "POST http://[::1]:8000:"),
+    ],
+)
+def test_messages_name_the_origin_only(url: str, origin: str) -> None:
+    with requests.Session() as session:
+        api = IdempotentClient(session, policy=RetryPolicy(attempts=1))
+        with pytest.raises(IdempotentRequestError) as failed:
+            api.post(url, json=BODY)
+    assert str(failed.value).startswith(origin), str(failed.value)
+    assert "secret" not in str(failed.value) and "/pay/" not in str(failed.value)
+
+
+def test_an_origin_with_a_port_out_of_range_is_its_host() -> None:
+    """The label is made before anything is sent; the library refuses such a URL itself."""
+    from idempotency_client.operation import _origin
+
+    assert _origin("http://127.0.0.1:99999/pay/?token=t") == "http://127.0.0.1"
