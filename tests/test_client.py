@@ -1,11 +1,11 @@
-"""idempotency_django.client: the retry matrix as a table, then the three clients
-(requests, httpx, async httpx) against the example project over real HTTP.
+"""The retry client (idempotency-client, its own distribution) against idempotency-django:
+the three clients (requests, httpx, async httpx) and the example project over real HTTP.
 
-The decision and the backoff are pure functions of their inputs, so they are
-tested with chosen inputs. Everything that involves a response is tested against
-the example project's server (tests/test_example_project.py starts it), with
-tests/fault_proxy.py between client and server where a test needs a lost answer
-or a gateway's 429/502.
+The client's own tests (idempotency-client/tests: the retry matrix, the backoff,
+redirects, refused calls, docs/errors.md) run without Django. These need the server:
+the example project's (tests/test_example_project.py starts it), with
+tests/fault_proxy.py between client and server where a test needs a lost answer or a
+gateway's 429/502.
 """
 
 from __future__ import annotations
@@ -17,8 +17,6 @@ import importlib.util
 import itertools
 import json
 import logging
-import random
-import re
 import sqlite3
 import threading
 import time
@@ -35,20 +33,15 @@ import httpx
 import pytest
 import requests
 
-from idempotency_django import client as client_module
-from idempotency_django import problems
-from idempotency_django.client import (
+import idempotency_client as client_module
+from idempotency_client import (
     AsyncIdempotentClient,
-    Decision,
     IdempotentClient,
-    Outcome,
     RequestRejected,
     RetriesExhausted,
     RetryPolicy,
-    Verdict,
-    decide,
-    parse_retry_after,
 )
+from idempotency_django import problems
 from idempotency_django.conf import DEFAULTS
 from tests.docs_examples import client_httpx, client_requests
 from tests.fault_proxy import DROP, FORWARD, HOLD, Answer, Step, fault_proxy
@@ -66,71 +59,7 @@ KINDS = ["requests", "httpx", "httpx-async"]
 #: Long enough for a duplicate to find the first request in progress.
 SLOW_DELAY_MS = 1000
 
-# -- the decision -----------------------------------------------------------------
-
-POLICY = RetryPolicy(attempts=5, max_elapsed=30.0, base=0.5, cap=8.0)
-BACKOFF = POLICY.backoff(1, 0.5)  # 0.25: what a row without Retry-After waits
-
-RETRY, DONE, REJECTED = Verdict.RETRY, Verdict.DONE, Verdict.REJECTED
-
-#: Each row of the retry matrix on docs/clients.md: what an attempt got, what to do.
-MATRIX = [
-    pytest.param(Outcome(None), Decision(RETRY, BACKOFF), id="network error"),
-    pytest.param(Outcome(201), Decision(DONE), id="201"),
-    pytest.param(Outcome(200), Decision(DONE), id="200 replayed"),
-    pytest.param(Outcome(204), Decision(DONE), id="204 replayed"),
-    pytest.param(
-        Outcome(409, problems.KEY_IN_PROGRESS, 1.0),
-        Decision(RETRY, 1.0),
-        id="409 in progress, Retry-After",
-    ),
-    pytest.param(
-        Outcome(409, problems.KEY_IN_PROGRESS),
-        Decision(RETRY, BACKOFF),
-        id="409 in progress, no Retry-After",
-    ),
-    pytest.param(Outcome(429, None, 2.0), Decision(RETRY, 2.0), id="429, Retry-After"),
-    pytest.param(Outcome(429), Decision(RETRY, BACKOFF), id="429, no Retry-After"),
-    pytest.param(Outcome(408), Decision(RETRY, BACKOFF), id="408"),
-    pytest.param(Outcome(500), Decision(RETRY, BACKOFF), id="500"),
-    pytest.param(Outcome(502), Decision(RETRY, BACKOFF), id="502"),
-    pytest.param(Outcome(503), Decision(RETRY, BACKOFF), id="503"),
-    pytest.param(
-        Outcome(503, problems.UNAVAILABLE, 5.0), Decision(RETRY, 5.0), id="503 unavailable"
-    ),
-    pytest.param(Outcome(504), Decision(RETRY, BACKOFF), id="504"),
-    pytest.param(Outcome(401), Decision(REJECTED), id="401"),
-    pytest.param(Outcome(400), Decision(REJECTED), id="400"),
-    pytest.param(Outcome(400, problems.KEY_INVALID), Decision(REJECTED), id="400 invalid key"),
-    pytest.param(Outcome(403), Decision(REJECTED), id="403"),
-    pytest.param(Outcome(404), Decision(REJECTED), id="404"),
-    pytest.param(Outcome(409, problems.KEY_REUSED), Decision(REJECTED), id="409 reused"),
-    pytest.param(
-        Outcome(409, problems.KEY_REUSED, 1.0), Decision(REJECTED), id="409 reused, Retry-After"
-    ),
-    pytest.param(Outcome(409), Decision(REJECTED), id="409 of the application"),
-    pytest.param(Outcome(413), Decision(REJECTED), id="413"),
-    pytest.param(Outcome(422), Decision(REJECTED), id="422"),
-    pytest.param(Outcome(501), Decision(REJECTED), id="501"),
-    pytest.param(
-        Outcome(502, key_ignored="unprotected"), Decision(REJECTED), id="502, key ignored"
-    ),
-    pytest.param(Outcome(503, None, 1.0, "anonymous"), Decision(REJECTED), id="503, key ignored"),
-    pytest.param(Outcome(201, key_ignored="unprotected"), Decision(DONE), id="201, key ignored"),
-]
-
-
-@pytest.mark.parametrize(("outcome", "expected"), MATRIX)
-def test_retry_matrix(outcome: Outcome, expected: Decision) -> None:
-    assert decide(outcome, attempt=1, elapsed=0.0, policy=POLICY, draw=0.5) == expected
-
-
-def test_401_is_retried_once_when_the_credential_can_be_exchanged() -> None:
-    exchange: dict[str, Any] = {"policy": POLICY, "draw": 0.5, "can_reauthenticate": True}
-    assert decide(Outcome(401), attempt=1, elapsed=0.0, **exchange) == Decision(
-        Verdict.REAUTHENTICATE, 0.0
-    )
-    assert decide(Outcome(401), attempt=5, elapsed=0.0, **exchange).verdict is Verdict.EXHAUSTED
+# -- the client knows the server
 
 
 def test_the_client_knows_the_servers_problem_codes() -> None:
@@ -139,78 +68,6 @@ def test_the_client_knows_the_servers_problem_codes() -> None:
     assert client_module.UNAVAILABLE == problems.UNAVAILABLE
     assert client_module.PROBLEM_CONTENT_TYPE == problems.PROBLEM_CONTENT_TYPE
     assert DEFAULTS["IGNORED_KEY_HEADER"] == client_module.IGNORED_KEY_HEADER
-
-
-# -- backoff and caps -------------------------------------------------------------
-
-
-def test_backoff_doubles_up_to_the_cap_with_full_jitter() -> None:
-    policy = RetryPolicy(base=0.5, cap=8.0)
-    assert [policy.backoff(n, 1.0) for n in range(1, 8)] == [0.5, 1, 2, 4, 8, 8, 8]
-    assert [policy.backoff(n, 0.0) for n in range(1, 8)] == [0.0] * 7
-    assert policy.backoff(3, 0.25) == 0.5
-    assert policy.backoff(10_000, 1.0) == 8.0  # no overflow however many attempts
-
-    draws = random.Random(16)
-    waits = [policy.backoff(4, draws.random()) for _ in range(1000)]
-    assert all(0 <= wait < 4 for wait in waits)
-    assert 1.8 < sum(waits) / len(waits) < 2.2  # spread over [0, 4), not bunched
-
-
-def test_attempts_are_capped() -> None:
-    policy = RetryPolicy(attempts=3)
-    decisions = [
-        decide(Outcome(None), attempt=n, elapsed=0.0, policy=policy, draw=0.5) for n in (1, 2, 3)
-    ]
-    assert [d.verdict for d in decisions] == [RETRY, RETRY, Verdict.EXHAUSTED]
-
-
-def test_a_wait_past_the_time_budget_is_not_taken() -> None:
-    policy = RetryPolicy(max_elapsed=10.0, base=1.0, cap=8.0)
-    assert decide(Outcome(503), attempt=4, elapsed=3.0, policy=policy, draw=0.5) == Decision(
-        RETRY, 4.0
-    )
-    late = decide(Outcome(503), attempt=4, elapsed=6.5, policy=policy, draw=0.5)
-    assert late.verdict is Verdict.EXHAUSTED
-
-
-def test_retry_after_is_honoured_beyond_the_backoff_cap_but_not_the_budget() -> None:
-    policy = RetryPolicy(max_elapsed=30.0, cap=8.0)
-    busy = Outcome(409, problems.KEY_IN_PROGRESS, 20.0)
-    assert decide(busy, attempt=1, elapsed=0.0, policy=policy, draw=0.5) == Decision(RETRY, 20.0)
-    later = decide(busy, attempt=1, elapsed=15.0, policy=policy, draw=0.5)
-    assert later.verdict is Verdict.EXHAUSTED  # not shortened to the 15 s left
-
-
-def test_policy_refuses_nonsense() -> None:
-    with pytest.raises(ValueError):
-        RetryPolicy(attempts=0)
-    with pytest.raises(ValueError):
-        RetryPolicy(base=-1)
-
-
-NOW = datetime(2026, 7, 30, 9, 0, 0, tzinfo=UTC)
-
-
-@pytest.mark.parametrize(
-    ("header", "seconds"),
-    [
-        ("1", 1.0),
-        ("0", 0.0),
-        (" 120 ", 120.0),
-        ("Thu, 30 Jul 2026 09:00:30 GMT", 30.0),
-        ("Thu, 30 Jul 2026 08:59:00 GMT", 0.0),  # already past
-        ("Thu, 30 Jul 2026 09:00:05 -0000", 5.0),
-        (None, None),
-        ("", None),
-        ("-1", None),
-        ("1.5", None),
-        ("soon", None),
-        ("²", None),
-    ],
-)
-def test_parse_retry_after(header: str | None, seconds: float | None) -> None:
-    assert parse_retry_after(header, NOW) == seconds
 
 
 # -- the clients, as a test drives them --------------------------------------------
@@ -512,44 +369,6 @@ def test_401_exchanges_the_credential_once(kind: str, server: Server) -> None:
     assert unexchanged.value.attempts == 1
 
 
-class FakeTime:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def clock(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
-
-
-def test_a_refused_connection_is_retried_with_backoff_until_the_attempts_run_out(
-    kind: str,
-) -> None:
-    fake = FakeTime()
-    policy = RetryPolicy(attempts=4, base=1.0, cap=8.0, max_elapsed=100.0)
-    api = Api(kind, sleep=fake.sleep, clock=fake.clock, jitter=lambda: 0.5, policy=policy)
-    nobody = f"http://127.0.0.1:{free_port()}/api/bookings/"
-    with pytest.raises(RetriesExhausted) as exhausted:
-        api.post(nobody, json=booking(new_slot()))
-    assert api.sleeps == [0.5, 1.0, 2.0]
-    error = exhausted.value
-    assert error.attempts == 4 and error.status is None and error.response is None
-    assert isinstance(error.error, (requests.ConnectionError, httpx.ConnectError))
-    assert error.__cause__ is None  # its message is the whole URL
-    assert re.search(r"no response \(\w+\) after 4 attempts in 3\.5 s", str(error))
-
-
-def test_a_refused_connection_is_retried_until_the_time_runs_out(kind: str) -> None:
-    fake = FakeTime()
-    policy = RetryPolicy(attempts=100, base=1.0, cap=8.0, max_elapsed=10.0)
-    api = Api(kind, sleep=fake.sleep, clock=fake.clock, jitter=lambda: 0.75, policy=policy)
-    with pytest.raises(RetriesExhausted) as exhausted:
-        api.post(f"http://127.0.0.1:{free_port()}/", content=b"x")
-    assert api.sleeps == [0.75, 1.5, 3.0]  # then 6.0 would end at 11.25 s: past 10 s
-    assert exhausted.value.attempts == 4
-
-
 def test_logs_carry_neither_the_key_nor_the_credential_nor_the_body(
     kind: str, server: Server, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -565,7 +384,7 @@ def test_logs_carry_neither_the_key_nor_the_credential_nor_the_body(
             other = {**body, "slot": new_slot()}
             api.post(url, json=other, key=key, headers={"Authorization": BASIC}, location="p")
 
-    ours = [r for r in caplog.records if r.name == "idempotency_django.client"]
+    ours = [r for r in caplog.records if r.name == "idempotency_client"]
     levels = [r.levelname for r in ours]
     assert levels == ["INFO", "INFO", "DEBUG", "WARNING"], [r.getMessage() for r in ours]
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
@@ -579,24 +398,6 @@ def test_logs_carry_neither_the_key_nor_the_credential_nor_the_body(
             text += repr(record.exc_info[1])
         for secret in secrets:
             assert secret not in text, (record.name, record.getMessage())
-
-
-def test_bad_calls_are_refused_before_anything_is_sent() -> None:
-    api = IdempotentClient(requests.Session())
-    with pytest.raises(ValueError, match="unsafe"):
-        api.request("GET", "http://127.0.0.1:1/")
-    with pytest.raises(ValueError, match="key="):
-        api.post("http://127.0.0.1:1/", headers={"idempotency-key": "k"})
-    with pytest.raises(ValueError, match="not both"):
-        api.post("http://127.0.0.1:1/", json={}, content=b"{}")
-    with pytest.raises(ValueError, match="not both"):
-        api.post("http://127.0.0.1:1/", location="a", headers={"X-Location-Id": "b"})
-    with pytest.raises(ValueError, match="empty"):
-        api.post("http://127.0.0.1:1/", key="")
-    with pytest.raises(TypeError, match="AsyncIdempotentClient"):
-        IdempotentClient(httpx.AsyncClient())  # type: ignore[call-overload]
-    with pytest.raises(TypeError, match=r"requests\.Session or an httpx\.Client"):
-        IdempotentClient(object())  # type: ignore[call-overload]
 
 
 # -- the examples on docs/clients.md ------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from idempotency_django.client import KEY_IN_PROGRESS, Outcome, RetryPolicy, Verdict, decide
+from idempotency_client import KEY_IN_PROGRESS, Outcome, RetryPolicy, Verdict, decide
 from idempotency_django.conf import DEFAULTS
 from tests.docs_examples import client_takeover
 

@@ -12,7 +12,7 @@ from django.core.files.uploadedfile import UploadedFile
 from django.test import RequestFactory
 from requests.adapters import BaseAdapter
 
-from idempotency_django.client import IdempotentClient, RetryPolicy
+from idempotency_client import IdempotentClient, RetryPolicy
 
 FIELDS: dict[str, Any] = {
     "slot": "2026-07-30T09:00",

@@ -20,6 +20,7 @@ import tarfile
 import tomllib
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -53,6 +54,27 @@ def test_the_version_is_written_in_one_place_and_the_changelog_agrees() -> None:
     for heading in re.findall(r"^## From ([\d.]+) to ([\d.]+)(.*)$", upgrading, re.M):
         assert heading[0] in released, heading
         assert heading[1] in released or "(unreleased)" in heading[2], heading
+
+
+def test_the_client_distribution_keeps_in_step_with_the_package() -> None:
+    """idempotency-client (its own folder, its own pyproject.toml): the same license,
+    version and Pythons, no dependency of its own, and the HTTP libraries' extras,
+    which the Django package no longer has. .ci/client-check builds and tests it."""
+    import idempotency_client
+
+    folder = REPO_ROOT / "idempotency-client"
+    client = tomllib.loads((folder / "pyproject.toml").read_text())["project"]
+    assert (folder / "LICENSE").read_text() == (REPO_ROOT / "LICENSE").read_text()
+    assert client["name"] == "idempotency-client"
+    assert idempotency_client.__version__ == __version__
+    assert client["requires-python"] == PYPROJECT["project"]["requires-python"]
+    assert classified("Programming Language :: Python :: ", client) == classified(
+        "Programming Language :: Python :: "
+    )
+    assert client["dependencies"] == []
+    assert {"requests", "httpx"} <= set(client["optional-dependencies"])
+    assert not {"requests", "httpx"} & set(PYPROJECT["project"]["optional-dependencies"])
+    assert not (REPO_ROOT / "idempotency_django" / "client.py").exists()
 
 
 pytest.importorskip("build", reason="the build package is missing (pip install -e '.[dev]')")
@@ -167,10 +189,10 @@ def test_the_classifiers_exist() -> None:
     assert set(PYPROJECT["project"]["classifiers"]) - trove.classifiers == set()
 
 
-def classified(prefix: str) -> set[str]:
+def classified(prefix: str, project: dict[str, Any] | None = None) -> set[str]:
     return {
         classifier.removeprefix(prefix)
-        for classifier in PYPROJECT["project"]["classifiers"]
+        for classifier in (project or PYPROJECT["project"])["classifiers"]
         if re.fullmatch(re.escape(prefix) + r"\d+\.\d+", classifier)
     }
 

@@ -1,4 +1,4 @@
-"""idempotency_django.client with httpx, as docs/clients.md shows it.
+"""idempotency_client with httpx, as docs/clients.md shows it.
 
 tests/test_client.py runs each function against the example project.
 """
@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from idempotency_django.client import AsyncIdempotentClient, IdempotentClient
+from idempotency_client import AsyncIdempotentClient, IdempotentClient
 
 
 def book_with_httpx(base_url: str, auth: tuple[str, str], booking_id: int, slot: str) -> Any:

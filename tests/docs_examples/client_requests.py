@@ -1,4 +1,4 @@
-"""idempotency_django.client with requests, as docs/clients.md shows it.
+"""idempotency_client with requests, as docs/clients.md shows it.
 
 tests/test_client.py runs each function against the example project.
 """
@@ -12,7 +12,7 @@ from typing import Any
 
 import requests
 
-from idempotency_django.client import (
+from idempotency_client import (
     IdempotentClient,
     RequestRejected,
     RetriesExhausted,

@@ -7,7 +7,7 @@ that died, until LOCK_TIMEOUT lets the retry take it over.
 from __future__ import annotations
 
 # --8<-- [start:takeover]
-from idempotency_django.client import RetryPolicy
+from idempotency_client import RetryPolicy
 
 # The server's IDEMPOTENCY settings (these are the defaults).
 LOCK_TIMEOUT = 300  # seconds before a crashed request's reservation is taken over

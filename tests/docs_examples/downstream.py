@@ -32,7 +32,7 @@ def pay_invoice(request: HttpRequest, invoice_id: int) -> JsonResponse:
 # --8<-- [end:stripe]
 
 # --8<-- [start:client]
-from idempotency_django.client import IdempotentClient  # noqa: E402
+from idempotency_client import IdempotentClient  # noqa: E402
 
 
 @idempotent(required=True)

@@ -39,7 +39,7 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "loggers": {
-        # Also idempotency_django.webhooks and idempotency_django.client, its children.
+        # Also idempotency_django.webhooks, its child. The retry client logs on idempotency_client.
         "idempotency_django": {"handlers": ["console"], "level": "INFO"},
     },
 }

@@ -174,7 +174,7 @@ def test_the_retry_client_does_not_retry_where_the_server_ignored_its_key(
     project's retry client believes it, and a 502 runs the work once, not five times."""
     import requests
 
-    from idempotency_django.client import IdempotentClient, RequestRejected, RetryPolicy
+    from idempotency_client import IdempotentClient, RequestRejected, RetryPolicy
 
     with serve(server, **{**SETTINGS, "NINJA_WITH_MIDDLEWARE": "1"}) as port:
         session = requests.Session()
