@@ -16,11 +16,17 @@ from django.db import connection
 from django.test import override_settings
 
 from idempotency_django.models import IdempotencyRecord
-from idempotency_django.stores import Outcome, RecordKey, RequestInfo, get_store
+from idempotency_django.stores import Outcome, RecordKey, RequestInfo, StoreUnavailable, get_store
 from idempotency_django.tasks import TaskInProgress, TaskKeyReused, idempotent_task
 from tests import tasks_app
 from tests.concurrency import in_threads
-from tests.redis_helpers import redis_store_settings
+from tests.redis_helpers import (
+    DOWN_ALIAS,
+    caches_with,
+    private_redis_server,
+    redis_cache,
+    redis_store_settings,
+)
 from tests.testapp.models import Booking
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -218,3 +224,37 @@ def test_with_the_protection_off_every_delivery_runs(store: str) -> None:
         tasks_app.book("09:00", idempotency_key="order-1")
         tasks_app.book("09:00", idempotency_key="order-1")
     assert Booking.objects.count() == 2
+
+
+def test_a_store_that_cannot_be_reached_runs_nothing() -> None:
+    with redis_store_settings(alias=DOWN_ALIAS), pytest.raises(StoreUnavailable):
+        tasks_app.book("09:00", idempotency_key="order-1")
+    assert Booking.objects.count() == 0
+
+
+@pytest.mark.parametrize("atomic", [True, False])
+def test_a_store_that_dies_mid_task(atomic: bool, caplog: pytest.LogCaptureFixture) -> None:
+    """Atomic: whether the key is still ours cannot be told, so nothing commits.
+    Not atomic: the work committed on its own; its result could not be stored."""
+    with private_redis_server() as (server, port):
+        caches = caches_with(private=redis_cache(f"redis://127.0.0.1:{port}/0"))
+
+        @idempotent_task(name="dies", atomic=atomic)
+        def dies(slot: str) -> int:
+            pk = Booking.objects.create(slot=slot).pk
+            server.kill()
+            server.wait()
+            return pk
+
+        with (
+            redis_store_settings(alias="private", caches=caches),
+            caplog.at_level(logging.INFO, logger="idempotency_django.tasks"),
+        ):
+            if atomic:
+                with pytest.raises(StoreUnavailable):
+                    dies("09:00", idempotency_key="k")
+            else:
+                assert dies("09:00", idempotency_key="k") == Booking.objects.get().pk
+    events = [record.idempotency["event"] for record in caplog.records]  # type: ignore[attr-defined]
+    assert events == ["reserved", "release_failed" if atomic else "store_failed"]
+    assert Booking.objects.count() == (0 if atomic else 1)
