@@ -38,6 +38,7 @@ from django.db import DEFAULT_DB_ALIAS, transaction
 
 from idempotency_django.conf import idempotency_settings
 from idempotency_django.keys import MAX_KEY_LENGTH
+from idempotency_django.phases import _open_transactions
 from idempotency_django.stores import (
     Outcome,
     RecordKey,
@@ -179,7 +180,9 @@ class TaskRun:
                     )
             # In progress: the other delivery holds the key. Waited for outside
             # any transaction of ours, then claimed again: it may have failed.
-            if idempotency_settings.TASK_DUPLICATES == "skip":
+            if idempotency_settings.TASK_DUPLICATES == "skip" or _open_transactions():
+                # Waiting inside a caller's transaction (an eager task in a view)
+                # would hold its locks, and not see the other's reservation commit.
                 self.log(logging.INFO, "conflict", code=TaskInProgress.code)
                 raise TaskInProgress(f"This {self.name} is running in another delivery.")
             self.log(logging.INFO, "waiting")

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Iterator
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test import override_settings
 
 from idempotency_django.models import IdempotencyRecord
@@ -258,3 +258,30 @@ def test_a_store_that_dies_mid_task(atomic: bool, caplog: pytest.LogCaptureFixtu
     events = [record.idempotency["event"] for record in caplog.records]  # type: ignore[attr-defined]
     assert events == ["reserved", "release_failed" if atomic else "store_failed"]
     assert Booking.objects.count() == (0 if atomic else 1)
+
+
+@pytest.mark.parametrize("store_name", concurrent_stores())
+def test_a_duplicate_inside_a_transaction_does_not_wait(store_name: str) -> None:
+    """An eager task in a caller's transaction would wait holding its locks: it is told at once."""
+    started, go_on = threading.Event(), threading.Event()
+
+    @idempotent_task(name="held")
+    def held(slot: str) -> int:
+        started.set()
+        go_on.wait(10)
+        return Booking.objects.create(slot=slot).pk
+
+    def deliver(index: int) -> object:
+        if index == 0:
+            return held("09:00", idempotency_key="k")
+        started.wait(10)
+        try:
+            with pytest.raises(TaskInProgress), transaction.atomic():
+                held("09:00", idempotency_key="k")
+        finally:
+            go_on.set()  # the first goes on only once the duplicate has its answer
+        return "told at once"
+
+    with store_settings(store_name, TASK_DUPLICATES="wait"):
+        results = in_threads(2, deliver)
+    assert results == [Booking.objects.get().pk, "told at once"]
