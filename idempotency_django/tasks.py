@@ -153,10 +153,10 @@ class TaskRun:
 
     def run(self, call: Callable[[], R]) -> R:
         """Run ``call`` once for the key, or answer for the delivery that did."""
-        alias = self.store.database_alias
-        # A database store's claim joins the task's transaction; another
-        # store's stays outside it (see finish_outside).
-        claim_block = self.transaction(alias) if alias is not None else contextlib.nullcontext
+        # The database store's claim joins the task's transaction on the default
+        # database; a store elsewhere (Redis, another database) stays outside it.
+        in_work = self.store.database_alias == DEFAULT_DB_ALIAS
+        claim_block = self.transaction(DEFAULT_DB_ALIAS) if in_work else contextlib.nullcontext
         while True:
             with claim_block():
                 try:
