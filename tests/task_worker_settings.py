@@ -15,3 +15,13 @@ CACHES = {
     "idempotency": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": REDIS_URL},
 }
 IDEMPOTENCY = json.loads(os.environ.get("TESTS_IDEMPOTENCY", "{}"))
+# The tasks' decisions in the worker's log, for the test to read.
+LOGGING_CONFIG = "logging.config.dictConfig"
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"stderr": {"class": "logging.StreamHandler"}},
+    "loggers": {
+        "idempotency_django.tasks": {"handlers": ["stderr"], "level": "INFO", "propagate": False}
+    },
+}

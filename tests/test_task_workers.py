@@ -133,11 +133,16 @@ def celery_tasks():  # type: ignore[no-untyped-def]
 
 def test_a_task_sent_twice_runs_once(celery_worker: Callable[..., Worker]) -> None:
     tasks = celery_tasks()
-    celery_worker(pool="prefork", concurrency=2)
+    worker = celery_worker(pool="prefork", concurrency=2)
     # Both deliveries at once on two worker processes: the second waits for the first.
     first = tasks.book_slot.apply_async(("09:00", 1.0))
     second = tasks.book_slot.apply_async(("09:00", 1.0))
     assert first.get(timeout=60) == second.get(timeout=60) == Booking.objects.get().pk
+    log = worker.log.read_text(errors="replace")
+    assert log.count("event=stored") == 1 and log.count("event=replayed") == 1, log
+    # The duplicate waited for the first: for the store to settle, or on SQLite in the
+    # claim itself, behind the first one's write lock.
+    assert "event=waiting" in log or connection.vendor == "sqlite", log
     # Sent again later: the stored result, nothing run.
     assert tasks.book_slot.apply_async(("09:00", 1.0)).get(timeout=60) == first.get()
     assert Booking.objects.count() == 1
