@@ -215,14 +215,23 @@ class TaskRun:
         except BaseException:
             self.release(token)
             raise
+        if DEFAULT_DB_ALIAS in _open_transactions():
+            # Called inside its caller's transaction: the work commits with it, and
+            # the result is stored then. Rolled back, it keeps the key until LOCK_TIMEOUT.
+            transaction.on_commit(functools.partial(self.complete, token, stored), robust=True)
+        else:
+            self.complete(token, stored)
+        return result
+
+    def complete(self, token: str, stored: StoredResponse) -> None:
+        """Store the result of work that has committed."""
         try:
             owned = self.store.complete(self.key, token, stored, self.retention, request=self.info)
         except StoreUnavailable:
-            # The work committed: a duplicate finds the key held until LOCK_TIMEOUT.
+            # A duplicate finds the key held until LOCK_TIMEOUT, then runs.
             self.log(logging.ERROR, "store_failed")
-            return result
+            return
         self.log(logging.INFO, "stored" if owned else "lost_reservation")
-        return result
 
     def transaction(self, alias: str) -> Callable[[], contextlib.AbstractContextManager[Any]]:
         if not self.atomic:

@@ -285,3 +285,22 @@ def test_a_duplicate_inside_a_transaction_does_not_wait(store_name: str) -> None
     with store_settings(store_name, TASK_DUPLICATES="wait"):
         results = in_threads(2, deliver)
     assert results == [Booking.objects.get().pk, "told at once"]
+
+
+@pytest.mark.parametrize("store_name", ["redis", "memory"])
+@pytest.mark.parametrize("commits", [True, False])
+def test_inside_a_callers_transaction_the_result_is_stored_when_it_commits(
+    store_name: str, commits: bool
+) -> None:
+    """A store outside the database: the result of work that may still roll back is not kept."""
+    key = task_key("tests.tasks_app.book", "order-1")
+    with store_settings(store_name), contextlib.suppress(tasks_app.Refused):
+        with transaction.atomic():
+            tasks_app.book("09:00", idempotency_key="order-1")
+            assert get_store().lookup(key).state == "in_progress"  # type: ignore[union-attr]
+            if not commits:
+                raise tasks_app.Refused("the caller rolls back")
+        state = get_store().lookup(key)
+        assert state is not None
+        assert state.state == ("completed" if commits else "in_progress")
+    assert Booking.objects.count() == (1 if commits else 0)
