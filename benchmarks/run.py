@@ -20,8 +20,9 @@ QUICK = {
     "inprocess.py": ["-n", "60", "--warmup", "10", "--rounds", "1"],
     "throughput.py": ["--connections", "8", "--seconds", "1", "--rounds", "1", "--workers", "2"],
     "waiter.py": ["--hold", "0.5", "--waiters", "2"],
+    "tasks.py": ["-n", "100", "--warmup", "10"],
 }
-FULL = {"inprocess.py": ["--profile"], "throughput.py": [], "waiter.py": []}
+FULL = {"inprocess.py": ["--profile"], "throughput.py": [], "waiter.py": [], "tasks.py": []}
 
 
 def main() -> int:

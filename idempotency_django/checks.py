@@ -159,6 +159,9 @@ def check_settings(**kwargs: Any) -> list[checks.CheckMessage]:
     if merged["ANONYMOUS"] not in ("ignore", "reject", "session"):
         message = f"{SETTING_NAME}['ANONYMOUS'] must be 'ignore', 'reject' or 'session'."
         errors.append(_error(message, "E006"))
+    if merged["TASK_DUPLICATES"] not in ("wait", "skip"):
+        message = f"{SETTING_NAME}['TASK_DUPLICATES'] must be 'wait' or 'skip'."
+        errors.append(_error(message, "E006"))
     methods = {str(method).upper() for method in merged["METHODS"]}
     if not methods <= UNSAFE_METHODS:
         errors.append(

@@ -148,6 +148,11 @@ DEFAULTS: dict[str, Any] = {
     "WEBHOOK_FALLBACK_BUCKET": 300,
     # The URL keyword argument that holds the trigger token.
     "WEBHOOK_TOKEN_KWARG": "token",
+    # -- Idempotent background tasks (idempotency_django.tasks) ------------
+    # A delivery of a task whose key another delivery is running: "wait" for
+    # it (then return its result, or run if it failed); "skip": raise
+    # TaskInProgress at once, for the queue to retry later.
+    "TASK_DUPLICATES": "wait",
 }
 
 #: Never stored or replayed, whatever REPLAY_HEADERS says.
@@ -232,6 +237,7 @@ class IdempotencySettings:
     WEBHOOK_RETENTION: int
     WEBHOOK_FALLBACK_BUCKET: int
     WEBHOOK_TOKEN_KWARG: str
+    TASK_DUPLICATES: str
 
     @property
     def user_settings(self) -> dict[str, Any]:

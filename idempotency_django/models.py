@@ -23,6 +23,7 @@ class IdempotencyRecord(models.Model):
     class Kind(models.TextChoices):
         REQUEST = "request", _("request")
         WEBHOOK = "webhook", _("webhook delivery")
+        TASK = "task", _("background task")
 
     #: SHA-256 of principal, location and key: the record's identity (see
     #: :func:`~idempotency_django.keys.record_digest`). The three columns

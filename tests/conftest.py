@@ -27,6 +27,7 @@ SERVICE_PATHS = (
     "test_example_project.py",  # the example project's runserver, curl
     "test_example_openapi.py",  # the example project's manage.py
     "test_quickstart.py",  # startproject, runserver and curl
+    "test_task_workers.py",  # Celery workers, the tasks framework's db_worker
 )
 #: Fixtures that start a real server (test_async.py, test_client.py).
 SERVICE_FIXTURES = frozenset({"uvicorn_server", "server", "slow_server", "storeless_server"})

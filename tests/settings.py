@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import tempfile
 from typing import Any
@@ -26,6 +27,10 @@ INSTALLED_APPS = [
     "idempotency_django",
     "tests.testapp",
 ]
+if importlib.util.find_spec("django_tasks_db") is not None:
+    # The tasks framework's database backend (tests/test_task_workers.py).
+    INSTALLED_APPS.append("django_tasks_db")
+    TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
 
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",

@@ -170,6 +170,7 @@ def test_check_missing_middleware() -> None:
         ({"RETENTION": "1d"}, "idempotency_django.E004"),
         ({"REUSE_STATUS": 400}, "idempotency_django.E005"),
         ({"ANONYMOUS": "allow"}, "idempotency_django.E006"),
+        ({"TASK_DUPLICATES": "drop"}, "idempotency_django.E006"),
         ({"METHODS": ["POST", "GET"]}, "idempotency_django.E007"),
         ({"REPLAY_HEADERS": ["Content-Type", "Set-Cookie"]}, "idempotency_django.E008"),
         ({"SCOPE_FUNCTION": "no.such.function"}, "idempotency_django.E009"),

@@ -61,6 +61,7 @@ IDEMPOTENCY = {
     "WEBHOOK_RETENTION": 7 * 24 * 3600,
     "WEBHOOK_FALLBACK_BUCKET": 300,
     "WEBHOOK_TOKEN_KWARG": "token",
+    "TASK_DUPLICATES": "wait",
 }
 # --8<-- [end:everything]
 

@@ -1,0 +1,70 @@
+"""Django's tasks framework (``django.tasks``, or the ``django-tasks`` backport): once per key.
+
+::
+
+    from idempotency_django.contrib.django_tasks import task
+
+    @task(key=lambda order_id: f"charge-{order_id}")
+    def charge(order_id: int) -> dict: ...
+
+    charge.enqueue(42)
+
+The framework's own ``task`` decorator (from ``django.tasks`` on Django 6.0
+and later, else from the ``django_tasks`` backport), with
+:func:`~idempotency_django.tasks.idempotent_task` between it and the
+function: every run of one key runs the function once. ``key``, ``atomic``
+and ``retention`` are ``idempotent_task``'s; the other options the
+framework's (``priority``, ``queue_name``, ``backend``, ``takes_context``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, overload
+
+from idempotency_django.tasks import idempotent_task
+
+try:
+    from django.tasks import task as framework_task  # type: ignore[import-not-found,unused-ignore]
+except ImportError:  # Django 5.2: the backport
+    from django_tasks import task as framework_task  # type: ignore[import-not-found,no-redef,unused-ignore]
+
+__all__ = ["task"]
+
+
+@overload
+def task(func: Callable[..., Any], /) -> Any: ...
+
+
+@overload
+def task(
+    func: None = None,
+    *,
+    key: Callable[..., Any] | None = None,
+    atomic: bool = True,
+    retention: int | None = None,
+    **options: Any,
+) -> Callable[[Callable[..., Any]], Any]: ...
+
+
+def task(
+    func: Callable[..., Any] | None = None,
+    *,
+    key: Callable[..., Any] | None = None,
+    atomic: bool = True,
+    retention: int | None = None,
+    **options: Any,
+) -> Any:
+    """The framework's ``@task``, whose runs of one key run the function once."""
+
+    def decorate(function: Callable[..., Any]) -> Any:
+        once = idempotent_task(
+            function,
+            key=key,
+            atomic=atomic,
+            retention=retention,
+            bound=bool(options.get("takes_context")),
+        )
+        return framework_task(**options)(once)
+
+    return decorate if func is None else decorate(func)

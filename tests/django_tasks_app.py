@@ -1,0 +1,25 @@
+"""The tasks framework's tasks of tests/test_task_workers.py: each run writes one Booking row."""
+
+from __future__ import annotations
+
+import time
+
+from idempotency_django.contrib.django_tasks import task
+from tests.testapp.models import Booking
+
+
+# --8<-- [start:django_tasks]
+@task
+def book(slot: str, pause: float = 0.0) -> dict[str, object]:
+    booking = Booking.objects.create(slot=slot)
+    time.sleep(pause)
+    return {"booking": booking.pk, "slot": slot}
+
+
+# --8<-- [end:django_tasks]
+
+
+@task(takes_context=True, key=lambda slot: f"slot-{slot}")
+def book_slot(context: object, slot: str) -> int:
+    """Keyed by its argument; the framework's context is left out of key and fingerprint."""
+    return Booking.objects.create(slot=slot).pk

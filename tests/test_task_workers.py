@@ -1,0 +1,221 @@
+"""Idempotent tasks through real queues: a Celery worker, the tasks framework's db_worker.
+
+Each worker is a process of its own on the test database (committed data:
+``transactional_db``) and, for Celery, on the tests' Redis database as broker.
+Duplicates are real deliveries: the same task sent twice, and a delivery that
+the broker hands out again after its worker was killed mid-task.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from django.db import connection
+
+from tests import servers
+from tests.redis_helpers import REDIS_URL, raw_client, skip_without_redis
+from tests.testapp.models import Booking
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ROOT = Path(__file__).resolve().parent.parent
+#: Each store's settings in the worker; the Redis store's reservations outlive a
+#: killed worker until LOCK_TIMEOUT, kept short here.
+STORES: dict[str, dict[str, object]] = {
+    "database": {"STORE": "database"},
+    "redis": {"STORE": "redis", "STORE_OPTIONS": {"cache": "idempotency"}, "LOCK_TIMEOUT": 4},
+}
+
+
+def worker_env(idempotency: dict[str, object]) -> dict[str, str]:
+    return {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.task_worker_settings",
+        "TESTS_DB_NAME": str(connection.settings_dict["NAME"]),
+        "TESTS_REDIS_URL": REDIS_URL,
+        "TESTS_IDEMPOTENCY": json.dumps(idempotency),
+    }
+
+
+class Worker:
+    """A worker process of its own session, so that a SIGKILL takes all of it."""
+
+    def __init__(self, command: list[str], env: dict[str, str], log: Path) -> None:
+        self.log = log
+        with log.open("ab") as out:
+            self.process = subprocess.Popen(
+                command,
+                cwd=ROOT,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def wait_for(self, text: str) -> None:
+        servers.wait_until(
+            lambda: text in self.log.read_text(errors="replace"),
+            self.process,
+            what="the worker",
+            seconds=60,
+            log=self.log,
+        )
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+# -- Celery --------------------------------------------------------------------
+
+
+@pytest.fixture(params=sorted(STORES))
+def celery_worker(
+    request: pytest.FixtureRequest, transactional_db: None, tmp_path: Path
+) -> Iterator[Callable[..., Worker]]:
+    pytest.importorskip("celery")
+    skip_without_redis()
+    raw_client().flushdb()
+    env = worker_env(STORES[request.param])
+    started: list[Worker] = []
+
+    def start(pool: str = "solo", concurrency: int = 1) -> Worker:
+        command = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "tests.celery_app",
+            "worker",
+            f"--pool={pool}",
+            f"--concurrency={concurrency}",
+            "--loglevel=INFO",
+            "--without-heartbeat",
+            "--without-gossip",
+            "--without-mingle",
+        ]
+        worker = Worker(command, env, tmp_path / "worker.log")
+        started.append(worker)
+        worker.wait_for("ready.")
+        return worker
+
+    try:
+        yield start
+    finally:
+        for worker in started:
+            worker.stop()
+        raw_client().flushdb()
+
+
+def celery_tasks():  # type: ignore[no-untyped-def]
+    os.environ.setdefault("TESTS_REDIS_URL", REDIS_URL)
+    from tests import celery_app, celery_tasks
+
+    celery_app.app.set_current()  # the tasks send through the tests' broker
+    return celery_tasks
+
+
+def test_a_task_sent_twice_runs_once(celery_worker: Callable[..., Worker]) -> None:
+    tasks = celery_tasks()
+    worker = celery_worker(pool="prefork", concurrency=2)
+    # Both deliveries at once on two worker processes: the second waits for the first.
+    first = tasks.book_slot.apply_async(("09:00", 1.0))
+    second = tasks.book_slot.apply_async(("09:00", 1.0))
+    assert first.get(timeout=60) == second.get(timeout=60) == Booking.objects.get().pk
+    log = worker.log.read_text(errors="replace")
+    assert log.count("event=stored") == 1 and log.count("event=replayed") == 1, log
+    # The duplicate waited for the first: for the store to settle, or on SQLite in the
+    # claim itself, behind the first one's write lock.
+    assert "event=waiting" in log or connection.vendor == "sqlite", log
+    # Sent again later: the stored result, nothing run.
+    assert tasks.book_slot.apply_async(("09:00", 1.0)).get(timeout=60) == first.get()
+    assert Booking.objects.count() == 1
+
+
+def test_a_task_whose_worker_was_killed_is_redelivered_and_runs_once(
+    celery_worker: Callable[..., Worker], tmp_path: Path
+) -> None:
+    tasks = celery_tasks()
+    started = tmp_path / "started"
+    worker = celery_worker()
+    sent = tasks.book.apply_async(("09:00", str(started), 60.0), {"idempotency_key": "order-1"})
+    servers.wait_until(started.exists, worker.process, what="the task", seconds=60)
+    worker.kill()  # mid-task, its row written but not committed: acks_late keeps the message
+    assert Booking.objects.count() == 0
+
+    celery_worker()  # the broker delivers the task again to the new worker
+    result = sent.get(timeout=90)
+    assert result == {"booking": Booking.objects.get().pk, "slot": "09:00"}
+    again = tasks.book.apply_async(("09:00", str(started), 60.0), {"idempotency_key": "order-1"})
+    assert again.get(timeout=60) == result
+    assert Booking.objects.count() == 1
+
+
+# -- Django's tasks framework (django.tasks, or the django-tasks backport) ----------
+
+
+def run_db_workers(count: int, tmp_path: Path) -> None:
+    """``db_worker --batch`` in ``count`` processes at once, until the queue is empty."""
+    command = [sys.executable, "-m", "django", "db_worker", "--batch", "--no-startup-delay"]
+    env = worker_env({"STORE": "database"})
+    workers = [Worker(command, env, tmp_path / f"db_worker-{i}.log") for i in range(count)]
+    for worker in workers:
+        assert worker.process.wait(timeout=120) == 0, worker.log.read_text(errors="replace")
+
+
+@pytest.fixture
+def django_tasks(transactional_db: None):  # type: ignore[no-untyped-def]
+    pytest.importorskip("django_tasks_db")
+    from tests import django_tasks_app
+
+    return django_tasks_app
+
+
+def test_a_framework_task_enqueued_twice_runs_once(django_tasks, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    results = [
+        django_tasks.book.enqueue("09:00", idempotency_key="order-1"),
+        django_tasks.book.enqueue("09:00", idempotency_key="order-1"),
+        django_tasks.book.enqueue("10:00", idempotency_key="order-2"),
+        django_tasks.book_slot.enqueue("11:00"),
+        django_tasks.book_slot.enqueue("11:00"),
+    ]
+    run_db_workers(1, tmp_path)
+    for result in results:
+        result.refresh()
+    assert [result.status.name for result in results] == ["SUCCESSFUL"] * 5
+    values = [result.return_value for result in results]
+    assert values[0] == values[1] != values[2]
+    assert values[3] == values[4]
+    assert Booking.objects.count() == 3
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="concurrent workers: PostgreSQL")
+def test_framework_duplicates_on_two_workers_at_once_run_once(django_tasks, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    results = [
+        django_tasks.book.enqueue("09:00", pause=1.0, idempotency_key="order-1") for _ in range(2)
+    ]
+    run_db_workers(2, tmp_path)
+    for result in results:
+        result.refresh()
+    assert [result.status.name for result in results] == ["SUCCESSFUL"] * 2
+    # They ran at the same time: the duplicate waited for the first, then returned its result.
+    first, second = sorted(results, key=lambda result: result.finished_at)
+    assert second.started_at < first.finished_at
+    assert results[0].return_value == results[1].return_value
+    assert Booking.objects.count() == 1

@@ -1,0 +1,309 @@
+"""Idempotent background tasks (idempotency_django.tasks) on each real store.
+
+Deliveries are plain calls here, from threads for the concurrent ones; the
+real queues' workers are in test_task_workers.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.db import connection, transaction
+from django.test import override_settings
+
+from idempotency_django.models import IdempotencyRecord
+from idempotency_django.stores import Outcome, RecordKey, RequestInfo, StoreUnavailable, get_store
+from idempotency_django.tasks import TaskInProgress, TaskKeyReused, idempotent_task
+from tests import tasks_app
+from tests.concurrency import in_threads
+from tests.redis_helpers import (
+    DOWN_ALIAS,
+    caches_with,
+    private_redis_server,
+    redis_cache,
+    redis_store_settings,
+)
+from tests.testapp.models import Booking
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+STORES = ["database", "redis", "memory"]
+TAKER = RequestInfo(method="TASK", path="slow", fingerprint="f" * 64, kind="task")
+
+
+@contextlib.contextmanager
+def store_settings(store: str, **idempotency: Any) -> Iterator[None]:
+    if store == "redis":
+        with redis_store_settings(**idempotency):
+            yield
+        return
+    with override_settings(IDEMPOTENCY={"STORE": store, **idempotency}):
+        get_store.cache_clear()
+        try:
+            yield
+        finally:
+            get_store.cache_clear()
+
+
+@pytest.fixture(params=STORES)
+def store(request: pytest.FixtureRequest) -> Iterator[str]:
+    with store_settings(request.param):
+        yield request.param
+
+
+def task_key(name: str, key: str) -> RecordKey:
+    return RecordKey(f"task:{name}", "", key)
+
+
+def test_a_duplicate_returns_the_stored_result_without_running(store: str) -> None:
+    first = tasks_app.book("09:00", idempotency_key="order-1")
+    second = tasks_app.book("09:00", idempotency_key="order-1")
+    assert second == first == {"booking": first["booking"], "slot": "09:00"}
+    assert Booking.objects.count() == 1
+    # Another key is another task.
+    tasks_app.book("09:00", idempotency_key="order-2")
+    assert Booking.objects.count() == 2
+
+
+def test_the_key_made_from_the_arguments(store: str) -> None:
+    assert tasks_app.book_slot("10:00") == tasks_app.book_slot("10:00")
+    assert tasks_app.book_slot("11:00") != tasks_app.book_slot("10:00")
+    assert Booking.objects.count() == 2
+
+
+def test_the_same_key_with_other_arguments_runs_nothing(store: str) -> None:
+    tasks_app.book("09:00", idempotency_key="order-1")
+    with pytest.raises(TaskKeyReused) as raised:
+        tasks_app.book("10:00", idempotency_key="order-1")
+    assert raised.value.code == "idempotency_key_reused"
+    assert list(Booking.objects.values_list("slot", flat=True)) == ["09:00"]
+
+
+def test_a_failed_task_leaves_no_write_and_its_retry_runs(store: str) -> None:
+    with pytest.raises(tasks_app.Refused):
+        tasks_app.book_then_fail("09:00", idempotency_key="order-1")
+    assert Booking.objects.count() == 0  # rolled back with the reservation
+    assert get_store().lookup(task_key("tests.tasks_app.book_then_fail", "order-1")) is None
+    with pytest.raises(tasks_app.Refused):
+        tasks_app.book_then_fail("09:00", idempotency_key="order-1")  # ran again
+
+
+def test_a_result_that_is_not_json_stores_nothing_and_keeps_no_write(store: str) -> None:
+    with pytest.raises(TypeError, match="not JSON"):
+        tasks_app.book_and_return_an_object("09:00", idempotency_key="order-1")
+    assert Booking.objects.count() == 0
+    name = "tests.tasks_app.book_and_return_an_object"
+    assert get_store().lookup(task_key(name, "order-1")) is None
+
+
+def test_the_record_is_a_completed_task_record(store: str) -> None:
+    tasks_app.book("09:00", idempotency_key="order-1")
+    state = get_store().lookup(task_key("tests.tasks_app.book", "order-1"))
+    assert state is not None and state.state == "completed"
+    if store == "database":
+        record = IdempotencyRecord.objects.get()
+        assert (record.kind, record.method, record.path) == ("task", "TASK", "tests.tasks_app.book")
+        assert (record.principal, record.key) == ("task:tests.tasks_app.book", "order-1")
+
+
+@pytest.mark.parametrize("store", ["database"], indirect=True)
+def test_without_atomic_the_record_still_completes(store: str) -> None:
+    @idempotent_task(name="plain", atomic=False)
+    def plain(slot: str) -> int:
+        return Booking.objects.create(slot=slot).pk
+
+    assert plain("09:00", idempotency_key="k") == plain("09:00", idempotency_key="k")
+    assert Booking.objects.count() == 1
+
+
+def test_the_key_is_required_and_checked(store: str) -> None:
+    with pytest.raises(TypeError, match="needs a key"):
+        tasks_app.book("09:00")
+    with pytest.raises(TypeError, match="makes its own key"):
+        tasks_app.book_slot("09:00", idempotency_key="mine")
+    for bad in ("", "x" * 256, "new\nline"):
+        with pytest.raises(ValueError, match="printable"):
+            tasks_app.book("09:00", idempotency_key=bad)
+    with pytest.raises(TypeError, match="not JSON"):
+        tasks_app.book(object(), idempotency_key="k")
+    assert Booking.objects.count() == 0
+
+
+def concurrent_stores() -> list[str]:
+    # SQLite has one writer: a concurrent claim inside a transaction fails at
+    # once in DEFERRED mode (check W011). Concurrency is PostgreSQL's and Redis's.
+    return STORES if connection.vendor == "postgresql" else ["redis", "memory"]
+
+
+@pytest.mark.parametrize("store_name", concurrent_stores())
+def test_concurrent_deliveries_wait_and_return_the_first_result(store_name: str) -> None:
+    with store_settings(store_name, TASK_DUPLICATES="wait"):
+        results = in_threads(
+            4, lambda _i: tasks_app.book("09:00", pause=0.5, idempotency_key="order-1")
+        )
+    assert not [r for r in results if isinstance(r, BaseException)], results
+    assert len({r["booking"] for r in results}) == 1
+    assert Booking.objects.count() == 1
+
+
+@pytest.mark.parametrize("store_name", concurrent_stores())
+def test_concurrent_deliveries_are_skipped(store_name: str) -> None:
+    with store_settings(store_name, TASK_DUPLICATES="skip"):
+        results = in_threads(
+            4, lambda _i: tasks_app.book("09:00", pause=0.5, idempotency_key="order-1")
+        )
+    assert len([r for r in results if isinstance(r, TaskInProgress)]) == 3, results
+    assert [r for r in results if isinstance(r, dict)] == [
+        {"booking": Booking.objects.get().pk, "slot": "09:00"}
+    ]
+
+
+@pytest.mark.parametrize("store_name", concurrent_stores())
+def test_a_waiting_duplicate_runs_when_the_first_fails(store_name: str) -> None:
+    started, go_on = threading.Event(), threading.Event()
+    runs: list[int] = []
+
+    @idempotent_task(name="fails_first")
+    def fails_first(slot: str) -> int:
+        pk = Booking.objects.create(slot=slot).pk
+        runs.append(pk)
+        if len(runs) == 1:
+            started.set()
+            go_on.wait(10)
+            raise tasks_app.Refused(slot)
+        return pk
+
+    def deliver(index: int) -> object:
+        if index == 1:
+            started.wait(10)
+            threading.Timer(0.3, go_on.set).start()  # fail once the duplicate waits
+        return fails_first("09:00", idempotency_key="k")
+
+    with store_settings(store_name, TASK_DUPLICATES="wait"):
+        results = in_threads(2, deliver)
+    assert isinstance(results[0], tasks_app.Refused)
+    assert len(runs) == 2 and results[1] == runs[1] == Booking.objects.get().pk
+
+
+@pytest.mark.parametrize("store_name", ["redis", "memory"])
+def test_a_task_that_lost_its_key_rolls_its_writes_back(store_name: str) -> None:
+    """Past LOCK_TIMEOUT another delivery took the key over: ours must not commit."""
+
+    @idempotent_task(name="slow")
+    def slow(slot: str) -> int:
+        pk = Booking.objects.create(slot=slot).pk
+        get_store().clear()  # the reservation expired, and a redelivery claimed the key
+        assert get_store().claim(task_key("slow", "k"), TAKER, 60).outcome is Outcome.CLAIMED
+        return pk
+
+    with store_settings(store_name):
+        with pytest.raises(TaskInProgress, match="LOCK_TIMEOUT"):
+            slow("09:00", idempotency_key="k")
+        assert Booking.objects.count() == 0
+        state = get_store().lookup(task_key("slow", "k"))
+        assert state is not None and state.state == "in_progress"  # the redelivery's
+
+
+def test_the_log_names_the_task_never_the_key_or_arguments(
+    store: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="idempotency_django.tasks"):
+        tasks_app.book("secret-slot", idempotency_key="secret-key")
+        tasks_app.book("secret-slot", idempotency_key="secret-key")
+    events = [record.idempotency["event"] for record in caplog.records]  # type: ignore[attr-defined]
+    assert events == ["reserved", "stored", "replayed"]
+    assert "secret" not in caplog.text and "task=tests.tasks_app.book" in caplog.text
+
+
+def test_with_the_protection_off_every_delivery_runs(store: str) -> None:
+    with override_settings(IDEMPOTENCY={"STORE": store, "ENABLED": False}):
+        tasks_app.book("09:00", idempotency_key="order-1")
+        tasks_app.book("09:00", idempotency_key="order-1")
+    assert Booking.objects.count() == 2
+
+
+def test_a_store_that_cannot_be_reached_runs_nothing() -> None:
+    with redis_store_settings(alias=DOWN_ALIAS), pytest.raises(StoreUnavailable):
+        tasks_app.book("09:00", idempotency_key="order-1")
+    assert Booking.objects.count() == 0
+
+
+@pytest.mark.parametrize("atomic", [True, False])
+def test_a_store_that_dies_mid_task(atomic: bool, caplog: pytest.LogCaptureFixture) -> None:
+    """Atomic: whether the key is still ours cannot be told, so nothing commits.
+    Not atomic: the work committed on its own; its result could not be stored."""
+    with private_redis_server() as (server, port):
+        caches = caches_with(private=redis_cache(f"redis://127.0.0.1:{port}/0"))
+
+        @idempotent_task(name="dies", atomic=atomic)
+        def dies(slot: str) -> int:
+            pk = Booking.objects.create(slot=slot).pk
+            server.kill()
+            server.wait()
+            return pk
+
+        with (
+            redis_store_settings(alias="private", caches=caches),
+            caplog.at_level(logging.INFO, logger="idempotency_django.tasks"),
+        ):
+            if atomic:
+                with pytest.raises(StoreUnavailable):
+                    dies("09:00", idempotency_key="k")
+            else:
+                assert dies("09:00", idempotency_key="k") == Booking.objects.get().pk
+    events = [record.idempotency["event"] for record in caplog.records]  # type: ignore[attr-defined]
+    assert events == ["reserved", "release_failed" if atomic else "store_failed"]
+    assert Booking.objects.count() == (0 if atomic else 1)
+
+
+@pytest.mark.parametrize("store_name", concurrent_stores())
+def test_a_duplicate_inside_a_transaction_does_not_wait(store_name: str) -> None:
+    """An eager task in a caller's transaction would wait holding its locks: it is told at once."""
+    started, go_on = threading.Event(), threading.Event()
+
+    @idempotent_task(name="held")
+    def held(slot: str) -> int:
+        started.set()
+        go_on.wait(10)
+        return Booking.objects.create(slot=slot).pk
+
+    def deliver(index: int) -> object:
+        if index == 0:
+            return held("09:00", idempotency_key="k")
+        started.wait(10)
+        try:
+            with pytest.raises(TaskInProgress), transaction.atomic():
+                held("09:00", idempotency_key="k")
+        finally:
+            go_on.set()  # the first goes on only once the duplicate has its answer
+        return "told at once"
+
+    with store_settings(store_name, TASK_DUPLICATES="wait"):
+        results = in_threads(2, deliver)
+    assert results == [Booking.objects.get().pk, "told at once"]
+
+
+@pytest.mark.parametrize("store_name", ["redis", "memory"])
+@pytest.mark.parametrize("commits", [True, False])
+def test_inside_a_callers_transaction_the_result_is_stored_when_it_commits(
+    store_name: str, commits: bool
+) -> None:
+    """A store outside the database: the result of work that may still roll back is not kept."""
+    key = task_key("tests.tasks_app.book", "order-1")
+    # Decided before the caller's transaction (mypy narrows commits inside it).
+    expected_state, expected_bookings = ("completed", 1) if commits else ("in_progress", 0)
+    with store_settings(store_name), contextlib.suppress(tasks_app.Refused):
+        with transaction.atomic():
+            tasks_app.book("09:00", idempotency_key="order-1")
+            assert get_store().lookup(key).state == "in_progress"  # type: ignore[union-attr]
+            if not commits:
+                raise tasks_app.Refused("the caller rolls back")
+        state = get_store().lookup(key)
+        assert state is not None
+        assert state.state == expected_state
+    assert Booking.objects.count() == expected_bookings
