@@ -39,6 +39,17 @@ def test_the_default_budget_gives_up_before_a_crashed_request_is_taken_over() ->
     assert verdict is Verdict.EXHAUSTED
 
 
+def test_with_the_heartbeat_the_default_budget_outlasts_a_crashed_request() -> None:
+    """HEARTBEAT lets LOCK_TIMEOUT be seconds: the default 30 s then sees the takeover.
+
+    The answers in progress count against the time budget only, so the default
+    client keeps asking (each Retry-After, 1 s) until the key is free.
+    """
+    lock_timeout = 10  # e.g. {"HEARTBEAT": 2, "LOCK_TIMEOUT": 10} (docs/settings.md)
+    assert play_against_a_crashed_request(RetryPolicy(), lock_timeout) is Verdict.DONE
+    assert play_against_a_crashed_request(RetryPolicy(), 31) is Verdict.EXHAUSTED
+
+
 def test_the_documented_takeover_policy_outlasts_lock_timeout() -> None:
     assert DEFAULTS["LOCK_TIMEOUT"] == client_takeover.LOCK_TIMEOUT
     assert DEFAULTS["RETRY_AFTER"] == client_takeover.RETRY_AFTER

@@ -27,7 +27,7 @@ from idempotency_client import (
 POLICY = RetryPolicy(attempts=5, max_elapsed=30.0, base=0.5, cap=8.0)
 BACKOFF = POLICY.backoff(1, 0.5)  # 0.25: what a row without Retry-After waits
 
-RETRY, DONE, REJECTED = Verdict.RETRY, Verdict.DONE, Verdict.REJECTED
+RETRY, DONE, REJECTED, EXHAUSTED = Verdict.RETRY, Verdict.DONE, Verdict.REJECTED, Verdict.EXHAUSTED
 
 #: Each row of the retry matrix on docs/clients.md: what an attempt got, what to do.
 MATRIX = [
@@ -124,6 +124,16 @@ def test_retry_after_is_honoured_beyond_the_backoff_cap_but_not_the_budget() -> 
     assert decide(busy, attempt=1, elapsed=0.0, policy=policy, draw=0.5) == Decision(RETRY, 20.0)
     later = decide(busy, attempt=1, elapsed=15.0, policy=policy, draw=0.5)
     assert later.verdict is Verdict.EXHAUSTED  # not shortened to the 15 s left
+
+
+def test_in_progress_answers_are_bounded_by_time_not_attempts() -> None:
+    """They ran nothing: a busy key is waited for until the time budget, not 5 answers."""
+    policy = RetryPolicy(attempts=5, max_elapsed=30.0)
+    busy = Outcome(409, KEY_IN_PROGRESS, 1.0)
+    assert decide(busy, attempt=12, elapsed=20.0, policy=policy, draw=0.5) == Decision(RETRY, 1.0)
+    assert decide(busy, attempt=12, elapsed=29.5, policy=policy, draw=0.5).verdict is EXHAUSTED
+    failed = decide(Outcome(503), attempt=12, elapsed=20.0, policy=policy, draw=0.5)
+    assert failed.verdict is EXHAUSTED  # what may have run stays bounded by attempts
 
 
 def test_policy_refuses_nonsense() -> None:

@@ -25,7 +25,8 @@ IGNORED_KEY_HEADER = "Idempotency-Key-Ignored"
 class RetryPolicy:
     """How hard to try one operation.
 
-    ``attempts`` caps the requests sent (the first included) and ``max_elapsed`` the
+    ``attempts`` caps the requests sent (the first included), but for answers
+    ``409 idempotency_key_in_progress``, which ran nothing, and ``max_elapsed`` the
     seconds from the first attempt: a wait that would end past it is not taken.
     Between attempts the wait is ``Retry-After`` when the server sent one, otherwise
     exponential backoff with full jitter: a random time in
@@ -101,6 +102,7 @@ def decide(
     key (but a 401, which ran nothing): a retry could run the work twice.
     """
     status = outcome.status
+    in_progress = status == 409 and outcome.code == KEY_IN_PROGRESS
     if status is not None and status < 400:
         return Decision(Verdict.DONE)
     if outcome.key_ignored is not None and status != 401:
@@ -110,11 +112,7 @@ def decide(
         if not can_reauthenticate:
             return Decision(Verdict.REJECTED)
         verdict, delay = Verdict.REAUTHENTICATE, 0.0
-    elif (
-        status is None
-        or status in policy.retry_statuses
-        or (status == 409 and outcome.code == KEY_IN_PROGRESS)
-    ):
+    elif status is None or status in policy.retry_statuses or in_progress:
         verdict = Verdict.RETRY
         if outcome.retry_after is not None:
             delay = outcome.retry_after
@@ -123,8 +121,12 @@ def decide(
     else:
         return Decision(Verdict.REJECTED)
     # A Retry-After longer than the time left is not shortened: retrying before the
-    # server asked would only be refused again.
-    if attempt >= policy.attempts or elapsed + delay > policy.max_elapsed:
+    # server asked would only be refused again. An answer "in progress" ran nothing:
+    # only the time budget bounds those, so that a crashed request's key, free
+    # LOCK_TIMEOUT after its last renewal (seconds with the server's HEARTBEAT), is
+    # taken over within it.
+    out_of_attempts = attempt >= policy.attempts and not in_progress
+    if out_of_attempts or elapsed + delay > policy.max_elapsed:
         return Decision(Verdict.EXHAUSTED)
     return Decision(verdict, delay)
 
