@@ -21,8 +21,15 @@ QUICK = {
     "throughput.py": ["--connections", "8", "--seconds", "1", "--rounds", "1", "--workers", "2"],
     "waiter.py": ["--hold", "0.5", "--waiters", "2"],
     "tasks.py": ["-n", "100", "--warmup", "10"],
+    "heartbeat.py": ["-n", "60", "--warmup", "10", "--running", "20", "--rounds", "2"],
 }
-FULL = {"inprocess.py": ["--profile"], "throughput.py": [], "waiter.py": [], "tasks.py": []}
+FULL = {
+    "inprocess.py": ["--profile"],
+    "throughput.py": [],
+    "waiter.py": [],
+    "tasks.py": [],
+    "heartbeat.py": [],
+}
 
 
 def main() -> int:
