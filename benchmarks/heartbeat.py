@@ -73,14 +73,15 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     started = time.perf_counter_ns()
     tokens = [store.claim(key, info, 15).token for key in keys]
     claim_ms = (time.perf_counter_ns() - started) / 1e6 / len(keys)
-    beats = [heartbeat.start(store, key, token, info, 15) for key, token in zip(keys, tokens)]
+    pairs = zip(keys, tokens, strict=True)
+    beats = [heartbeat.start(store, key, token, info, 15) for key, token in pairs]
     rounds = []
     for _ in range(args.rounds):
         started = time.perf_counter_ns()
         renewed = sum(beat.renew() for beat in beats)
         rounds.append((time.perf_counter_ns() - started) / 1e6 / len(beats))
         assert renewed == len(beats), renewed
-    for beat, key, token in zip(beats, keys, tokens):
+    for beat, key, token in zip(beats, keys, tokens, strict=True):
         beat.stop()
         store.release(key, token)
     result.update(claim=claim_ms, renewal=common.median(rounds))
