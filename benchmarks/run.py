@@ -22,6 +22,7 @@ QUICK = {
     "waiter.py": ["--hold", "0.5", "--waiters", "2"],
     "tasks.py": ["-n", "100", "--warmup", "10"],
     "heartbeat.py": ["-n", "60", "--warmup", "10", "--running", "20", "--rounds", "2"],
+    "size.py": [],
 }
 FULL = {
     "inprocess.py": ["--profile"],
@@ -29,6 +30,7 @@ FULL = {
     "waiter.py": [],
     "tasks.py": [],
     "heartbeat.py": [],
+    "size.py": [],
 }
 
 
