@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import inspect
 import json
 import logging
 from collections.abc import Callable
@@ -37,6 +38,7 @@ from typing import Any, ParamSpec, TypeVar, overload
 from django.db import DEFAULT_DB_ALIAS, transaction
 
 from idempotency_django.conf import idempotency_settings
+from idempotency_django.heartbeat import Beat, start_beat
 from idempotency_django.keys import MAX_KEY_LENGTH
 from idempotency_django.phases import _open_transactions
 from idempotency_django.stores import (
@@ -48,7 +50,13 @@ from idempotency_django.stores import (
     get_store,
 )
 
-__all__ = ["KEY_ARGUMENT", "TaskInProgress", "TaskKeyReused", "idempotent_task"]
+__all__ = [
+    "KEY_ARGUMENT",
+    "TaskInProgress",
+    "TaskKeyReused",
+    "TaskResultNotStored",
+    "idempotent_task",
+]
 
 logger = logging.getLogger("idempotency_django.tasks")
 
@@ -75,6 +83,28 @@ class TaskKeyReused(ValueError):
     """The key was used before with other arguments: nothing ran."""
 
     code = "idempotency_key_reused"
+
+
+class TaskResultNotStored(RuntimeError):
+    """The key's task ran, but returned what JSON cannot hold: nothing to return.
+
+    It does not run again: its work is done. Return JSON-serialisable values.
+    """
+
+
+#: What is kept when the work committed but its result could not be stored.
+NOT_STORED = StoredResponse(status=200, headers=(), body=b"", body_omitted=True)
+
+
+class _Ran:
+    """What a delivery outside the store's transaction did: committed, and its answer."""
+
+    def __init__(self) -> None:
+        self.committed = False
+        self.stored: StoredResponse | None = None
+
+    def commit(self) -> None:
+        self.committed = True
 
 
 class _LostReservation(Exception):
@@ -128,6 +158,9 @@ def idempotent_task(
 
     def decorate(function: Callable[P, R]) -> Callable[P, R]:
         task_name = name or f"{function.__module__}.{function.__qualname__}"
+        if inspect.iscoroutinefunction(function):
+            # Its wrapper would store the coroutine, never run it.
+            raise TypeError(f"{task_name} is async: idempotent_task wraps plain functions.")
 
         @functools.wraps(function)
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -174,6 +207,8 @@ class TaskRun:
         self.atomic = atomic
         self.retention = int(idempotency_settings.RETENTION if retention is None else retention)
         self.lock_timeout = int(idempotency_settings.LOCK_TIMEOUT)
+        #: With HEARTBEAT: the renewal of a reservation outside the task's transaction.
+        self.beat: Beat | None = None
 
     def run(self, call: Callable[[], R]) -> R:
         """Run ``call`` once for the key, or answer for the delivery that did."""
@@ -190,12 +225,17 @@ class TaskRun:
                     raise
                 if claim.outcome is Outcome.CLAIMED:
                     self.log(logging.INFO, "took_over" if claim.took_over else "reserved")
-                    if self.store.joins_transaction():
+                    if in_work and self.store.joins_transaction():
                         return self.run_inside(call, claim.token)
                     return self.run_outside(call, claim.token)
                 if claim.outcome is Outcome.REPLAY:
                     assert claim.response is not None
                     self.log(logging.INFO, "replayed")
+                    if claim.response.body_omitted:
+                        raise TaskResultNotStored(
+                            f"This {self.name} ran, but its result was not JSON: "
+                            "there is nothing to return, and it does not run again."
+                        )
                     return json.loads(claim.response.body)  # type: ignore[no-any-return]
                 if claim.outcome is Outcome.REUSED:
                     self.log(logging.INFO, "conflict", code=TaskKeyReused.code)
@@ -215,19 +255,45 @@ class TaskRun:
 
     def run_inside(self, call: Callable[[], R], token: str) -> R:
         """The claim is in the task's transaction: the result commits with the work."""
-        result = call()
-        stored = self.stored(result)
+        try:
+            result = call()
+            stored = self.stored(result)
+        except BaseException:
+            if not self.atomic:
+                # No transaction of ours rolls the reservation back: the
+                # caller's may commit it, with whatever the task wrote.
+                self.release(token)
+            raise
         # Raising here rolls the work back with the reservation: no result, no work.
         self.store.complete(self.key, token, stored, self.retention, request=self.info)
         self.log(logging.INFO, "stored")
-        return result
+        return json.loads(stored.body)  # type: ignore[no-any-return]
 
     def run_outside(self, call: Callable[[], R], token: str) -> R:
-        """The store is outside the work's transaction: renew before it commits, store after."""
+        """The store is outside the work's transaction: renew before it commits, store after.
+
+        Once the work has committed the key is never given back, whatever
+        raises next (a hook of the task's own run after the commit, a result
+        that is not JSON): its answer is stored, or the key kept.
+        """
+        beat = start_beat(self.store, self.key, token, self.info, self.lock_timeout)
+        self.beat = beat
+        in_callers_transaction = DEFAULT_DB_ALIAS in _open_transactions()
+        ran = _Ran()
+        if in_callers_transaction:
+            # Hooked ahead of any hook the task adds: none of those that raises
+            # at the caller's commit can skip the completion.
+            transaction.on_commit(functools.partial(self.complete_ran, token, ran), robust=True)
         try:
-            with self.transaction(DEFAULT_DB_ALIAS)() if self.atomic else contextlib.nullcontext():
+            with self.transaction(DEFAULT_DB_ALIAS)():
+                if self.atomic and not in_callers_transaction:
+                    # The first hook of our transaction: it runs right after the
+                    # COMMIT, before any of the task's (which may raise).
+                    transaction.on_commit(ran.commit)
                 result = call()
-                stored = self.stored(result)
+                if not self.atomic and not in_callers_transaction:
+                    ran.commit()  # autocommit: what the task wrote is written
+                ran.stored = self.stored(result)
                 if self.atomic and not self.store.renew(
                     self.key, token, self.lock_timeout, self.info
                 ):
@@ -235,22 +301,33 @@ class TaskRun:
                     raise _LostReservation(f"This {self.name} ran past LOCK_TIMEOUT.")
         except _LostReservation as exc:
             # Another delivery owns the key now, and runs the task: ours rolled back.
+            self.stop_heartbeat()
             raise TaskInProgress(str(exc)) from exc
         except BaseException:
-            self.release(token)
+            if ran.committed:
+                self.complete_ran(token, ran)
+            else:
+                self.release(token)
             raise
-        if DEFAULT_DB_ALIAS in _open_transactions():
-            # Called inside its caller's transaction: the work commits with it, and
-            # the result is stored then. Rolled back, it keeps the key until LOCK_TIMEOUT.
-            transaction.on_commit(functools.partial(self.complete, token, stored), robust=True)
-        else:
-            self.complete(token, stored)
-        return result
+        if not in_callers_transaction:
+            self.complete_ran(token, ran)
+        # Called inside its caller's transaction, the work commits with it and the
+        # result is stored then; rolled back, it keeps the key until LOCK_TIMEOUT.
+        assert ran.stored is not None
+        return json.loads(ran.stored.body)  # type: ignore[no-any-return]
+
+    def complete_ran(self, token: str, ran: _Ran) -> None:
+        """Store what the work that committed answered, or that its answer is not kept."""
+        self.complete(token, ran.stored or NOT_STORED)
 
     def complete(self, token: str, stored: StoredResponse) -> None:
         """Store the result of work that has committed."""
         try:
-            owned = self.store.complete(self.key, token, stored, self.retention, request=self.info)
+            with self.heartbeat_paused():
+                owned = self.store.complete(
+                    self.key, token, stored, self.retention, request=self.info
+                )
+                self.stop_heartbeat()
         except StoreUnavailable:
             # A duplicate finds the key held until LOCK_TIMEOUT, then runs.
             self.log(logging.ERROR, "store_failed")
@@ -274,12 +351,22 @@ class TaskRun:
 
     def release(self, token: str) -> None:
         try:
-            self.store.release(self.key, token)
+            with self.heartbeat_paused():
+                self.store.release(self.key, token)
+                self.stop_heartbeat()
         except StoreUnavailable:
             # The key stays held until LOCK_TIMEOUT, then a retry takes it over.
             self.log(logging.ERROR, "release_failed")
             return
         self.log(logging.INFO, "released", reason="exception")
+
+    def heartbeat_paused(self) -> contextlib.AbstractContextManager[None]:
+        """No renewal while the key is settled: none can bring back a released reservation."""
+        return self.beat.paused() if self.beat is not None else contextlib.nullcontext()
+
+    def stop_heartbeat(self) -> None:
+        if self.beat is not None:
+            self.beat.stop()
 
     def log(self, level: int, event: str, **fields: Any) -> None:
         """The task's name and the key's digest: never the key or the arguments."""
@@ -306,6 +393,9 @@ def fingerprint(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str
 
 
 def _task_key(value: Any) -> str:
+    if not isinstance(value, str | int) or isinstance(value, bool):
+        # str(None) would be one key shared by every call.
+        raise ValueError(f"A task key must be a string or an integer, not {type(value).__name__}.")
     key = str(value)
     if not key or len(key) > MAX_KEY_LENGTH or not key.isprintable():
         raise ValueError(

@@ -48,3 +48,8 @@ def book_then_fail(slot: str) -> None:
 def book_and_return_an_object(slot: str) -> object:
     Booking.objects.create(slot=slot)
     return object()
+
+
+def fail(reason: str) -> None:
+    """Raise :class:`Refused` (from a lambda, a hook, or a task's body)."""
+    raise Refused(reason)

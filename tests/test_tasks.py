@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,7 +19,12 @@ from django.test import override_settings
 
 from idempotency_django.models import IdempotencyRecord
 from idempotency_django.stores import Outcome, RecordKey, RequestInfo, StoreUnavailable, get_store
-from idempotency_django.tasks import TaskInProgress, TaskKeyReused, idempotent_task
+from idempotency_django.tasks import (
+    TaskInProgress,
+    TaskKeyReused,
+    TaskResultNotStored,
+    idempotent_task,
+)
 from tests import tasks_app
 from tests.concurrency import in_threads
 from tests.redis_helpers import (
@@ -307,3 +313,96 @@ def test_inside_a_callers_transaction_the_result_is_stored_when_it_commits(
         assert state is not None
         assert state.state == expected_state
     assert Booking.objects.count() == expected_bookings
+
+
+# -- once the work has committed, its key is never given back ------------------
+
+
+@pytest.mark.parametrize("store_name", ["redis", "memory"])
+def test_a_hook_of_the_task_that_raises_after_its_commit_keeps_the_key(store_name: str) -> None:
+    """The task's on_commit hook (an email) raises after the COMMIT: the answer is stored."""
+
+    @idempotent_task(name="notifies")
+    def notifies(slot: str) -> int:
+        pk = Booking.objects.create(slot=slot).pk
+        transaction.on_commit(lambda: tasks_app.fail("the mail server is down"))
+        return pk
+
+    with store_settings(store_name):
+        with pytest.raises(tasks_app.Refused):
+            notifies("09:00", idempotency_key="k")
+        assert Booking.objects.count() == 1
+        assert notifies("09:00", idempotency_key="k") == Booking.objects.get().pk  # replayed
+        assert Booking.objects.count() == 1
+
+
+@pytest.mark.parametrize("store_name", ["database", "redis", "memory"])
+def test_without_atomic_a_result_that_is_not_json_keeps_the_key_of_the_committed_work(
+    store_name: str,
+) -> None:
+    """The write is in (autocommit) before the result fails to serialise: no second run."""
+
+    @idempotent_task(name="returns_an_object", atomic=False)
+    def returns_an_object(slot: str) -> object:
+        Booking.objects.create(slot=slot)
+        return object()
+
+    with store_settings(store_name):
+        with pytest.raises(TypeError, match="not JSON"):
+            returns_an_object("09:00", idempotency_key="k")
+        with pytest.raises(TaskResultNotStored):
+            returns_an_object("09:00", idempotency_key="k")
+    assert Booking.objects.count() == 1
+
+
+@pytest.mark.parametrize("store", ["database"], indirect=True)
+def test_without_atomic_a_failure_inside_a_callers_transaction_gives_the_key_back(
+    store: str,
+) -> None:
+    """No savepoint of ours: the caller that catches the error and commits frees the key."""
+
+    @idempotent_task(name="fails_plainly", atomic=False)
+    def fails_plainly(slot: str) -> int:
+        tasks_app.fail("refused")
+        return 0
+
+    with transaction.atomic(), pytest.raises(tasks_app.Refused):
+        fails_plainly("09:00", idempotency_key="k")
+    assert get_store().lookup(task_key("fails_plainly", "k")) is None
+    with pytest.raises(tasks_app.Refused):
+        fails_plainly("09:00", idempotency_key="k")  # ran again, not "in progress"
+
+
+@pytest.mark.parametrize("store_name", ["redis", "memory"])
+def test_with_the_heartbeat_a_task_keeps_its_key_past_lock_timeout(store_name: str) -> None:
+    """LOCK_TIMEOUT 1 s, HEARTBEAT 0.2 s, a 2.5 s task: a duplicate at 1.5 s is skipped."""
+
+    with store_settings(store_name, LOCK_TIMEOUT=1, HEARTBEAT=0.2, TASK_DUPLICATES="skip"):
+        first = threading.Thread(
+            target=tasks_app.book, args=("09:00", 2.5), kwargs={"idempotency_key": "hb"}
+        )
+        first.start()
+        time.sleep(1.5)
+        with pytest.raises(TaskInProgress):
+            tasks_app.book("09:00", 2.5, idempotency_key="hb")
+        first.join()
+        assert tasks_app.book("09:00", 2.5, idempotency_key="hb")["slot"] == "09:00"
+    assert Booking.objects.count() == 1
+
+
+def test_an_async_function_is_refused_when_decorated() -> None:
+    async def later() -> None:
+        return None
+
+    with pytest.raises(TypeError, match="async"):
+        idempotent_task(later)
+
+
+def test_a_key_of_none_is_refused(store: str) -> None:
+    @idempotent_task(name="keyed_by_a_missing_field", key=lambda order: order.get("id"))
+    def keyed(order: dict[str, Any]) -> int:
+        return Booking.objects.create(slot="x").pk
+
+    with pytest.raises(ValueError, match="not NoneType"):
+        keyed({})
+    assert Booking.objects.count() == 0

@@ -23,6 +23,7 @@ from typing import Any, overload
 
 import celery
 
+from idempotency_django.stores import StoreUnavailable
 from idempotency_django.tasks import TaskInProgress, idempotent_task
 
 __all__ = ["DELIVERY_OPTIONS", "shared_task"]
@@ -32,8 +33,12 @@ __all__ = ["DELIVERY_OPTIONS", "shared_task"]
 DELIVERY_OPTIONS: dict[str, Any] = {
     "acks_late": True,
     "reject_on_worker_lost": True,
-    "autoretry_for": (TaskInProgress,),
+    # Nothing ran: retried until the key is free (LOCK_TIMEOUT at most after its
+    # holder died) or the store is back, not for Celery's default three times,
+    # after which an acknowledged delivery would be lost.
+    "autoretry_for": (TaskInProgress, StoreUnavailable),
     "retry_backoff": True,
+    "retry_kwargs": {"max_retries": None},
 }
 
 
