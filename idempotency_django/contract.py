@@ -207,6 +207,31 @@ class StoreContract:
         assert store.complete(KEY, claim.token, RESPONSE, RETENTION) is False
         assert store.claim(KEY, REQUEST, LOCK_TIMEOUT).outcome is Outcome.CLAIMED
 
+    def test_renew_extends_the_reservation_it_owns(self, store: BaseStore) -> None:
+        claim = store.claim(KEY, REQUEST, 60)
+        assert store.renew(KEY, claim.token, 120, REQUEST) is True
+        assert 115 < self.remaining_seconds(store, KEY) <= 120
+        assert store.renew(KEY, "not-the-owner", 120, REQUEST) is False
+
+    def test_renew_remakes_a_lost_reservation_unless_told_not_to(self, store: BaseStore) -> None:
+        claim = store.claim(KEY, REQUEST, 1)
+        self.forget(store, KEY)  # gone, and nobody claimed the key since
+        assert store.renew(KEY, claim.token, LOCK_TIMEOUT, REQUEST, remake=False) is False
+        assert store.peek(KEY) is None
+        assert store.renew(KEY, claim.token, LOCK_TIMEOUT, REQUEST) is True
+        assert store.claim(KEY, REQUEST, LOCK_TIMEOUT).outcome is Outcome.IN_PROGRESS
+
+    def test_a_heartbeat_renewal_brings_no_settled_key_back(self, store: BaseStore) -> None:
+        """remake=False (the heartbeat) after a release or a completion changes nothing."""
+        released = store.claim(KEY, REQUEST, LOCK_TIMEOUT)
+        store.release(KEY, released.token)
+        assert store.renew(KEY, released.token, LOCK_TIMEOUT, REQUEST, remake=False) is False
+        assert store.peek(KEY) is None
+        completed = store.claim(KEY, REQUEST, LOCK_TIMEOUT)
+        store.complete(KEY, completed.token, RESPONSE, RETENTION)
+        assert store.renew(KEY, completed.token, LOCK_TIMEOUT, REQUEST, remake=False) is False
+        assert store.claim(KEY, REQUEST, LOCK_TIMEOUT).response == RESPONSE
+
     def test_a_request_that_outlived_its_lock_timeout_still_stores(self, store: BaseStore) -> None:
         slow = store.claim(KEY, REQUEST, 1)
         self.forget(store, KEY)  # its reservation is gone; nobody claimed the key since

@@ -7,9 +7,12 @@ running reservation each ``HEARTBEAT`` seconds, so ``LOCK_TIMEOUT`` can be a
 few seconds: a slow view keeps its key, a crashed one frees it quickly.
 ``MAX_RUN_TIME`` bounds a stuck one: its reservation is no longer renewed.
 
-Only reservations committed on their own are renewed: one made in the
-request's transaction is invisible to other requests until that commits, and
-a crash rolls it back with the rest.
+A renewal only extends a reservation that is still there
+(``renew(..., remake=False)``): one completed, released or taken over
+meanwhile is left as it is, so the thread needs no lock shared with the
+requests. Only reservations committed on their own are renewed: one made in
+the request's transaction is invisible to other requests until that commits,
+and a crash rolls it back with the rest.
 """
 
 from __future__ import annotations
@@ -18,9 +21,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from django.db import close_old_connections
 
@@ -43,38 +44,33 @@ class Beat:
     #: ``time.monotonic()`` after which it is no longer renewed (MAX_RUN_TIME).
     deadline: float
     stopped: bool = False
-    #: Held while renewing: the request settles its key (complete, release)
-    #: under it, so no renewal can bring back a reservation it just released.
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    @contextmanager
-    def paused(self) -> Iterator[None]:
-        with self.lock:
-            yield
 
     def stop(self) -> None:
         self.stopped = True
 
+    def stop_after(self, seconds: float) -> None:
+        """Renew no longer than ``seconds`` from now (an answer waiting for a commit)."""
+        self.deadline = min(self.deadline, time.monotonic() + seconds)
+
     def renew(self) -> bool:
-        """Renew once; False when this beat is over (stopped, lost or past its deadline)."""
-        with self.lock:
-            if self.stopped or time.monotonic() >= self.deadline:
-                return False
-            try:
-                owned = self.store.renew(self.key, self.token, self.lock_timeout, self.info)
-            except StoreUnavailable as exc:
-                # Tried again next beat; the reservation lives LOCK_TIMEOUT meanwhile.
-                logger.warning(
-                    "idempotency event=heartbeat_failed key_digest=%s error=%s",
-                    self.key.digest[:16],
-                    type(exc.__cause__ or exc).__name__,
-                )
-                return True
-            if not owned:
-                logger.warning(
-                    "idempotency event=heartbeat_lost key_digest=%s", self.key.digest[:16]
-                )
-            return owned
+        """Renew once; False once this beat is over (stopped, settled, lost, past its deadline)."""
+        if self.stopped or time.monotonic() >= self.deadline:
+            return False
+        try:
+            owned = self.store.renew(
+                self.key, self.token, self.lock_timeout, self.info, remake=False
+            )
+        except StoreUnavailable as exc:
+            # Tried again next beat; the reservation lives LOCK_TIMEOUT meanwhile.
+            self.log("heartbeat_failed", error=type(exc.__cause__ or exc).__name__)
+            return True
+        if not owned and not self.stopped:
+            self.log("heartbeat_lost")
+        return owned
+
+    def log(self, event: str, **fields: str) -> None:
+        extra = "".join(f" {name}={value}" for name, value in fields.items())
+        logger.warning("idempotency event=%s key_digest=%s%s", event, self.key.digest[:16], extra)
 
 
 class Heartbeat:
@@ -83,9 +79,7 @@ class Heartbeat:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._beats: set[Beat] = set()
-        self._wake = threading.Event()
         self._thread: threading.Thread | None = None
-        self._pid = 0
 
     def start(
         self, store: BaseStore, key: RecordKey, token: str, info: RequestInfo, lock_timeout: int
@@ -94,36 +88,53 @@ class Heartbeat:
         beat = Beat(store, key, token, info, lock_timeout, deadline)
         with self._lock:
             self._beats.add(beat)
-            if self._thread is None or self._pid != os.getpid():
-                # First use in this process (a forked worker inherits no thread).
-                self._pid = os.getpid()
+            if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._run, name="idempotency-heartbeat", daemon=True
                 )
                 self._thread.start()
         return beat
 
+    def forget_all(self) -> None:
+        """In a forked child: the parent's beats and thread are not this process's."""
+        self._lock = threading.Lock()
+        self._beats = set()
+        self._thread = None
+
     def _run(self) -> None:
         while True:
             interval = idempotency_settings.HEARTBEAT or 1.0
-            self._wake.wait(interval)
+            time.sleep(interval)
+            started = time.monotonic()
             with self._lock:
                 beats = [beat for beat in self._beats if not beat.stopped]
                 self._beats = set(beats)
-            if not beats:
-                continue
-            try:
-                over = [beat for beat in beats if not beat.renew()]
-            finally:
-                # This thread's database connections, as after a request:
-                # none is held between beats unless CONN_MAX_AGE keeps it.
-                close_old_connections()
+            over = [beat for beat in beats if not self._renewed(beat)]
             with self._lock:
                 self._beats.difference_update(over)
+            # This thread's database connections, as after a request: none is
+            # held between beats unless CONN_MAX_AGE keeps it.
+            close_old_connections()
+            took = time.monotonic() - started
+            if took > interval:
+                logger.warning(
+                    "idempotency event=heartbeat_slow beats=%d seconds=%.1f", len(beats), took
+                )
+
+    @staticmethod
+    def _renewed(beat: Beat) -> bool:
+        try:
+            return beat.renew()
+        except Exception:  # a store's own error must not end every renewal of the process
+            logger.exception(
+                "idempotency event=heartbeat_failed key_digest=%s", beat.key.digest[:16]
+            )
+            return True
 
 
 #: The process's heartbeat.
 heartbeat = Heartbeat()
+os.register_at_fork(after_in_child=heartbeat.forget_all)
 
 
 def start_beat(

@@ -467,8 +467,6 @@ class Attempt:
         self.token = claim.token
         self.attempt = "takeover" if claim.took_over else "first"
         self.authenticated_as = _authenticated_as(self.request)
-        if not self.joined_transaction:
-            self.beat = start_beat(self.store, self.key, self.token, self.info, self.lock_timeout())
         if not self.in_transaction:
             # Hooked now, ahead of any the view adds: a hook of the view that
             # raises after the commit cannot skip the completion.
@@ -478,6 +476,8 @@ class Attempt:
             return too_many
         self.log(logging.INFO, "reserved")
         self.send(signals.reserved)
+        if not self.joined_transaction:
+            self.beat = start_beat(self.store, self.key, self.token, self.info, self.lock_timeout())
         setattr(django_request(self.request), ACTIVE_ATTRIBUTE, True)
         setattr(django_request(self.request), KEY_ATTRIBUTE, self.key)
         return self
@@ -624,13 +624,19 @@ class Attempt:
         except StoreUnavailable as exc:
             # Whether the key is still ours cannot be told: commit nothing.
             self.log(logging.ERROR, "store_failed", error=_error_name(exc))
+            self.stop_heartbeat()
             _roll_back(work)
             return self.unavailable()
         if not owned:
             self.log(logging.WARNING, "lost_reservation", status=response.status_code)
+            self.stop_heartbeat()
             _roll_back(work)
             return self.in_progress()
         self.deferred = self.stored_response(response)
+        if self.beat is not None:
+            # The commit is next: a completion that never comes (a COMMIT that
+            # failed drops its hooks) must not keep the key to MAX_RUN_TIME.
+            self.beat.stop_after(self.lock_timeout())
         self.store_after_commit(work)
         return response
 
@@ -658,8 +664,9 @@ class Attempt:
         """The view raised: let a retry run, unless the view was only cancelled.
 
         A cancelled view (its client hung up, under ASGI) may have written
-        and may still commit: its reservation is kept until ``LOCK_TIMEOUT``,
-        or goes with the claim's transaction if that rolls back.
+        and may still commit: its reservation is kept until ``LOCK_TIMEOUT``
+        (with ``HEARTBEAT``, renewed until ``MAX_RUN_TIME``), or goes with the
+        claim's transaction if that rolls back.
         """
         setattr(django_request(self.request), ACTIVE_ATTRIBUTE, False)
         if self.rolled_back():
@@ -749,11 +756,9 @@ class Attempt:
     def complete(self, stored: StoredResponse) -> bool:
         """Store the answer. False only when the claim's transaction must now roll back."""
         try:
-            with self.heartbeat_paused():
-                owned = self.store.complete(
-                    self.key, self.token, stored, self.retention(), request=self.info
-                )
-                self.stop_heartbeat()
+            owned = self.store.complete(
+                self.key, self.token, stored, self.retention(), request=self.info
+            )
         except StoreUnavailable as exc:
             self.log(logging.ERROR, "store_failed", status=stored.status, error=_error_name(exc))
             if self.in_transaction:
@@ -763,6 +768,7 @@ class Attempt:
             # The work is done and the client gets its answer. The key is not
             # released: retries get 409 in progress until LOCK_TIMEOUT.
             return True
+        self.stop_heartbeat()
         if owned:
             self.log(logging.INFO, "stored", status=stored.status)
             self.send(signals.stored, status=stored.status)
@@ -772,10 +778,11 @@ class Attempt:
         return True
 
     def release(self, status: int | None, reason: str) -> None:
+        # Given up, released or not: a release that failed leaves the key to
+        # expire LOCK_TIMEOUT after the last renewal.
+        self.stop_heartbeat()
         try:
-            with self.heartbeat_paused():
-                self.store.release(self.key, self.token)
-                self.stop_heartbeat()
+            self.store.release(self.key, self.token)
         except StoreUnavailable as exc:
             self.log(
                 logging.ERROR,
@@ -791,12 +798,9 @@ class Attempt:
 
     # -- the heartbeat --
 
-    def heartbeat_paused(self) -> contextlib.AbstractContextManager[None]:
-        """No renewal while the key is settled: none can bring back a released reservation."""
-        return self.beat.paused() if self.beat is not None else contextlib.nullcontext()
-
     def stop_heartbeat(self) -> None:
-        """The key is settled. Until then (a store that failed) it is renewed to MAX_RUN_TIME."""
+        """The key is settled, or given up. A completion that failed keeps its renewals
+        to MAX_RUN_TIME: its work is done, and a retry must not run it again."""
         if self.beat is not None:
             self.beat.stop()
 

@@ -323,15 +323,12 @@ class TaskRun:
     def complete(self, token: str, stored: StoredResponse) -> None:
         """Store the result of work that has committed."""
         try:
-            with self.heartbeat_paused():
-                owned = self.store.complete(
-                    self.key, token, stored, self.retention, request=self.info
-                )
-                self.stop_heartbeat()
+            owned = self.store.complete(self.key, token, stored, self.retention, request=self.info)
         except StoreUnavailable:
             # A duplicate finds the key held until LOCK_TIMEOUT, then runs.
             self.log(logging.ERROR, "store_failed")
             return
+        self.stop_heartbeat()
         self.log(logging.INFO, "stored" if owned else "lost_reservation")
 
     def transaction(self, alias: str) -> Callable[[], contextlib.AbstractContextManager[Any]]:
@@ -350,19 +347,14 @@ class TaskRun:
         return StoredResponse(status=200, headers=(), body=body)
 
     def release(self, token: str) -> None:
+        self.stop_heartbeat()
         try:
-            with self.heartbeat_paused():
-                self.store.release(self.key, token)
-                self.stop_heartbeat()
+            self.store.release(self.key, token)
         except StoreUnavailable:
             # The key stays held until LOCK_TIMEOUT, then a retry takes it over.
             self.log(logging.ERROR, "release_failed")
             return
         self.log(logging.INFO, "released", reason="exception")
-
-    def heartbeat_paused(self) -> contextlib.AbstractContextManager[None]:
-        """No renewal while the key is settled: none can bring back a released reservation."""
-        return self.beat.paused() if self.beat is not None else contextlib.nullcontext()
 
     def stop_heartbeat(self) -> None:
         if self.beat is not None:

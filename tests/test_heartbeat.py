@@ -20,6 +20,8 @@ from django.core.checks import run_checks
 from django.test import Client, override_settings
 
 from idempotency_django.heartbeat import heartbeat
+from idempotency_django.stores import RecordKey, RequestInfo
+from idempotency_django.stores.memory import MemoryStore
 from tests.concurrency import Background, logged_in_client
 from tests.redis_helpers import redis_store_settings
 from tests.testapp.models import Booking
@@ -46,11 +48,13 @@ def store(request: pytest.FixtureRequest) -> Iterator[str]:
             yield request.param
 
 
-def duplicate_during_the_first(alice: User) -> tuple[int, int, str | None]:
-    """The first request (3 s) and a duplicate 2 s in: their statuses, the duplicate's code."""
-    first = Background(lambda: keyed_post(logged_in_client(alice), SLOW)).start()
-    time.sleep(2)
-    duplicate = keyed_post(logged_in_client(alice), SLOW)
+def duplicate_during_the_first(
+    alice: User, url: str = SLOW, after: float = 2
+) -> tuple[int, int, str | None]:
+    """The first request and a duplicate ``after`` s in: their statuses, the duplicate's code."""
+    first = Background(lambda: keyed_post(logged_in_client(alice), url)).start()
+    time.sleep(after)
+    duplicate = keyed_post(logged_in_client(alice), url)
     code = duplicate.json().get("code") if duplicate.status_code == 409 else None
     return first.join().status_code, duplicate.status_code, code
 
@@ -73,8 +77,12 @@ def test_without_the_heartbeat_the_same_duplicate_takes_the_key_over(alice: User
 
 @override_settings(IDEMPOTENCY={**SHORT_LOCK, "MAX_RUN_TIME": 1})
 def test_a_request_past_max_run_time_is_no_longer_renewed(alice: User) -> None:
-    """MAX_RUN_TIME bounds a stuck request: renewed 1 s, then lost LOCK_TIMEOUT later."""
-    first, duplicate, _ = duplicate_during_the_first(alice)
+    """MAX_RUN_TIME bounds a stuck request: renewed 1 s, then lost LOCK_TIMEOUT later.
+
+    The last renewal is at most 1 s after the claim, so the key is free by 2 s;
+    the duplicate comes at 2.8 s, the first request still running (4 s).
+    """
+    first, duplicate, _ = duplicate_during_the_first(alice, "/plain/bookings/?delay=4", 2.8)
     assert (first, duplicate) == (201, 201)
 
 
@@ -111,3 +119,29 @@ def test_a_heartbeat_that_cannot_keep_the_key_is_a_configuration_error(
     with override_settings(IDEMPOTENCY=settings):
         errors = [e for e in run_checks() if e.id == "idempotency_django.E004"]
     assert len(errors) == 1 and message in errors[0].msg
+
+
+class FailingOnce(MemoryStore):
+    """A store whose renewal fails once with an error of its own (not StoreUnavailable)."""
+
+    failed = False
+
+    def renew(self, *args: Any, **kwargs: Any) -> bool:
+        if not self.failed:
+            FailingOnce.failed = True
+            raise RuntimeError("a store's own bug")
+        return super().renew(*args, **kwargs)
+
+
+@override_settings(IDEMPOTENCY={"HEARTBEAT": 0.1, "LOCK_TIMEOUT": 1})
+def test_a_store_error_ends_no_renewal_of_the_process() -> None:
+    """One renewal raises something unexpected: the thread goes on renewing every beat."""
+    store, info = FailingOnce(), RequestInfo(method="POST", path="/", fingerprint="f" * 64)
+    key = RecordKey("auth.user:1", "", "survivor")
+    token = store.claim(key, info, 1).token
+    beat = heartbeat.start(store, key, token, info, 1)
+    try:
+        time.sleep(1.5)  # past LOCK_TIMEOUT: only renewals after the failure keep it
+        assert FailingOnce.failed and store.is_held(key)
+    finally:
+        beat.stop()

@@ -169,14 +169,24 @@ class BaseStore(ABC):
         """Drop the reservation if ``token`` still owns it, so a retry runs."""
 
     @abstractmethod
-    def renew(self, key: RecordKey, token: str, lock_timeout: int, request: RequestInfo) -> bool:
+    def renew(
+        self,
+        key: RecordKey,
+        token: str,
+        lock_timeout: int,
+        request: RequestInfo,
+        *,
+        remake: bool = True,
+    ) -> bool:
         """Keep the reservation ``lock_timeout`` more seconds if ``token`` still owns it.
 
         Called just before the view's transaction commits when the store is
         not part of it. False when another request took the key over: the
         work must then roll back. A reservation that expired without anyone
         claiming the key since is made again, as
-        [`complete`][idempotency_django.stores.base.BaseStore.complete] would.
+        [`complete`][idempotency_django.stores.base.BaseStore.complete] would,
+        unless ``remake`` is False: the heartbeat only extends a reservation
+        that is still there (one released meanwhile must stay released).
         """
 
     @abstractmethod

@@ -215,13 +215,23 @@ class DatabaseStore(BaseStore):
         with _unavailable_on_error(), connection.cursor() as cursor:
             cursor.execute(statements(connection).release, [*_scope(key), token, IN_PROGRESS])
 
-    def renew(self, key: RecordKey, token: str, lock_timeout: int, request: RequestInfo) -> bool:
+    def renew(
+        self,
+        key: RecordKey,
+        token: str,
+        lock_timeout: int,
+        request: RequestInfo,
+        *,
+        remake: bool = True,
+    ) -> bool:
         connection = connections[self.alias]
         params = [*later_params(connection, lock_timeout), *_scope(key), token, IN_PROGRESS]
         with _unavailable_on_error(), connection.cursor() as cursor:
             cursor.execute(statements(connection).renew, params)
             if cursor.rowcount:
                 return True
+            if not remake:
+                return False
             # Our reservation is gone (purged after its lock timeout): make it
             # again, unless another request has claimed the key since.
             return _insert(connection, key, request, token, lock_timeout)

@@ -142,14 +142,22 @@ class MemoryStore(BaseStore):
             if entry is not None and entry.token == token and entry.response is None:
                 del self._entries[key]
 
-    def renew(self, key: RecordKey, token: str, lock_timeout: int, request: RequestInfo) -> bool:
+    def renew(
+        self,
+        key: RecordKey,
+        token: str,
+        lock_timeout: int,
+        request: RequestInfo,
+        *,
+        remake: bool = True,
+    ) -> bool:
         with self._lock:
             now = self.now()
             entry = self._entries.get(key)
             if entry is not None and entry.token == token and entry.response is None:
                 entry.expires_at = now + lock_timeout
                 return True
-            if entry is not None and entry.expires_at > now:
+            if (entry is not None and entry.expires_at > now) or not remake:
                 return False
             self._put(key, _Entry(token, request.fingerprint, now + lock_timeout, key.principal))
             return True

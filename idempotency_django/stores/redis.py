@@ -275,7 +275,15 @@ class RedisStore(BaseStore):
         )
         return int(count), (int(first_expiry) / 1000 if int(first_expiry) >= 0 else None)
 
-    def renew(self, key: RecordKey, token: str, lock_timeout: int, request: RequestInfo) -> bool:
+    def renew(
+        self,
+        key: RecordKey,
+        token: str,
+        lock_timeout: int,
+        request: RequestInfo,
+        *,
+        remake: bool = True,
+    ) -> bool:
         reply = self._run(
             "renew",
             RENEW_SCRIPT,
@@ -283,6 +291,7 @@ class RedisStore(BaseStore):
             token,
             _milliseconds(lock_timeout),
             _reservation(token, request.fingerprint),
+            "1" if remake else "0",
         )
         return bool(reply == 1)
 

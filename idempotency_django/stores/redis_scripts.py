@@ -104,12 +104,16 @@ return 0
 )
 
 # KEYS[1] the entry; ARGV: token, lock timeout (ms), the reservation's value
-# should it have to be made again. Returns 1 when the reservation is ours.
+# should it have to be made again, "1" to make it again if it is gone (not for
+# the heartbeat). Returns 1 when the reservation is ours.
 RENEW_SCRIPT = (
     _LUA_HEAD
     + """
 local value = redis.call('GET', KEYS[1])
 if not value then
+  if ARGV[4] ~= '1' then
+    return 0
+  end
   redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[2])
   return 1
 end

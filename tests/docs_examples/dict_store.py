@@ -75,14 +75,22 @@ class DictStore(BaseStore):
             if entry and entry[0] == token and entry[3] is None:
                 del self.entries[key.digest]
 
-    def renew(self, key: RecordKey, token: str, lock_timeout: int, request: RequestInfo) -> bool:
+    def renew(
+        self,
+        key: RecordKey,
+        token: str,
+        lock_timeout: int,
+        request: RequestInfo,
+        *,
+        remake: bool = True,
+    ) -> bool:
         with self.lock:
             entry = self.entries.get(key.digest)
             if entry and entry[0] == token and entry[3] is None:
                 entry[2] = time.monotonic() + lock_timeout
                 return True
-            if self.live(key) is not None:
-                return False  # taken over
+            if self.live(key) is not None or not remake:
+                return False  # taken over, or released (the heartbeat brings nothing back)
             expires_at = time.monotonic() + lock_timeout
             self.entries[key.digest] = [token, request.fingerprint, expires_at, None]
             return True
