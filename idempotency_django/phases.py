@@ -701,7 +701,12 @@ class Attempt:
         )
         if retain is not None:
             handled = getattr(django_request(self.request), HANDLED_EXCEPTION_ATTRIBUTE, None)
-            return bool(retain(self.request, response, handled))
+            try:
+                return bool(retain(self.request, response, handled))
+            except Exception as exc:
+                # The work is done: failing the request now would free its key
+                # and run it again. The booleans decide instead.
+                self.log(logging.ERROR, "retain_failed", error=type(exc).__name__)
         status = response.status_code
         if status < 400:
             return True

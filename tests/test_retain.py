@@ -6,6 +6,7 @@ Through the middleware, @idempotent, DRF and ninja, on the database and Redis st
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -140,17 +141,17 @@ def test_a_5xx_is_never_kept_whatever_the_function_says(
     assert runs() == 2  # the retry ran the view again
 
 
-def test_a_retain_function_that_raises_fails_the_request_and_strands_no_key(
-    alice_client: Client, store: dict[str, Any]
+def test_a_retain_function_that_raises_falls_back_to_the_default_rule(
+    alice_client: Client, store: dict[str, Any], caplog: pytest.LogCaptureFixture
 ) -> None:
-    """As a view that raises: the error reaches Django, the key is given back."""
+    """The work is done: the 201 is kept as RETAIN_CLIENT_ERRORS would, and replayed."""
     broken = {**store, "RETAIN_FUNCTION": "tests.testapp.downstream_views.broken_retain"}
-    with override_settings(IDEMPOTENCY=broken), pytest.raises(LookupError):
-        send(alice_client, "POST", "/retain/plain/", "broken")
-    with override_settings(IDEMPOTENCY={**store, "RETAIN_FUNCTION": KEEP_DELETES}):
+    with override_settings(IDEMPOTENCY=broken), caplog.at_level(logging.ERROR):
+        first = send(alice_client, "POST", "/retain/plain/", "broken")
         retry = send(alice_client, "POST", "/retain/plain/", "broken")
-    assert retry.status_code == 201
-    assert "Idempotency-Replayed" not in retry
+    assert first.status_code == retry.status_code == 201
+    assert retry["Idempotency-Replayed"] == "true"
+    assert "event=retain_failed" in caplog.text and "error=LookupError" in caplog.text
 
 
 # -- DRF and ninja ---------------------------------------------------------------------------
