@@ -47,9 +47,9 @@ from django.http.response import HttpResponseBase
 from ninja.decorators import decorate_view
 from ninja.operation import AsyncOperation, Operation
 
+from idempotency_django.bodies import BodyTooLarge, prepare_body
 from idempotency_django.conf import header, idempotency_settings
 from idempotency_django.decorators import IdempotentOptions
-from idempotency_django.fingerprint import BodyTooLarge, prepare_body
 from idempotency_django.keys import MAX_KEY_LENGTH
 from idempotency_django.marks import (
     EXEMPT_ATTRIBUTE,
