@@ -24,7 +24,10 @@ NOT_SHARED_BACKENDS = frozenset(
 
 
 def redis_store_checks(alias: str, client: Callable[[], Any]) -> list[checks.CheckMessage]:
-    """The errors and warnings of a ``RedisStore`` on the cache ``alias``; ``client`` is its."""
+    """The errors and warnings of a ``RedisStore`` on the cache ``alias``.
+
+    ``client`` returns the store's raw redis-py client, asked only for the eviction check.
+    """
     where = f"IDEMPOTENCY['STORE_OPTIONS']['cache'] is {alias!r}"
     caches_setting: dict[str, dict[str, Any]] = getattr(settings, "CACHES", {})
     config = caches_setting.get(alias)
