@@ -25,8 +25,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from idempotency_django.bodies import ready_body
 from idempotency_django.conf import header, idempotency_settings
-from idempotency_django.fingerprint import ready_body
 from idempotency_django.marks import EXEMPT_ATTRIBUTE, OPTIONS_ATTRIBUTE
 from idempotency_django.phases import (
     Protection,

@@ -6,11 +6,8 @@ of a body with few possible values (a PIN, an amount). A fingerprint made
 under a key in ``SECRET_KEY_FALLBACKS``, or the plain SHA-256 that 0.1 kept,
 still names the same request: see :class:`Fingerprint`.
 
-The body must be read for its fingerprint before anything else parses it
-(the CSRF check reads ``request.POST``, DRF's parsers read the stream), and
-without taking it from them. :func:`prepare_body` makes that possible for
-every body Django accepts; :func:`body_chunks` then reads it again as often
-as needed.
+The body is read through :mod:`idempotency_django.bodies`, which keeps it
+readable for the view.
 """
 
 from __future__ import annotations
@@ -19,26 +16,20 @@ import functools
 import hashlib
 import hmac
 import json
-import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from django.conf import settings
-from django.core.handlers.wsgi import LimitedStream
 from django.http import HttpRequest
-from django.http.response import HttpResponseBase
 from django.utils.crypto import salted_hmac
 from django.utils.http import parse_header_parameters
 
-from idempotency_django import problems
-from idempotency_django.conf import idempotency_settings
-from idempotency_django.marks import EXEMPT_ATTRIBUTE, OPTIONS_ATTRIBUTE
-from idempotency_django.routes import match_of
-from idempotency_django.scope import default_scope, principal_of
+# phases.py imports BodyTooLarge and prepare_body from here until the phases split
+# points it at bodies.py; then this re-export goes.
+from idempotency_django.bodies import BodyTooLarge as BodyTooLarge
+from idempotency_django.bodies import body_chunks, django_request_of
+from idempotency_django.bodies import prepare_body as prepare_body
 
-#: Where a body too large to keep in memory was copied (see :func:`prepare_body`).
-BODY_COPY_ATTRIBUTE = "_idempotency_body_copy"
-CHUNK_SIZE = 64 * 1024
 FINGERPRINT_SALT = "idempotency_django.fingerprint"
 
 
@@ -124,7 +115,7 @@ def canonical_body(request: HttpRequest) -> Iterator[bytes]:
     request, so a retry's bytes differ although nothing the user sent did. A body
     that does not parse as multipart is its raw bytes, as any other body.
     """
-    django_request = _django_request(request)
+    django_request = django_request_of(request)
     params = django_request.content_params or {}
     boundary = params.get("boundary", "") if _is_multipart(request) else ""
     if boundary:
@@ -224,7 +215,7 @@ def _part_line(headers: dict[str, str], content: str) -> bytes:
 
 
 def _is_multipart(request: HttpRequest) -> bool:
-    return _django_request(request).content_type == "multipart/form-data"
+    return django_request_of(request).content_type == "multipart/form-data"
 
 
 class JSONFingerprint:
@@ -291,134 +282,3 @@ def ignore_json_fields(*names: str) -> JSONFingerprint:
     if not names:
         raise ValueError("ignore_json_fields() needs the names of the fields to ignore.")
     return JSONFingerprint(ignore=names)
-
-
-def prepare_body(request: HttpRequest) -> None:
-    """Make the body readable by the fingerprint and, afterwards, by the view.
-
-    Up to ``DATA_UPLOAD_MAX_MEMORY_SIZE`` the body is read as ``request.body``,
-    which Django keeps for every later reader. A larger body (a file upload)
-    is copied in chunks to a temporary file, which then stands in for the
-    request's stream: Django's multipart parser still streams the upload to
-    its upload handlers, and nothing holds the whole body in memory. Does
-    nothing when the body was read already.
-    """
-    request = _django_request(request)
-    if hasattr(request, "_body") or hasattr(request, BODY_COPY_ATTRIBUTE):
-        return
-    if getattr(request, "_read_started", False):
-        return  # consumed by someone else: request.body will say so
-    length = _content_length(request)
-    cap = idempotency_settings.MAX_FINGERPRINTED_BODY
-    if cap is not None and length > cap:
-        raise BodyTooLarge(cap)
-    limit: int | None = settings.DATA_UPLOAD_MAX_MEMORY_SIZE  # None in Django, not in its stubs
-    if limit is None or length <= limit:
-        request.body  # noqa: B018  (Django reads it once and keeps it)
-        return
-    stream: Any = request._stream
-    # Deleted when closed, at the latest when the request is garbage-collected.
-    copy = tempfile.NamedTemporaryFile(  # noqa: SIM115
-        prefix="idempotency-body-", dir=settings.FILE_UPLOAD_TEMP_DIR
-    )
-    remaining = length
-    while remaining > 0:
-        chunk = stream.read(min(CHUNK_SIZE, remaining))
-        if not chunk:
-            break
-        copy.write(chunk)
-        remaining -= len(chunk)
-    copy.flush()
-    copy.seek(0)
-    replacement: Any = LimitedStream(copy, length - remaining)  # type: ignore[arg-type]
-    request._stream = replacement
-    setattr(request, BODY_COPY_ATTRIBUTE, copy)
-    _close_with_request(request, copy)
-
-
-def _close_with_request(request: HttpRequest, copy: Any) -> None:
-    """Delete the copy when the response is closed, not when the request is collected.
-
-    Django's handlers register ``request.close`` with the response after the
-    middleware chain returns; a request kept alive (by a reference cycle, a
-    test client's ``wsgi_request``) would otherwise keep the file on disk.
-    """
-    closes_request = request.close
-
-    def close() -> None:
-        copy.close()
-        closes_request()
-
-    request.close = close  # type: ignore[method-assign]
-
-
-class BodyTooLarge(Exception):
-    """A keyed request's body is over ``MAX_FINGERPRINTED_BODY``: nothing of it was read."""
-
-    def __init__(self, limit: int) -> None:
-        super().__init__(limit)
-        self.limit = limit
-
-    def answer(self, request: HttpRequest) -> HttpResponseBase:
-        return problems.refuse(request, problems.BODY_TOO_LARGE, limit=self.limit)
-
-
-def ready_body(request: HttpRequest) -> HttpResponseBase | None:
-    """For the middleware: ready the body of a keyed request that will be fingerprinted.
-
-    Nothing is read for a URL that resolves to no view, a view exempt from
-    the protection or a request nobody can be scoped to yet (an anonymous one
-    under the default scope): those are answered (404, 401, 403, a run
-    without protection) without the body being copied. A DRF view's token
-    authentication comes later; its body is readied when the key is claimed.
-    Returns the 413 answer for a body over ``MAX_FINGERPRINTED_BODY``.
-    """
-    match = match_of(request)
-    if match is None or getattr(match.func, EXEMPT_ATTRIBUTE, False):
-        return None
-    settings_ = idempotency_settings
-    if (
-        settings_.ANONYMOUS != "session"
-        and settings_.SCOPE_FUNCTION is default_scope
-        and not _scopes_itself(match.func)
-        and principal_of(getattr(request, "user", None)) is None
-    ):
-        return None
-    try:
-        prepare_body(request)
-    except BodyTooLarge as exc:
-        return exc.answer(request)
-    return None
-
-
-def _scopes_itself(view: Any) -> bool:
-    """A view under ``@idempotent(scope=...)``: its scope may name an anonymous client."""
-    view_class = getattr(view, "view_class", None)
-    handlers = [view, getattr(view_class, "dispatch", None)]
-    return any(getattr(getattr(h, OPTIONS_ATTRIBUTE, None), "scope", None) for h in handlers)
-
-
-def body_chunks(request: HttpRequest) -> Iterator[bytes]:
-    """The raw body, without consuming it: ``request.body``, or the copy :func:`prepare_body` made.
-
-    Raises ``RawPostDataException`` when something read the stream first.
-    """
-    request = _django_request(request)
-    copy = getattr(request, BODY_COPY_ATTRIBUTE, None)
-    if copy is None:
-        yield request.body
-        return
-    with open(copy.name, "rb") as body:  # a handle of our own: the view's reads go on
-        yield from iter(lambda: body.read(CHUNK_SIZE), b"")
-
-
-def _content_length(request: HttpRequest) -> int:
-    try:
-        return max(0, int(request.META.get("CONTENT_LENGTH") or 0))
-    except ValueError:
-        return 0
-
-
-def _django_request(request: Any) -> HttpRequest:
-    # DRF's Request wraps the Django one, whose stream is the one to prepare.
-    return getattr(request, "_request", request)  # type: ignore[no-any-return]

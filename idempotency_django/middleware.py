@@ -32,8 +32,8 @@ from django.http import HttpRequest
 from django.http.response import HttpResponseBase
 from django.urls import ResolverMatch
 
+from idempotency_django.bodies import ready_body
 from idempotency_django.conf import header, idempotency_settings
-from idempotency_django.fingerprint import ready_body
 from idempotency_django.marks import (
     EXEMPT_ATTRIBUTE,
     PROTECTED_ATTRIBUTE,

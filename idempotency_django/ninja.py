@@ -24,7 +24,9 @@ that turns the function's result (a schema object, ``Status(...)``, a
 response is stored: a stored answer is always the bytes the client got,
 and a result ninja cannot serialize is an error of the attempt (its key is
 released, its transaction rolled back), never a 500 after the answer was
-kept. It also documents the key contract in the API's OpenAPI schema.
+kept. It also documents the key contract in the API's OpenAPI schema
+(:mod:`idempotency_django.ninja_openapi`); whose key it is, is
+:mod:`idempotency_django.ninja_scope`'s to say.
 
 This module imports django-ninja; nothing else in the package imports it,
 so django-ninja stays optional (``pip install idempotency-django[ninja]``).
@@ -32,40 +34,27 @@ so django-ninja stays optional (``pip install idempotency-django[ninja]``).
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import functools
-import hashlib
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, Unpack, overload
 
 from asgiref.sync import sync_to_async
-from django.core.exceptions import ImproperlyConfigured
-from django.db import DEFAULT_DB_ALIAS
 from django.http import HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
 from ninja.decorators import decorate_view
 from ninja.operation import AsyncOperation, Operation
 
+from idempotency_django.bodies import BodyTooLarge, prepare_body
 from idempotency_django.conf import header, idempotency_settings
 from idempotency_django.decorators import IdempotentOptions
-from idempotency_django.fingerprint import BodyTooLarge, prepare_body
-from idempotency_django.keys import MAX_KEY_LENGTH
 from idempotency_django.marks import (
     EXEMPT_ATTRIBUTE,
     NINJA_INNER_ATTRIBUTE,
     NINJA_OPTIONS_ATTRIBUTE,
 )
-from idempotency_django.openapi_contract import (
-    KEY_PATTERN,
-    PROBLEM_SCHEMA,
-    key_description,
-    key_required,
-    problem_answers,
-    problem_examples,
-    replayed_header,
-    same_request_description,
-)
+from idempotency_django.ninja_openapi import operation_openapi_extra
+from idempotency_django.ninja_scope import PRINCIPAL_ATTRIBUTE, auth_principal, ninja_scope
 from idempotency_django.phases import (
     ViewOptions,
     aprotect,
@@ -73,91 +62,17 @@ from idempotency_django.phases import (
     protect,
     roll_back_open_transactions,
 )
-from idempotency_django.problems import PROBLEM_CONTENT_TYPE
-from idempotency_django.scope import Scope, location_of, principal_of
 
 __all__ = ["PRINCIPAL_ATTRIBUTE", "NinjaIdempotency", "auth_principal", "idempotent", "ninja_scope"]
 
 FuncT = TypeVar("FuncT", bound=Callable[..., Any])
 
-#: An authentication result names its principal with this attribute (or property).
-PRINCIPAL_ATTRIBUTE = "idempotency_principal"
 #: On a protected operation's function: the function it protects.
 _INNER_ATTRIBUTE = NINJA_INNER_ATTRIBUTE
 #: On a protected operation's function: the ``openapi_extra`` the operation had before.
 _BASE_EXTRA_ATTRIBUTE = "_idempotency_base_openapi_extra"
 #: On a protected operation: "operation" when protected by its own ``@idempotent``.
 _LEVEL_ATTRIBUTE = "_idempotency_level"
-#: Starts the name of an authentication result that is a string: a digest, never the secret.
-SECRET_PREFIX = "secret:"
-
-
-# -- who the key belongs to ----------------------------------------------------
-
-
-def auth_principal(auth: Any) -> str | None:
-    """A name for what ninja's authentication returned (``request.auth``); None for nobody.
-
-    In this order:
-
-    * an object with an ``idempotency_principal`` attribute (or property, or
-      method): its value, as it is (make it unique among every kind of
-      principal, e.g. ``"partner:42"``); empty or None for nobody;
-    * a Django user (``django_auth`` returns ``request.user``, a token auth
-      often the token's user): the name the middleware and DRF give it
-      (:func:`idempotency_django.scope.principal_of`), so a user's keys are
-      the same keys whichever way they came in;
-    * a model instance (an ``ApiKey`` row, a ``Client``):
-      ``app_label.model:pk``, ``app_label.model@alias:pk`` for one of
-      another database than the default one;
-    * a string or bytes (an ``APIKeyHeader`` or ``HttpBearer`` that returns
-      the key it checked): ``secret:`` and the SHA-256 of it (the key
-      itself, a credential, is never stored).
-
-    Anything else (``True``, a number, a dict) names nobody it could be told
-    apart from: :class:`~django.core.exceptions.ImproperlyConfigured` is
-    raised before the key is claimed, and nothing runs.
-    """
-    if auth is None or auth is False:
-        return None
-    named = getattr(auth, PRINCIPAL_ATTRIBUTE, None)
-    if named is not None:
-        value = named() if callable(named) else named
-        return str(value) if value else None
-    if hasattr(auth, "is_authenticated"):
-        return principal_of(auth)
-    meta = getattr(auth, "_meta", None)
-    pk = getattr(auth, "pk", None)
-    if meta is not None and pk is not None:
-        alias = getattr(getattr(auth, "_state", None), "db", None) or DEFAULT_DB_ALIAS
-        if alias == DEFAULT_DB_ALIAS:
-            return f"{meta.label_lower}:{pk}"
-        return f"{meta.label_lower}@{alias}:{pk}"
-    if isinstance(auth, str | bytes):
-        secret = auth.encode() if isinstance(auth, str) else auth
-        return SECRET_PREFIX + hashlib.sha256(secret).hexdigest()
-    raise ImproperlyConfigured(
-        f"idempotency_django.ninja cannot name the principal of the authentication "
-        f"result {type(auth).__name__!r}: return a user, a model instance or a string "
-        f"from authenticate(), give the result an {PRINCIPAL_ATTRIBUTE!r} attribute, "
-        f"or pass scope= to idempotent()."
-    )
-
-
-def ninja_scope(request: HttpRequest) -> Scope | None:
-    """The principal ninja authenticated (``request.auth``) and the ``X-Location-Id`` header.
-
-    An operation without ninja authentication has no ``request.auth``: its
-    scope is then the ``SCOPE_FUNCTION`` setting's (the session user, by
-    default), as on a plain Django view.
-    """
-    if not hasattr(request, "auth"):
-        scope: Scope | None = idempotency_settings.SCOPE_FUNCTION(request)
-        return scope
-    principal = auth_principal(request.auth)
-    if principal is None:
-        return None
-    return Scope(principal=principal, location=location_of(request))
 
 
 # -- the decorator ---------------------------------------------------------------
@@ -206,7 +121,12 @@ class NinjaIdempotency:
         operation.view_func = _protected_function(operation, inner, self.options)
         setattr(operation.view_func, _BASE_EXTRA_ATTRIBUTE, base_extra)
         setattr(operation, NINJA_OPTIONS_ATTRIBUTE, self.options)
-        operation.openapi_extra = _openapi_extra(operation, self.options, base_extra)
+        operation.openapi_extra = operation_openapi_extra(
+            operation,
+            base_extra,
+            required=self.options.required,
+            fingerprint=self.options.fingerprint,
+        )
         return _ready_body_first(operation, run)
 
 
@@ -362,56 +282,3 @@ def _ready(request: HttpRequest) -> HttpResponseBase | None:
     except BodyTooLarge as exc:
         return exc.answer(request)
     return None
-
-
-# -- the OpenAPI schema ----------------------------------------------------------
-
-
-def _openapi_extra(
-    operation: Operation, options: ViewOptions, base: dict[str, Any] | None
-) -> dict[str, Any]:
-    """``base`` (the operation's own ``openapi_extra``) and the key contract, for ninja to merge.
-
-    Read when the API is bound (``api.urls``): the schema shows the settings of then.
-    """
-    extra = copy.deepcopy(base) if base else {}
-    if operation.methods and not set(operation.methods) & set(idempotency_settings.METHODS):
-        return extra
-    required = key_required(options.required)
-    parameter = {
-        "in": "header",
-        "name": idempotency_settings.HEADER,
-        "required": required,
-        "description": key_description(required, same_request_description(options.fingerprint)),
-        "schema": {
-            "type": "string",
-            "minLength": 1,
-            "maxLength": MAX_KEY_LENGTH,
-            "pattern": KEY_PATTERN,
-        },
-    }
-    parameters = extra.setdefault("parameters", [])
-    if not any(
-        isinstance(p, dict) and p.get("in") == "header" and p.get("name") == parameter["name"]
-        for p in parameters
-    ):
-        parameters.insert(0, parameter)
-    responses = extra.setdefault("responses", {})
-    documented = {status for status in operation.response_models if isinstance(status, int)}
-    for status in documented:
-        if 200 <= status < 300:
-            response = responses.setdefault(status, {})
-            response.setdefault("headers", {}).setdefault(
-                idempotency_settings.REPLAYED_HEADER, replayed_header()
-            )
-    for status, description, codes, headers in problem_answers(required):
-        response = responses.setdefault(status, {})
-        if status not in documented:
-            response.setdefault("description", description)
-        response.setdefault("content", {}).setdefault(
-            PROBLEM_CONTENT_TYPE,
-            {"schema": copy.deepcopy(PROBLEM_SCHEMA), "examples": problem_examples(status, codes)},
-        )
-        for name, value in headers.items():
-            response.setdefault("headers", {}).setdefault(name, copy.deepcopy(value))
-    return extra

@@ -26,7 +26,8 @@ from pydantic import ValidationError
 from rest_framework.authtoken.models import Token
 
 from idempotency_django.models import IdempotencyRecord
-from idempotency_django.ninja import SECRET_PREFIX, auth_principal, idempotent
+from idempotency_django.ninja import auth_principal, idempotent
+from idempotency_django.ninja_scope import SECRET_PREFIX
 from tests.concurrency import in_threads
 from tests.testapp import ninja_api
 from tests.testapp.models import Booking

@@ -28,10 +28,11 @@ from rest_framework.decorators import api_view, authentication_classes, permissi
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 
+from idempotency_django.bodies import BODY_COPY_ATTRIBUTE
 from idempotency_django.checks import check_settings
 from idempotency_django.conf import DEFAULTS
 from idempotency_django.decorators import idempotent
-from idempotency_django.fingerprint import BODY_COPY_ATTRIBUTE, FINGERPRINT_SALT
+from idempotency_django.fingerprint import FINGERPRINT_SALT
 from idempotency_django.models import IdempotencyRecord, WebhookDelivery
 from idempotency_django.scope import Scope
 from idempotency_django.stores import RecordKey, RequestInfo, StoredResponse, get_store

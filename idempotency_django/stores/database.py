@@ -21,30 +21,30 @@ Everything goes through the request's own connection; there is no second one.
 Every time is the database's clock (``statement_timestamp()``,
 ``UTC_TIMESTAMP(6)``, SQLite's ``'now'``), never an app server's, and a
 takeover compares the owner token, the state and the expiry in one UPDATE.
-The statements, per database, are :mod:`idempotency_django.stores.database_sql`'s.
+The statements, per database, are :mod:`idempotency_django.stores.database_sql`'s;
+the values a row is written with and read back as,
+:mod:`~idempotency_django.stores.database_rows`'s; the system checks,
+:mod:`~idempotency_django.stores.database_checks`'s.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import uuid
 from collections.abc import Iterator
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any
 
-from django.conf import settings
 from django.core import checks
 from django.db import (
     DEFAULT_DB_ALIAS,
     Error,
     OperationalError,
     connections,
-    models,
 )
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from idempotency_django.encryption import seal, unseal
+from idempotency_django.encryption import seal
 from idempotency_django.fingerprint import same_request
 from idempotency_django.keys import readable_value
 from idempotency_django.models import IdempotencyRecord
@@ -58,11 +58,17 @@ from idempotency_django.stores.base import (
     StoredResponse,
     StoreUnavailable,
 )
+from idempotency_django.stores.database_checks import database_store_checks
+from idempotency_django.stores.database_rows import (
+    COMPLETED,
+    IN_PROGRESS,
+    Row,
+    headers_json,
+    key_values,
+    read_datetime,
+    request_values,
+)
 from idempotency_django.stores.database_sql import later_params, statements
-
-State = IdempotencyRecord.State
-IN_PROGRESS = str(State.IN_PROGRESS)
-COMPLETED = str(State.COMPLETED)
 
 #: MariaDB/MySQL errors a NOWAIT read raises when another transaction holds the row.
 _MYSQL_LOCK_ERRORS = frozenset({1205, 3572})
@@ -154,7 +160,7 @@ class DatabaseStore(BaseStore):
             return None
         state, status, expires_at, now = row
         expires_in = (
-            _datetime(connection, expires_at) - _datetime(connection, now)
+            read_datetime(connection, expires_at) - read_datetime(connection, now)
         ).total_seconds()
         return KeyState(state=str(state), status=status, expires_in=expires_in)
 
@@ -195,7 +201,7 @@ class DatabaseStore(BaseStore):
         response = seal(response)
         completed = [
             response.status,
-            _json(response.headers),
+            headers_json(response.headers),
             bytes(response.body),
             response.body_omitted,
             *later_params(connection, retention),
@@ -244,7 +250,7 @@ class DatabaseStore(BaseStore):
             count, first_expiry, now = cursor.fetchone()
         if first_expiry is None:
             return max(int(count), 1), None
-        first_expiry, now = _datetime(connection, first_expiry), _datetime(connection, now)
+        first_expiry, now = read_datetime(connection, first_expiry), read_datetime(connection, now)
         return int(count), (first_expiry - now).total_seconds()
 
     def clear(self) -> None:
@@ -260,132 +266,13 @@ class DatabaseStore(BaseStore):
         with connection.cursor() as cursor:
             # Parameters (none) so that every backend unescapes the SQL's %%.
             cursor.execute(f"SELECT {statements(connection).now}", [])
-            return _datetime(connection, cursor.fetchone()[0])
+            return read_datetime(connection, cursor.fetchone()[0])
 
     def check(self) -> list[checks.CheckMessage]:
-        if self.alias not in connections.settings:
-            return [
-                checks.Error(
-                    f"IDEMPOTENCY['STORE_OPTIONS']['database'] is {self.alias!r}, "
-                    "which is not in DATABASES.",
-                    id="idempotency_django.E010",
-                )
-            ]
-        database = connections.settings[self.alias]
-        engine = str(database["ENGINE"])
-        messages: list[checks.CheckMessage] = []
-        name = str(database.get("NAME") or "")
-        if engine.endswith("sqlite3") and (name == ":memory:" or "mode=memory" in name):
-            messages.append(
-                checks.Warning(
-                    "The idempotency store uses an in-memory SQLite database, "
-                    "which each process sees on its own.",
-                    hint="Use a database file or a server database in production.",
-                    id="idempotency_django.W010",
-                )
-            )
-        messages.extend(_transaction_checks(self.alias, engine, database))
-        if self.async_claim_commit and not engine.endswith("postgresql"):
-            messages.append(
-                checks.Warning(
-                    f"IDEMPOTENCY['STORE_OPTIONS']['async_claim_commit'] is set, but "
-                    f"DATABASES[{self.alias!r}] is not PostgreSQL: every claim still "
-                    "waits for the disk.",
-                    hint="Remove the option: only PostgreSQL commits without waiting.",
-                    id="idempotency_django.W013",
-                )
-            )
-        if not settings.USE_TZ and not engine.endswith("postgresql"):
-            messages.append(
-                checks.Error(
-                    "The idempotency database store needs USE_TZ = True on this database: "
-                    "it compares expiries with the database's clock in UTC.",
-                    hint="Set USE_TZ = True (the default since Django 5.0).",
-                    id="idempotency_django.E012",
-                )
-            )
-        return messages
+        return database_store_checks(self.alias, self.async_claim_commit)
 
 
-def _transaction_checks(
-    alias: str, engine: str, database: dict[str, Any]
-) -> list[checks.CheckMessage]:
-    """Settings under which claims inside transactions answer 503 instead of 409."""
-    from idempotency_django.conf import idempotency_settings
-
-    options = database.get("OPTIONS") or {}
-    in_transactions = bool(database.get("ATOMIC_REQUESTS")) or idempotency_settings.ATOMIC
-    messages: list[checks.CheckMessage] = []
-    mode = str(options.get("transaction_mode") or "DEFERRED").upper()
-    if engine.endswith("sqlite3") and in_transactions and mode != "IMMEDIATE":
-        messages.append(
-            checks.Warning(
-                f"DATABASES[{alias!r}] is SQLite with transactions around protected views, "
-                "in SQLite's default DEFERRED mode: a duplicate that arrives while the first "
-                "request runs gets 503 idempotency_unavailable at once instead of waiting "
-                "for it (nothing runs twice either way).",
-                hint='Set DATABASES[...]["OPTIONS"]["transaction_mode"] = "IMMEDIATE" '
-                "(Django 5.1 or later).",
-                id="idempotency_django.W011",
-            )
-        )
-    level = str(options.get("isolation_level") or "").lower().replace("_", " ")
-    if in_transactions and ("repeatable" in level or "serializable" in level):
-        messages.append(
-            checks.Warning(
-                f"DATABASES[{alias!r}] runs transactions at {level.split('.')[-1].upper()}: "
-                "claims inside them may fail with serialization errors or deadlocks, "
-                "and duplicates then get 503 idempotency_unavailable instead of 409.",
-                hint="Use READ COMMITTED, Django's default on PostgreSQL and MySQL/MariaDB.",
-                id="idempotency_django.W012",
-            )
-        )
-    return messages
-
-
-# -- rows -------------------------------------------------------------------
-
-
-class _Row(NamedTuple):
-    """The columns of an existing record that decide a claim."""
-
-    pk: int
-    token: str
-    fingerprint: str
-    state: str
-    #: Computed by the database: its ``expires_at <= now``.
-    expired: bool
-    status_code: int | None
-    #: JSON text, or a list where the driver decodes JSON itself.
-    response_headers: list[list[str]] | str
-    response_body: bytes | memoryview
-    body_omitted: bool
-
-    def stored_response(self) -> StoredResponse:
-        headers = self.response_headers
-        if isinstance(headers, str):
-            headers = json.loads(headers)
-        stored = StoredResponse(
-            status=self.status_code or 200,
-            headers=tuple((str(name), str(value)) for name, value in headers),
-            body=bytes(self.response_body),
-            body_omitted=bool(self.body_omitted),
-        )
-        return unseal(stored)
-
-
-def _datetime(connection: BaseDatabaseWrapper, value: Any) -> datetime:
-    """A datetime the database sent, converted as Django reads ``expires_at``."""
-    field = IdempotencyRecord._meta.get_field("expires_at")
-    assert isinstance(field, models.DateTimeField)
-    column = field.get_col(IdempotencyRecord._meta.db_table)
-    converted: datetime = value
-    for converter in connection.ops.get_db_converters(column):
-        converted = converter(converted, column, connection)
-    return converted
-
-
-def _answer(row: _Row, request: RequestInfo) -> Claim:
+def _answer(row: Row, request: RequestInfo) -> Claim:
     """What a live record another request made answers ``request``."""
     if not same_request(row.fingerprint, request.fingerprint):
         return Claim(Outcome.REUSED)
@@ -399,40 +286,9 @@ def _scope(key: RecordKey) -> list[str]:
     return [key.digest]
 
 
-def _json(headers: tuple[tuple[str, str], ...]) -> str:
-    return json.dumps([list(pair) for pair in headers])
-
-
 def _lock_id(key: RecordKey) -> int:
     """A signed 64-bit number naming ``key`` for PostgreSQL's advisory locks."""
     return int.from_bytes(bytes.fromhex(key.digest[:16]), "big", signed=True)
-
-
-def _key_values(key: RecordKey) -> list[str]:
-    """The values of :data:`~idempotency_django.stores.database_sql.KEY_COLUMNS`."""
-    return [key.digest, readable_value(key.principal), readable_value(key.location), key.key]
-
-
-def _request_values(
-    request: RequestInfo,
-    token: str,
-    completed: StoredResponse | None = None,
-) -> list[Any]:
-    """The values of :data:`~idempotency_django.stores.database_sql.REQUEST_COLUMNS`, cut."""
-    return [
-        request.fingerprint[:128],
-        request.method,
-        request.path[:2048],
-        request.request_id[:255],
-        request.kind,
-        request.source[:64],
-        token,
-        COMPLETED if completed else IN_PROGRESS,
-        completed.status if completed else None,
-        _json(completed.headers) if completed else "[]",
-        bytes(completed.body) if completed else b"",
-        completed.body_omitted if completed else False,
-    ]
 
 
 def _insert(
@@ -452,8 +308,8 @@ def _insert(
     sql = statements(connection)
     statement = sql.insert_or_nothing if wait else sql.insert_or_nothing_no_wait
     params = [
-        *_key_values(key),
-        *_request_values(request, token, completed),
+        *key_values(key),
+        *request_values(request, token, completed),
         1 if completed is not None else 0,  # completed_at: the database's now, or NULL
         *later_params(connection, seconds),
     ]
@@ -462,18 +318,18 @@ def _insert(
         return bool(cursor.rowcount)
 
 
-def _read(connection: BaseDatabaseWrapper, sql: str, key: RecordKey) -> _Row | None:
+def _read(connection: BaseDatabaseWrapper, sql: str, key: RecordKey) -> Row | None:
     with connection.cursor() as cursor:
         cursor.execute(sql, _scope(key))
         row = cursor.fetchone()
     if row is None:
         return None
-    return _Row(row[0], row[1], row[2], row[3], bool(row[4]), *row[5:])
+    return Row(row[0], row[1], row[2], row[3], bool(row[4]), *row[5:])
 
 
 def _take_over(
     connection: BaseDatabaseWrapper,
-    row: _Row,
+    row: Row,
     request: RequestInfo,
     token: str,
     lock_timeout: int,
@@ -486,7 +342,7 @@ def _take_over(
     """
     sql = statements(connection)
     statement = sql.take_over if wait else sql.take_over_no_wait
-    values = _request_values(request, token)
+    values = request_values(request, token)
     params = [*values, *later_params(connection, lock_timeout), row.pk, row.token, row.state]
     with connection.cursor() as cursor:
         cursor.execute(statement or sql.take_over, params)

@@ -73,27 +73,28 @@ Clients
 Failures
     Any Redis error (connection refused, timeout, a ``ResponseError``)
     raises :class:`~idempotency_django.stores.base.StoreUnavailable`.
+
+The value is written and read by :mod:`idempotency_django.stores.redis_values`,
+the scripts are :mod:`~idempotency_django.stores.redis_scripts`'s, the system
+checks :mod:`~idempotency_django.stores.redis_checks`'s.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import re
 import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from django.conf import settings
 from django.core import checks
-from django.utils.module_loading import import_string
 from redis.commands.core import Script
 from redis.exceptions import RedisClusterException, RedisError
 
 from idempotency_django.conf import idempotency_settings
-from idempotency_django.encryption import seal, unseal
+from idempotency_django.encryption import seal
 from idempotency_django.stores.base import (
     BaseStore,
     Claim,
@@ -104,6 +105,7 @@ from idempotency_django.stores.base import (
     StoredResponse,
     StoreUnavailable,
 )
+from idempotency_django.stores.redis_checks import redis_store_checks
 from idempotency_django.stores.redis_scripts import (
     CLAIM_SCRIPT,
     COMPLETE_SCRIPT,
@@ -113,20 +115,14 @@ from idempotency_django.stores.redis_scripts import (
     RELEASE_SCRIPT,
     RENEW_SCRIPT,
 )
-
-FORMAT_VERSION = 1
-IN_PROGRESS = "in_progress"
-COMPLETED = "completed"
-
-DJANGO_REDIS_BACKEND = "django_redis.cache.RedisCache"
-#: Cache backends each process (or host) has on its own: a reservation made in
-#: one worker would be invisible to the others.
-NOT_SHARED_BACKENDS = frozenset(
-    {
-        "django.core.cache.backends.locmem.LocMemCache",
-        "django.core.cache.backends.dummy.DummyCache",
-        "django.core.cache.backends.filebased.FileBasedCache",
-    }
+from idempotency_django.stores.redis_values import (
+    COMPLETED,
+    FORMAT_VERSION,
+    compact_json,
+    decode_response,
+    milliseconds,
+    reservation,
+    text,
 )
 
 _ERRORS = (RedisError, RedisClusterException)
@@ -166,18 +162,18 @@ class RedisStore(BaseStore):
                 CLAIM_SCRIPT,
                 self.redis_key(key),
                 request.fingerprint,
-                _reservation(token, request.fingerprint),
-                _milliseconds(lock_timeout),
+                reservation(token, request.fingerprint),
+                milliseconds(lock_timeout),
                 *other_fingerprints,
             )
 
         reply = run_claim()
-        outcome = _text(reply[0])
+        outcome = text(reply[0])
         others = getattr(request.fingerprint, "alternatives", ())
         if outcome == "reused" and others:
             # Computed only now: most claims never need them.
             reply = run_claim(*others)
-            outcome = _text(reply[0])
+            outcome = text(reply[0])
         if outcome == "claimed":
             return Claim(Outcome.CLAIMED, token=token)
         if outcome == "reused":
@@ -192,7 +188,7 @@ class RedisStore(BaseStore):
         state = self._run("peek", PEEK_SCRIPT, self.redis_key(key))
         if state is None:
             return None
-        return Outcome.REPLAY if _text(state) == COMPLETED else Outcome.IN_PROGRESS
+        return Outcome.REPLAY if text(state) == COMPLETED else Outcome.IN_PROGRESS
 
     def complete(
         self,
@@ -204,13 +200,13 @@ class RedisStore(BaseStore):
         request: RequestInfo | None = None,
     ) -> bool:
         response = seal(response)
-        headers = _header([list(pair) for pair in response.headers])
+        headers = compact_json([list(pair) for pair in response.headers])
         reply = self._run(
             "complete",
             COMPLETE_SCRIPT,
             self.redis_key(key),
             token,
-            _milliseconds(retention),
+            milliseconds(retention),
             str(response.status),
             headers,
             bytes(response.body),
@@ -233,9 +229,9 @@ class RedisStore(BaseStore):
         if reply is None:
             return None
         state, status, milliseconds = reply
-        status = _text(status)
+        status = text(status)
         return KeyState(
-            state=_text(state),
+            state=text(state),
             status=int(status) if status else None,
             expires_in=int(milliseconds) / 1000,
         )
@@ -271,7 +267,7 @@ class RedisStore(BaseStore):
             COUNT_KEYS_SCRIPT,
             self.principal_index(key),
             key.digest,
-            _milliseconds(lifetime),
+            milliseconds(lifetime),
         )
         return int(count), (int(first_expiry) / 1000 if int(first_expiry) >= 0 else None)
 
@@ -289,115 +285,14 @@ class RedisStore(BaseStore):
             RENEW_SCRIPT,
             self.redis_key(key),
             token,
-            _milliseconds(lock_timeout),
-            _reservation(token, request.fingerprint),
+            milliseconds(lock_timeout),
+            reservation(token, request.fingerprint),
             "1" if remake else "0",
         )
         return bool(reply == 1)
 
     def check(self) -> list[checks.CheckMessage]:
-        where = f"IDEMPOTENCY['STORE_OPTIONS']['cache'] is {self.alias!r}"
-        caches_setting: dict[str, dict[str, Any]] = getattr(settings, "CACHES", {})
-        config = caches_setting.get(self.alias)
-        if config is None:
-            return [
-                checks.Error(
-                    f"{where}, which is not in CACHES.",
-                    hint="Add a django-redis cache (django_redis.cache.RedisCache) for it.",
-                    id="idempotency_django.E020",
-                )
-            ]
-        backend = str(config.get("BACKEND", ""))
-        messages: list[checks.CheckMessage] = []
-        if not _is_django_redis(backend):
-            messages.append(
-                checks.Error(
-                    f"{where}, whose BACKEND {backend!r} is not django-redis.",
-                    hint=f"The Redis store needs BACKEND {DJANGO_REDIS_BACKEND!r} "
-                    "(Django's own redis backend has no raw client to run scripts on).",
-                    id="idempotency_django.E020",
-                )
-            )
-        if not settings.DEBUG and (backend in NOT_SHARED_BACKENDS or _is_fake(config)):
-            messages.append(
-                checks.Error(
-                    f"{where}, which is not shared between processes: each worker would "
-                    "see only its own reservations and run duplicates.",
-                    hint="Point the store at a Redis server every worker uses.",
-                    id="idempotency_django.E021",
-                )
-            )
-        options = config.get("OPTIONS") or {}
-        client_class = str(options.get("CLIENT_CLASS", ""))
-        if client_class.endswith("ShardClient"):
-            messages.append(
-                checks.Error(
-                    f"{where}, whose CLIENT_CLASS {client_class!r} has no raw client.",
-                    hint="Use DefaultClient or SentinelClient (or a cluster client).",
-                    id="idempotency_django.E022",
-                )
-            )
-        if (options.get("CONNECTION_POOL_KWARGS") or {}).get("decode_responses"):
-            messages.append(
-                checks.Error(
-                    f"{where}, whose connections decode responses; stored bodies are bytes.",
-                    hint="Remove decode_responses from CONNECTION_POOL_KWARGS.",
-                    id="idempotency_django.E022",
-                )
-            )
-        user_settings = getattr(settings, "IDEMPOTENCY", None)
-        if isinstance(user_settings, dict) and user_settings.get("MAX_STORED_BODY", 0) is None:
-            messages.append(
-                checks.Warning(
-                    "IDEMPOTENCY['MAX_STORED_BODY'] is None with the Redis store: a response of "
-                    "any size is kept as one Redis string, and replaying a large one blocks "
-                    "Redis for every other client while it is sent.",
-                    hint="Keep a limit (the default is 1 MiB).",
-                    id="idempotency_django.W021",
-                )
-            )
-        if not any(message.level >= checks.ERROR for message in messages):
-            messages.extend(self._check_eviction(where))
-        user_settings = getattr(settings, "IDEMPOTENCY", None)
-        if isinstance(user_settings, dict) and user_settings.get("ATOMIC"):
-            messages.append(
-                checks.Warning(
-                    "IDEMPOTENCY['ATOMIC'] has no effect with the Redis store: the stored "
-                    "response cannot commit in the view's database transaction.",
-                    hint="Use the database store where the work and its response must "
-                    "commit together.",
-                    id="idempotency_django.W020",
-                )
-            )
-        return messages
-
-    def _check_eviction(self, where: str) -> list[checks.CheckMessage]:
-        """W022 when the server may evict live records to make room.
-
-        Every record has a TTL, so ``volatile-*`` policies may evict them as
-        readily as ``allkeys-*``: an evicted reservation or stored response
-        lets a retry run the work again. Only ``noeviction`` makes a full
-        server refuse writes instead (the claim then answers 503 and nothing
-        runs). Without ``maxmemory`` nothing is evicted, whatever the policy.
-        A server that cannot be reached is not this check's to report.
-        """
-        try:
-            memory = self.client().info("memory")
-        except Exception:  # down, or INFO refused: nothing to tell
-            return []
-        policy = _text(memory.get("maxmemory_policy", "noeviction"))
-        if policy == "noeviction" or not int(memory.get("maxmemory", 0) or 0):
-            return []
-        return [
-            checks.Warning(
-                f"{where}, whose Redis server evicts keys when full (maxmemory-policy "
-                f"{policy!r}): a live reservation or stored response can be evicted, and "
-                "the retry it should have answered then runs the work again.",
-                hint="Give the store a Redis with maxmemory-policy noeviction (a full "
-                "server then answers 503 and nothing runs), or no maxmemory.",
-                id="idempotency_django.W022",
-            )
-        ]
+        return redis_store_checks(self.alias, self.client)
 
     # -- helpers ------------------------------------------------------------
 
@@ -423,62 +318,3 @@ class RedisStore(BaseStore):
             if script is None:
                 script = self._scripts[name] = client.register_script(source)
             return script(keys=[redis_key], args=list(args), client=client)
-
-
-def _reservation(token: str, fingerprint: str) -> bytes:
-    """The value of a reservation: its header line and an empty body."""
-    head = {"v": FORMAT_VERSION, "state": IN_PROGRESS, "token": token, "fp": fingerprint}
-    return _header(head) + b"\n"
-
-
-def _milliseconds(seconds: int) -> int:
-    return max(1, int(seconds * 1000))
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _bytes(value: Any) -> bytes:
-    return value if isinstance(value, bytes) else str(value).encode()
-
-
-def _header(value: Any) -> bytes:
-    """Compact ASCII JSON: never a raw newline, whatever the header values hold."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=True).encode("ascii")
-
-
-def decode_response(value: Any) -> StoredResponse:
-    """The response kept in a completed value (format 1), decrypted when it is."""
-    head_bytes, _, body = _bytes(value).partition(b"\n")
-    try:
-        head = json.loads(head_bytes)
-        stored = StoredResponse(
-            status=int(head["status"]),
-            headers=tuple((str(name), str(value)) for name, value in head.get("headers") or []),
-            body=body,
-            body_omitted=bool(head.get("omitted", False)),
-        )
-    except (ValueError, TypeError, KeyError) as exc:
-        raise StoreUnavailable(f"A stored response could not be decoded: {exc}") from exc
-    return unseal(stored)
-
-
-def _is_django_redis(backend: str) -> bool:
-    if backend == DJANGO_REDIS_BACKEND:
-        return True
-    try:
-        from django_redis.cache import RedisCache
-
-        backend_class = import_string(backend)
-    except ImportError:
-        return False
-    return isinstance(backend_class, type) and issubclass(backend_class, RedisCache)
-
-
-def _is_fake(config: dict[str, Any]) -> bool:
-    """A django-redis cache wired to fakeredis, which lives in one process."""
-    options = config.get("OPTIONS") or {}
-    pool_kwargs = options.get("CONNECTION_POOL_KWARGS") or {}
-    suspects = (options.get("REDIS_CLIENT_CLASS"), pool_kwargs.get("connection_class"))
-    return any("fakeredis" in repr(suspect) for suspect in suspects if suspect is not None)

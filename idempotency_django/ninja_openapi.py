@@ -1,0 +1,80 @@
+"""The key contract in a protected django-ninja operation's OpenAPI schema."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from django.http import HttpRequest
+
+from idempotency_django.conf import idempotency_settings
+from idempotency_django.keys import MAX_KEY_LENGTH
+from idempotency_django.openapi_contract import (
+    KEY_PATTERN,
+    PROBLEM_SCHEMA,
+    key_description,
+    key_required,
+    problem_answers,
+    problem_examples,
+    replayed_header,
+    same_request_description,
+)
+from idempotency_django.problems import PROBLEM_CONTENT_TYPE
+
+if TYPE_CHECKING:  # django-ninja is imported by idempotency_django.ninja only
+    from ninja.operation import Operation
+
+
+def operation_openapi_extra(
+    operation: Operation,
+    base: dict[str, Any] | None,
+    *,
+    required: bool | None,
+    fingerprint: Callable[[HttpRequest], str] | str | None,
+) -> dict[str, Any]:
+    """``base`` (the operation's own ``openapi_extra``) and the key contract, for ninja to merge.
+
+    Read when the API is bound (``api.urls``): the schema shows the settings of then.
+    """
+    extra = copy.deepcopy(base) if base else {}
+    if operation.methods and not set(operation.methods) & set(idempotency_settings.METHODS):
+        return extra
+    required = key_required(required)
+    parameter = {
+        "in": "header",
+        "name": idempotency_settings.HEADER,
+        "required": required,
+        "description": key_description(required, same_request_description(fingerprint)),
+        "schema": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": MAX_KEY_LENGTH,
+            "pattern": KEY_PATTERN,
+        },
+    }
+    parameters = extra.setdefault("parameters", [])
+    if not any(
+        isinstance(p, dict) and p.get("in") == "header" and p.get("name") == parameter["name"]
+        for p in parameters
+    ):
+        parameters.insert(0, parameter)
+    responses = extra.setdefault("responses", {})
+    documented = {status for status in operation.response_models if isinstance(status, int)}
+    for status in documented:
+        if 200 <= status < 300:
+            response = responses.setdefault(status, {})
+            response.setdefault("headers", {}).setdefault(
+                idempotency_settings.REPLAYED_HEADER, replayed_header()
+            )
+    for status, description, codes, headers in problem_answers(required):
+        response = responses.setdefault(status, {})
+        if status not in documented:
+            response.setdefault("description", description)
+        response.setdefault("content", {}).setdefault(
+            PROBLEM_CONTENT_TYPE,
+            {"schema": copy.deepcopy(PROBLEM_SCHEMA), "examples": problem_examples(status, codes)},
+        )
+        for name, value in headers.items():
+            response.setdefault("headers", {}).setdefault(name, copy.deepcopy(value))
+    return extra

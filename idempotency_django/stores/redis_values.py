@@ -1,0 +1,56 @@
+"""The Redis store's value, format 1: a one-line JSON header, a newline, the body.
+
+:mod:`idempotency_django.stores.redis` describes the format; this module
+writes and reads it, and converts what redis-py hands back.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from idempotency_django.encryption import unseal
+from idempotency_django.stores.base import StoredResponse, StoreUnavailable
+
+FORMAT_VERSION = 1
+IN_PROGRESS = "in_progress"
+COMPLETED = "completed"
+
+
+def reservation(token: str, fingerprint: str) -> bytes:
+    """The value of a reservation: its header line and an empty body."""
+    head = {"v": FORMAT_VERSION, "state": IN_PROGRESS, "token": token, "fp": fingerprint}
+    return compact_json(head) + b"\n"
+
+
+def milliseconds(seconds: int) -> int:
+    return max(1, int(seconds * 1000))
+
+
+def text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def as_bytes(value: Any) -> bytes:
+    return value if isinstance(value, bytes) else str(value).encode()
+
+
+def compact_json(value: Any) -> bytes:
+    """Compact ASCII JSON: never a raw newline, whatever the header values hold."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+
+
+def decode_response(value: Any) -> StoredResponse:
+    """The response kept in a completed value (format 1), decrypted when it is."""
+    head_bytes, _, body = as_bytes(value).partition(b"\n")
+    try:
+        head = json.loads(head_bytes)
+        stored = StoredResponse(
+            status=int(head["status"]),
+            headers=tuple((str(name), str(value)) for name, value in head.get("headers") or []),
+            body=body,
+            body_omitted=bool(head.get("omitted", False)),
+        )
+    except (ValueError, TypeError, KeyError) as exc:
+        raise StoreUnavailable(f"A stored response could not be decoded: {exc}") from exc
+    return unseal(stored)
