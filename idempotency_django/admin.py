@@ -69,7 +69,7 @@ from idempotency_django.encryption import open_columns
 from idempotency_django.models import IdempotencyRecord, WebhookDelivery
 from idempotency_django.purge import default_database, purge_principal, send_evicted
 from idempotency_django.stores.base import StoreUnavailable
-from idempotency_django.webhooks import TRIGGER_PREFIX
+from idempotency_django.webhook_identity import TRIGGER_PREFIX
 
 __all__ = [
     "BODY_DISPLAY_LIMIT",

@@ -178,7 +178,7 @@ def test_triggers_are_separate_scopes(client: Client) -> None:
 
 @pytest.mark.django_db
 def test_in_progress_delivery_gets_409_with_retry_after(client: Client) -> None:
-    from idempotency_django.webhooks import TRIGGER_PREFIX, trigger_digest
+    from idempotency_django.webhook_identity import TRIGGER_PREFIX, trigger_digest
 
     WebhookDelivery.objects.create(
         kind="webhook",
