@@ -33,8 +33,8 @@ __all__ = [
 #: Prefix of a delivery record's principal; the rest is the trigger digest.
 TRIGGER_PREFIX = "webhook:"
 FALLBACK_SOURCE = "fallback"
-# The salts name the module they were first in: another salt would make every
-# delivery already accepted new again.
+# This salt and trigger_digest's name the module they were first in: another
+# salt would make every delivery already accepted new again.
 FALLBACK_SALT = "idempotency_django.webhooks.fallback"
 
 
