@@ -1,8 +1,9 @@
 """The Django admin for idempotency records: inspect, evict a key, release a stuck reservation.
 
 Records are read-only here: they are written by the store, never by hand.
-The list filters and the paginator are in :mod:`idempotency_django.admin_filters`,
-the rendering of bodies, headers and principals in
+Releasing reservations and deleting principals' records are in
+:mod:`idempotency_django.admin_actions`, the list filters, the paginator and the
+changelist in :mod:`idempotency_django.admin_filters`, the rendering of records in
 :mod:`idempotency_django.admin_display`; :class:`ExpiringRecordAdmin` holds
 what the two admins here (requests' records, webhook deliveries) share.
 
@@ -19,31 +20,23 @@ Stored responses are other people's data: only staff holding
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from django.contrib import admin, messages
-from django.contrib.admin import helpers
-from django.contrib.admin.models import DELETION, LogEntry
-from django.contrib.admin.utils import flatten_fieldsets, unquote
+from django.contrib import admin
+from django.contrib.admin.utils import flatten_fieldsets
 from django.contrib.admin.views.main import ChangeList
-from django.core.exceptions import PermissionDenied
-from django.db import models, transaction
-from django.db.models import Q, QuerySet
-from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
-from django.template.response import TemplateResponse
-from django.urls import URLPattern, path, reverse
-from django.utils import formats, timezone
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
 from django.utils.html import conditional_escape, format_html
 from django.utils.safestring import SafeString, mark_safe
-from django.utils.timesince import timesince, timeuntil
-from django.utils.translation import gettext, ngettext
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
+from idempotency_django.admin_actions import RecordActionsMixin, ReleaseMixin
 from idempotency_django.admin_display import (
     BODY_DISPLAY_LIMIT,
     TOKEN_MAX_LENGTH,
+    open_stored_response,
     principal_usernames,
     principals_of_users,
     render_body,
@@ -51,6 +44,7 @@ from idempotency_django.admin_display import (
     render_header_names,
     render_headers,
     render_principal,
+    render_relative_time,
     render_token,
     render_undecryptable,
 )
@@ -61,15 +55,14 @@ from idempotency_django.admin_filters import (
     LocationFilter,
     MethodFilter,
     RecentValuesFilter,
+    RecordChangeList,
     SourceFilter,
     StatusClassFilter,
     expiry_state,
 )
-from idempotency_django.encryption import open_columns
 from idempotency_django.models import IdempotencyRecord, WebhookDelivery
-from idempotency_django.purge import default_database, purge_principal, send_evicted
-from idempotency_django.stores.base import StoreUnavailable
-from idempotency_django.webhooks import TRIGGER_PREFIX
+from idempotency_django.purge import send_evicted
+from idempotency_django.webhook_identity import TRIGGER_PREFIX
 
 __all__ = [
     "BODY_DISPLAY_LIMIT",
@@ -100,48 +93,13 @@ STORED_RESPONSE_PERMISSION = "idempotency_django.view_stored_response"
 UNFILTERABLE_FIELDS = frozenset({"token", "response_body", "response_headers"})
 
 
-def _log_deletions(request: HttpRequest, objects: Sequence[models.Model], message: str) -> None:
-    """One admin log entry per deleted object."""
-    user_id = request.user.pk
-    assert user_id is not None  # the admin's views need a logged-in user
-    LogEntry.objects.log_actions(
-        user_id=user_id, queryset=objects, action_flag=DELETION, change_message=message
-    )
-
-
-def _relative_time(value: datetime | None) -> SafeString | str:
-    """Say "5 minutes ago" or "in 23 hours", with the date and time on hover.
-
-    Keys live minutes to days, so how long ago and how soon matter more in the
-    list than the date, and take half its width.
-    """
-    if value is None:
-        return ""
-    now = timezone.now()
-    if abs(value - now) < timedelta(minutes=1):
-        text = gettext("now")
-    elif value < now:
-        text = gettext("%(delta)s ago") % {"delta": timesince(value, now, depth=1)}
-    else:
-        text = gettext("in %(delta)s") % {"delta": timeuntil(value, now, depth=1)}
-    local = timezone.localtime(value)
-    return format_html(
-        '<time datetime="{}" title="{}">{}</time>',
-        local.isoformat(),
-        formats.date_format(local, "DATETIME_FORMAT"),
-        text,
-    )
-
-
-# -- the admin ----------------------------------------------------------------
-
 if TYPE_CHECKING:
     _ModelAdmin = admin.ModelAdmin[Any]
 else:  # ModelAdmin is not subscriptable at runtime without django-stubs-ext.
     _ModelAdmin = admin.ModelAdmin
 
 
-class ExpiringRecordAdmin(_ModelAdmin):
+class ExpiringRecordAdmin(ReleaseMixin, _ModelAdmin):
     """Read-only admin for rows of the idempotency table (requests or webhook deliveries).
 
     Viewing needs the view permission; deleting ("evict a key") and releasing
@@ -215,116 +173,22 @@ class ExpiringRecordAdmin(_ModelAdmin):
 
     @admin.display(description=_("created"), ordering="created_at")
     def created_display(self, obj: IdempotencyRecord) -> SafeString | str:
-        return _relative_time(obj.created_at)
+        return render_relative_time(obj.created_at)
 
     @admin.display(description=_("expires"), ordering="expires_at")
     def expires_display(self, obj: IdempotencyRecord) -> SafeString | str:
-        return _relative_time(obj.expires_at)
+        return render_relative_time(obj.expires_at)
 
     @admin.display(description=_("request fingerprint"))
     def fingerprint_display(self, obj: IdempotencyRecord) -> SafeString:
         return format_html("<code>{}</code>", obj.fingerprint)
 
-    # -- actions --
-
-    @admin.action(description=_("Release selected stuck reservations"), permissions=["delete"])
-    def release_reservations(
-        self, request: HttpRequest, queryset: QuerySet[Any]
-    ) -> HttpResponse | None:
-        """Delete the selected reservations (after confirmation), so a retry of the key runs.
-
-        Only rows still in progress go: a record that completed meanwhile is kept.
-        """
-        reservations = queryset.filter(state=State.IN_PROGRESS)
-        if request.POST.get("post") == "yes":
-            # Where the store writes, never the read alias a router may send
-            # the changelist's queryset to (a replica keeps its rows otherwise).
-            using = default_database()
-            with transaction.atomic(using=using):
-                released = list(reservations.using(using).select_for_update())
-                if released:
-                    _log_deletions(request, released, "Released stuck reservation.")
-                    self.model._base_manager.using(using).filter(
-                        Q(pk__in=[obj.pk for obj in released]) & Q(state=State.IN_PROGRESS)
-                    ).delete()
-                    send_evicted(released, reason="release", user=request.user)
-            if released:
-                self.message_user(
-                    request,
-                    ngettext(
-                        "Released %(count)d reservation.",
-                        "Released %(count)d reservations.",
-                        len(released),
-                    )
-                    % {"count": len(released)},
-                    messages.SUCCESS,
-                )
-            else:
-                self.message_user(
-                    request, _("None of the selected records is a reservation."), messages.WARNING
-                )
-            return None
-
-        selected = list(reservations.order_by("expires_at"))
-        if not selected:
-            self.message_user(
-                request,
-                _("None of the selected records is a reservation in progress; nothing released."),
-                messages.WARNING,
-            )
-            return None
-        now = timezone.now()
-        context = {
-            **self._action_context(request, _("Release stuck reservations?")),
-            "reservations": [(obj, obj.expires_at <= now) for obj in selected],
-            "live_count": sum(1 for obj in selected if obj.expires_at > now),
-            "skipped_count": queryset.count() - len(selected),
-            "action_name": "release_reservations",
-        }
-        return TemplateResponse(
-            request, self._confirmation_templates("release_confirmation"), context
-        )
-
-    def _action_context(self, request: HttpRequest, title: Any) -> dict[str, Any]:
-        opts = self.model._meta
-        request.current_app = self.admin_site.name
-        return {
-            **self.admin_site.each_context(request),
-            "title": title,
-            "subtitle": None,
-            "opts": opts,
-            "app_label": opts.app_label,
-            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
-            "media": self.media,
-        }
-
-    def _confirmation_templates(self, name: str) -> list[str]:
-        """The model's, then the app's template: Django's lookup for delete pages."""
-        opts = self.model._meta
-        return [
-            f"admin/{opts.app_label}/{opts.model_name}/{name}.html",
-            f"admin/{opts.app_label}/{name}.html",
-        ]
-
-
-class RecordChangeList(ChangeList):
-    """The records changelist, naming the users behind the page's principals in one query."""
-
-    def get_results(self, request: HttpRequest) -> None:
-        super().get_results(request)
-        names = principal_usernames({obj.principal for obj in self.result_list})
-        for obj in self.result_list:
-            obj.principal_username = names.get(obj.principal)
-
 
 @admin.register(IdempotencyRecord)
-class IdempotencyRecordAdmin(ExpiringRecordAdmin):
+class IdempotencyRecordAdmin(RecordActionsMixin, ExpiringRecordAdmin):
     """Requests' records: who sent them (the user a principal names), and their responses."""
 
     actions = ["release_reservations", "delete_principal_records"]
-    #: The most principals one "delete all records of" may cover: it is meant
-    #: for one person's data, not for emptying the table.
-    max_principals_per_deletion = 100
 
     list_display = (
         "key_display",
@@ -357,7 +221,7 @@ class IdempotencyRecordAdmin(ExpiringRecordAdmin):
             (_("Stored response"), {"fields": response}),
         )
 
-    # -- the record's page: a readable title, and releasing a reservation from it --
+    # -- the record's page: a readable title, and a link to release its reservation --
 
     def record_title(self, obj: IdempotencyRecord) -> str:
         """``order-1001-move by alice at hotel-lisbon``: the key and whose it is, in words."""
@@ -387,39 +251,6 @@ class IdempotencyRecordAdmin(ExpiringRecordAdmin):
                 request, obj
             )
         return super().render_change_form(request, context, add, change, form_url, obj)
-
-    def get_urls(self) -> list[URLPattern]:
-        opts = self.model._meta
-        release = path(
-            "<path:object_id>/release/",
-            self.admin_site.admin_view(self.release_view),
-            name=f"{opts.app_label}_{opts.model_name}_release",
-        )
-        # First: the admin's own "<path:object_id>/" would take ".../release/" too.
-        return [release, *super().get_urls()]
-
-    def release_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        """The record page's "Release this reservation": the release action's confirmation
-        for this one record (GET), then the release (its form's POST)."""
-        obj = self.get_object(request, unquote(object_id))
-        opts = self.model._meta
-        changelist = reverse(f"admin:{opts.app_label}_{opts.model_name}_changelist")
-        if obj is None:
-            self.message_user(request, _("The record is gone."), messages.WARNING)
-            return HttpResponseRedirect(changelist)
-        if not self.has_delete_permission(request, obj):
-            raise PermissionDenied
-        if request.method not in ("GET", "POST"):
-            return HttpResponseNotAllowed(["GET", "POST"])
-        selected = self.get_queryset(request).filter(pk=obj.pk)
-        response = self.release_reservations(request, selected)
-        if response is not None:
-            return response
-        if not self.model._base_manager.using(default_database()).filter(pk=obj.pk).exists():
-            return HttpResponseRedirect(changelist)  # released: its page is gone
-        return HttpResponseRedirect(
-            reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[obj.pk])
-        )
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         # Webhook deliveries share the table; they have their own page.
@@ -487,91 +318,25 @@ class IdempotencyRecordAdmin(ExpiringRecordAdmin):
 
     @admin.display(description=_("response headers"))
     def headers_display(self, obj: IdempotencyRecord) -> SafeString:
-        opened = _opened(obj)
+        opened = open_stored_response(obj)
         return render_undecryptable() if opened is None else render_headers(opened[0])
 
     @admin.display(description=_("response body"))
     def body_display(self, obj: IdempotencyRecord) -> SafeString:
-        opened = _opened(obj)
+        opened = open_stored_response(obj)
         return render_undecryptable() if opened is None else render_body(opened[1])
 
     @admin.display(description=_("response headers"))
     def header_names_display(self, obj: IdempotencyRecord) -> SafeString:
-        opened = _opened(obj)
+        opened = open_stored_response(obj)
         return render_undecryptable() if opened is None else render_header_names(opened[0])
 
     @admin.display(description=_("response body"))
     def body_summary_display(self, obj: IdempotencyRecord) -> SafeString:
-        opened = _opened(obj)
+        opened = open_stored_response(obj)
         if opened is None:
             return render_undecryptable()
         return render_body_summary(opened[1], opened[0])
-
-    # -- actions --
-
-    @admin.action(
-        description=_("Delete all records of the selected records' principals"),
-        permissions=["delete"],
-    )
-    def delete_principal_records(
-        self, request: HttpRequest, queryset: QuerySet[Any]
-    ) -> HttpResponse | None:
-        """Delete every record of each selected record's principal, after confirmation.
-
-        For an account deletion or an erasure request: all of the principal's
-        records go, live or not, selected or not, in every location.
-        """
-        principals = sorted(set(queryset.order_by().values_list("principal", flat=True)))
-        # Where the store writes: an erasure on a replica would erase nothing.
-        using = default_database()
-        if len(principals) > self.max_principals_per_deletion:
-            self.message_user(
-                request,
-                _(
-                    "The selected records belong to %(count)d principals; select the records "
-                    "of at most %(most)d at a time."
-                )
-                % {"count": len(principals), "most": self.max_principals_per_deletion},
-                messages.ERROR,
-            )
-            return None
-        if request.POST.get("post") == "yes":
-            deleted = 0
-            for principal in principals:
-                message = f"Deleted with every record of principal {principal}."
-
-                def log(batch: Sequence[IdempotencyRecord], message: str = message) -> None:
-                    _log_deletions(request, batch, message)
-
-                deleted += purge_principal(principal, using=using, on_batch=log)
-            self.message_user(
-                request,
-                ngettext(
-                    "Deleted every record of %(principals)d principal (%(count)d in all).",
-                    "Deleted every record of %(principals)d principals (%(count)d in all).",
-                    len(principals),
-                )
-                % {"count": deleted, "principals": len(principals)},
-                messages.SUCCESS,
-            )
-            return None
-
-        # What the deletion will count: each principal's records, exactly.
-        counts = {p: purge_principal(p, using=using, dry_run=True) for p in principals}
-        names = principal_usernames(principals)
-        rows = [
-            (render_principal(principal, names.get(principal)), counts.get(principal, 0))
-            for principal in principals
-        ]
-        context = {
-            **self._action_context(request, _("Delete all records of these principals?")),
-            "principals": rows,
-            "total": sum(counts.values()),
-            "selected_pks": list(queryset.order_by().values_list("pk", flat=True)),
-            "action_name": "delete_principal_records",
-        }
-        templates = self._confirmation_templates("principal_delete_confirmation")
-        return TemplateResponse(request, templates, context)
 
 
 @admin.register(WebhookDelivery)
@@ -619,11 +384,11 @@ class WebhookDeliveryAdmin(ExpiringRecordAdmin):
 
     @admin.display(description=_("received"), ordering="created_at")
     def received_display(self, obj: WebhookDelivery) -> SafeString | str:
-        return _relative_time(obj.created_at)
+        return render_relative_time(obj.created_at)
 
     @admin.display(description=_("run id"))
     def run_id_display(self, obj: WebhookDelivery) -> str:
-        opened = _opened(obj)
+        opened = open_stored_response(obj)
         if opened is None:
             return ""
         try:
@@ -632,18 +397,3 @@ class WebhookDeliveryAdmin(ExpiringRecordAdmin):
             return ""
         run_id = stored.get("run_id") if isinstance(stored, dict) else None
         return "" if run_id is None else str(run_id)
-
-
-def _opened(obj: IdempotencyRecord) -> tuple[Any, bytes] | None:
-    """The record's stored headers and body, decrypted; None when they cannot be.
-
-    Kept on the object: a detail page renders the headers and the body apart.
-    """
-    if not hasattr(obj, "_idempotency_opened"):
-        try:
-            opened: tuple[Any, bytes] | None = open_columns(obj.response_headers, obj.response_body)
-        except StoreUnavailable:  # no key opens it, or the keys are unusable (E015, E016)
-            opened = None
-        obj._idempotency_opened = opened  # type: ignore[attr-defined]
-    result: tuple[Any, bytes] | None = obj._idempotency_opened  # type: ignore[attr-defined]
-    return result

@@ -1,5 +1,8 @@
 """How the admin shows a record: stored bodies and headers, and the user a principal names.
 
+Also how long ago (or how soon) its times are, and its stored response
+decrypted once (:func:`open_stored_response`) for the columns that show it.
+
 Stored responses are other people's data. :func:`render_body` and
 :func:`render_headers` show them whole, for staff holding the
 ``view_stored_response`` permission; :func:`render_body_summary` and
@@ -13,22 +16,31 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Iterable
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import FieldDoesNotExist, ValidationError
 from django.db.models import Q
 from django.db.models.functions import Lower
+from django.utils import formats, timezone
 from django.utils.crypto import salted_hmac
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
+from django.utils.timesince import timesince, timeuntil
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
+
+from idempotency_django.encryption import open_columns
+from idempotency_django.models import IdempotencyRecord
+from idempotency_django.stores.base import StoreUnavailable
 
 __all__ = [
     "BINARY_PREVIEW",
     "BODY_DIGEST_LENGTH",
     "BODY_DISPLAY_LIMIT",
     "body_digest",
+    "open_stored_response",
     "principal_usernames",
     "principals_of_users",
     "render_body",
@@ -36,6 +48,7 @@ __all__ = [
     "render_header_names",
     "render_headers",
     "render_principal",
+    "render_relative_time",
     "render_token",
     "render_undecryptable",
 ]
@@ -262,3 +275,42 @@ def render_token(text: str, breaks_after: str = "") -> SafeString:
             if part
         ),
     )
+
+
+def render_relative_time(value: datetime | None) -> SafeString | str:
+    """Say "5 minutes ago" or "in 23 hours", with the date and time on hover.
+
+    Keys live minutes to days, so how long ago and how soon matter more in the
+    list than the date, and take half its width.
+    """
+    if value is None:
+        return ""
+    now = timezone.now()
+    if abs(value - now) < timedelta(minutes=1):
+        text = gettext("now")
+    elif value < now:
+        text = gettext("%(delta)s ago") % {"delta": timesince(value, now, depth=1)}
+    else:
+        text = gettext("in %(delta)s") % {"delta": timeuntil(value, now, depth=1)}
+    local = timezone.localtime(value)
+    return format_html(
+        '<time datetime="{}" title="{}">{}</time>',
+        local.isoformat(),
+        formats.date_format(local, "DATETIME_FORMAT"),
+        text,
+    )
+
+
+def open_stored_response(obj: IdempotencyRecord) -> tuple[Any, bytes] | None:
+    """The record's stored headers and body, decrypted; None when they cannot be.
+
+    Kept on the object: a detail page renders the headers and the body apart.
+    """
+    if not hasattr(obj, "_idempotency_opened"):
+        try:
+            opened: tuple[Any, bytes] | None = open_columns(obj.response_headers, obj.response_body)
+        except StoreUnavailable:  # no key opens it, or the keys are unusable (E015, E016)
+            opened = None
+        obj._idempotency_opened = opened  # type: ignore[attr-defined]
+    result: tuple[Any, bytes] | None = obj._idempotency_opened  # type: ignore[attr-defined]
+    return result

@@ -1,4 +1,4 @@
-"""Changelist pieces for the records' admins: list filters and a paginator.
+"""Changelist pieces for the records' admins: list filters, a paginator, the changelist.
 
 They keep the changelist fast on a table of millions of rows: the filter
 choices come from settings or from the newest rows (never a ``DISTINCT``
@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.admin.views.main import ChangeList
 from django.core.paginator import Paginator
 from django.db import connections, models
 from django.db.models import QuerySet
@@ -19,6 +20,7 @@ from django.utils import timezone
 from django.utils.functional import cached_property
 from django.utils.translation import gettext_lazy as _
 
+from idempotency_django.admin_display import principal_usernames
 from idempotency_django.conf import DEFAULTS, idempotency_settings
 from idempotency_django.models import IdempotencyRecord
 
@@ -31,6 +33,7 @@ __all__ = [
     "LocationFilter",
     "MethodFilter",
     "RecentValuesFilter",
+    "RecordChangeList",
     "SourceFilter",
     "StatusClassFilter",
     "expiry_state",
@@ -221,3 +224,13 @@ class EstimatedCountPaginator(Paginator):  # type: ignore[type-arg]
         if row is None or row[0] is None or row[0] < 0:
             return None
         return int(row[0])
+
+
+class RecordChangeList(ChangeList):
+    """The records changelist, naming the users behind the page's principals in one query."""
+
+    def get_results(self, request: HttpRequest) -> None:
+        super().get_results(request)
+        names = principal_usernames({obj.principal for obj in self.result_list})
+        for obj in self.result_list:
+            obj.principal_username = names.get(obj.principal)

@@ -15,13 +15,14 @@ class IdempotencyConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from idempotency_django import checks  # noqa: F401  (registers the checks)
+        # Importing them registers the system checks (W030 is the receivers').
+        from idempotency_django import checks, webhook_receivers  # noqa: F401
 
         install_log_redaction()
 
 
 def install_log_redaction() -> None:
-    """Put :class:`~idempotency_django.webhooks.RedactTriggerURLs` on :data:`URL_LOGGERS`, once.
+    """Put :class:`~idempotency_django.webhook_receivers.RedactTriggerURLs` on URL_LOGGERS, once.
 
     On the loggers, not on handlers, so that it applies whatever handlers a
     project sets, its own included. Django applies ``LOGGING`` before apps are
@@ -29,7 +30,7 @@ def install_log_redaction() -> None:
     keeps its filters, also when it disables the logger, so no configuration
     removes it. A filter the project already put there is not added twice.
     """
-    from idempotency_django.webhooks import RedactTriggerURLs
+    from idempotency_django.webhook_receivers import RedactTriggerURLs
 
     for name in URL_LOGGERS:
         logger = logging.getLogger(name)

@@ -10,37 +10,33 @@ response: a delivery id names one event, whatever the body.
 
 The claim, the takeover of abandoned reservations and the expiry are the
 stores' own (records of kind "webhook"), so both stores serve both contracts.
+How a delivery is identified is in :mod:`idempotency_django.webhook_identity`;
+finding receivers by their URL (log redaction, the system check) in
+:mod:`idempotency_django.webhook_receivers`. :class:`RedactTriggerURLs` is
+imported here because ``LOGGING`` configurations name it by this path.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import logging
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, TypedDict, TypeVar, Unpack, overload
-from urllib.parse import unquote, urlsplit
 
 from asgiref.sync import iscoroutinefunction
 from django.conf import settings as django_settings
-from django.core import checks
 from django.http import HttpRequest, JsonResponse
 from django.http.response import HttpResponseBase
-from django.urls import Resolver404, get_resolver, resolve
-from django.utils.crypto import salted_hmac
 from django.utils.translation import gettext, gettext_noop
 
 from idempotency_django import problems
 from idempotency_django.conf import idempotency_settings
-from idempotency_django.keys import MAX_KEY_LENGTH, InvalidKey, parse_key
+from idempotency_django.keys import InvalidKey
 from idempotency_django.logs import request_id
 from idempotency_django.marks import PROTECTED_ATTRIBUTE, find_request
 from idempotency_django.phases import Attempt, BeginPhase, ViewOptions, arun, decide, run
 from idempotency_django.problems import Refusal
-from idempotency_django.routes import walk_patterns
 from idempotency_django.stores import (
     Claim,
     Outcome,
@@ -48,6 +44,19 @@ from idempotency_django.stores import (
     RequestInfo,
     StoredResponse,
     StoreUnavailable,
+)
+from idempotency_django.webhook_identity import (
+    TRIGGER_PREFIX,
+    DeliveryIdentity,
+    DeliveryIdMissing,
+    delivery_identities,
+    fallback_identity,
+    trigger_digest,
+)
+from idempotency_django.webhook_receivers import (
+    NAMESPACE_ATTRIBUTE,
+    RECEIVER_ATTRIBUTE,
+    RedactTriggerURLs,
 )
 
 __all__ = [
@@ -66,46 +75,7 @@ logger = logging.getLogger("idempotency_django.webhooks")
 
 ViewT = TypeVar("ViewT", bound=Callable[..., Any])
 
-#: Prefix of a delivery record's principal; the rest is the trigger digest.
-TRIGGER_PREFIX = "webhook:"
 IN_PROGRESS = "webhook_delivery_in_progress"
-RECEIVER_ATTRIBUTE = "idempotency_webhook_receiver"
-FALLBACK_SOURCE = "fallback"
-FALLBACK_SALT = "idempotency_django.webhooks.fallback"
-#: Set on a receiver: True when it names its namespace itself.
-NAMESPACE_ATTRIBUTE = "idempotency_webhook_namespace"
-
-
-@dataclass(frozen=True)
-class DeliveryIdentity:
-    delivery_id: str
-    #: Where the id came from: "idempotency-key", a provider name, "body", "fallback".
-    source: str
-
-
-def trigger_digest(route: str, token: str, secret: str | bytes | None = None) -> str:
-    """A keyed digest of the endpoint and its token: stored instead of either.
-
-    Keyed with ``secret``, by default ``SECRET_KEY``.
-    """
-    return salted_hmac(
-        "idempotency_django.webhooks.trigger",
-        f"{route}\x1f{token}",
-        secret=secret,
-        algorithm="sha256",
-    ).hexdigest()
-
-
-#: Source names of the headers providers document as their delivery id.
-PROVIDER_SOURCES = {
-    "idempotency-key": "idempotency-key",
-    "webhook-id": "standard-webhooks",
-    "svix-id": "svix",
-    "x-github-delivery": "github",
-    "x-shopify-webhook-id": "shopify",
-    "x-shopify-event-id": "shopify",
-    "i-twilio-idempotency-token": "twilio",
-}
 ID_MISSING = "webhook_delivery_id_missing"
 
 #: The webhooks' refusals, by code: the key contract's are in ``problems.REFUSALS``.
@@ -128,55 +98,6 @@ REFUSALS: dict[str, Refusal] = {
         ),
     )
 }
-
-
-class DeliveryIdMissing(ValueError):
-    """The receiver names a header as its delivery id, and the delivery has none."""
-
-
-def delivery_identities(
-    request: HttpRequest,
-    namespace: str,
-    *,
-    id_header: str | None = None,
-    body_id: Callable[[HttpRequest], str | None] | None = None,
-    now: float | None = None,
-) -> tuple[DeliveryIdentity, DeliveryIdentity | None]:
-    """The identity to claim, and for the fallback the previous bucket's to check.
-
-    Only the identity the receiver names counts (``id_header``, else
-    ``body_id``, else ``WEBHOOK_ID_HEADER``, else ``WEBHOOK_BODY_ID_FUNCTION``):
-    any other header is ignored, so nobody can make a captured delivery new
-    again by adding one the signature does not cover.
-
-    Raises :class:`~idempotency_django.keys.InvalidKey` for a malformed
-    ``Idempotency-Key`` named as the id, :class:`DeliveryIdMissing` when the
-    named header is absent.
-    """
-    settings = idempotency_settings
-    if id_header is None and body_id is None:
-        id_header = settings.WEBHOOK_ID_HEADER
-        body_id = None if id_header else settings.WEBHOOK_BODY_ID_FUNCTION
-    if id_header:
-        value = str(request.headers.get(id_header, "")).strip()
-        if not value:
-            # A fallback here would let anyone re-run a captured delivery by
-            # dropping the header: refuse instead.
-            raise DeliveryIdMissing(f"This receiver identifies deliveries by {id_header}.")
-        source = PROVIDER_SOURCES.get(id_header.lower(), "header")
-        if source == "idempotency-key":
-            return DeliveryIdentity(parse_key(value), source), None
-        return DeliveryIdentity(_storable(value), source), None
-    if body_id is not None:
-        found = body_id(request)
-        if found:
-            return DeliveryIdentity(_storable(str(found)), "body"), None
-    bucket_size = settings.WEBHOOK_FALLBACK_BUCKET
-    bucket = int((time.time() if now is None else now) // bucket_size)
-    return (
-        _fallback_identity(namespace, request, bucket),
-        _fallback_identity(namespace, request, bucket - 1),
-    )
 
 
 def stripe_event_id(request: HttpRequest) -> str | None:
@@ -350,7 +271,7 @@ def begin_delivery(
             RecordKey(
                 TRIGGER_PREFIX + trigger,
                 "",
-                _fallback_identity(token, request, b, secret).delivery_id,
+                fallback_identity(token, request, b, secret).delivery_id,
             )
             for trigger, secret in zip(triggers, secrets, strict=True)
             for b in (bucket, bucket - 1)
@@ -430,158 +351,6 @@ class DeliveryAttempt(Attempt):
         if event == "stored":
             event = "accepted"
         _log(level, event, trigger=self.trigger[:16], source=self.info.source, **fields)
-
-
-class RedactTriggerURLs(logging.Filter):
-    """A receiver's route in place of its URL in Django's log lines.
-
-    A trigger token is in the receiver's URL, and Django logs URLs: each
-    4xx/5xx on ``django.request`` (``"Bad Request: /hooks/<the token>/"``), a
-    CSRF failure on ``django.security.csrf``, every request line of runserver
-    on ``django.server``. For views decorated with :func:`deduplicate_webhook`
-    this filter puts the URL pattern (``hooks/<str:token>/``) in its place;
-    other URLs are left alone. The app installs it on those three loggers.
-    """
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if isinstance(record.args, tuple) and record.args:
-            request = getattr(record, "request", None)
-            if isinstance(request, HttpRequest):
-                record.args = _redact_request_urls(record.args, request)
-            else:
-                record.args = _redact_request_line(record.args)
-        return True
-
-
-def _redact_request_urls(args: tuple[Any, ...], request: HttpRequest) -> tuple[Any, ...]:
-    match = getattr(request, "resolver_match", None)
-    if match is None:  # answered before URL resolution, by a middleware
-        route = _receiver_route(request.path_info, getattr(request, "urlconf", None))
-    else:
-        route = str(match.route) if _is_receiver(match.func) else None
-    if route is None:
-        return args
-    urls = {request.path, request.path_info, request.get_full_path()}
-    # Django's log_response escapes its arguments (non-ASCII, backslashes).
-    urls |= {url.encode("unicode_escape").decode("ascii") for url in urls}
-    longest_first = sorted(urls, key=len, reverse=True)
-
-    def redact(text: str) -> str:
-        for url in longest_first:
-            text = text.replace(url, route)
-        return text
-
-    return tuple(redact(arg) if isinstance(arg, str) else arg for arg in args)
-
-
-def _redact_request_line(args: tuple[Any, ...]) -> tuple[Any, ...]:
-    """runserver's ``("POST /hooks/<the token>/?a=b HTTP/1.1", status, size)``."""
-    words = args[0].split(" ") if isinstance(args[0], str) else []
-    if len(words) < 2:
-        return args
-    route = _receiver_route(unquote(urlsplit(words[1]).path))
-    if route is None:
-        return args
-    return (" ".join([words[0], route, *words[2:]]), *args[1:])
-
-
-def _receiver_route(path: str, urlconf: str | None = None) -> str | None:
-    """The route of the receiver at ``path``, or None when it is not one.
-
-    A receiver's URL without its trailing slash counts: its token is real, and
-    ``APPEND_SLASH`` answers it with a redirect that servers log.
-    """
-    for candidate in (path,) if path.endswith("/") else (path, path + "/"):
-        try:
-            match = resolve(candidate, urlconf)
-        except Resolver404:
-            continue
-        return str(match.route) if _is_receiver(match.func) else None
-    return None
-
-
-def _is_receiver(view: Callable[..., Any]) -> bool:
-    """A resolved view decorated with :func:`deduplicate_webhook`, or a class view's handler."""
-    return _receiver_handler(view) is not None
-
-
-def _receiver_handler(view: Callable[..., Any]) -> Any:
-    """The function :func:`deduplicate_webhook` decorated behind ``view``, or None."""
-    found = _marked(view)
-    if found is not None:
-        return found
-    view_class = getattr(view, "view_class", None) or getattr(view, "cls", None)
-    if view_class is None:
-        return None
-    names = [*getattr(view_class, "http_method_names", ()), *getattr(view, "actions", {}).values()]
-    for name in names:
-        found = _marked(getattr(view_class, name, None))
-        if found is not None:
-            return found
-    return None
-
-
-def _marked(handler: Any) -> Any:
-    if getattr(handler, RECEIVER_ATTRIBUTE, False):
-        return handler
-    # @api_view keeps the decorated function only in its handler's closure.
-    for cell in getattr(handler, "__closure__", None) or ():
-        try:
-            if getattr(cell.cell_contents, RECEIVER_ATTRIBUTE, False):
-                return cell.cell_contents
-        except ValueError:  # an empty cell
-            continue
-    return None
-
-
-@checks.register(checks.Tags.urls)
-def check_receiver_namespaces(**kwargs: Any) -> list[checks.CheckMessage]:
-    """A receiver whose URL has no keyword argument shares one namespace with every sender.
-
-    Two senders (or two tenants) posting to it with the same delivery id would
-    make each other's deliveries "duplicates", and the fallback identity has
-    no secret token in it.
-    """
-    try:
-        patterns = get_resolver().url_patterns
-    except Exception:  # a broken URLconf is Django's own check to report
-        return []
-    return [
-        checks.Warning(
-            f"The webhook receiver at {route!r} has no namespace: its URL has no keyword "
-            "argument (a trigger token, a tenant) and it names no namespace.",
-            hint="Put a trigger token in its URL (hooks/<str:token>/), or pass "
-            "@deduplicate_webhook(namespace=...).",
-            id="idempotency_django.W030",
-        )
-        for route, view, has_kwargs in walk_patterns(patterns)
-        if not has_kwargs
-        and (handler := _receiver_handler(view)) is not None
-        and not getattr(handler, NAMESPACE_ATTRIBUTE, False)
-    ]
-
-
-def _fallback_identity(
-    namespace: str, request: HttpRequest, bucket: int, secret: str | bytes | None = None
-) -> DeliveryIdentity:
-    """A keyed digest of the namespace, the bucket and the raw body.
-
-    Keyed with ``secret`` (by default ``SECRET_KEY``): a plain hash of a body
-    with few possible values, shown to staff in the admin, would say which one
-    it was to anyone who hashes the candidates.
-    """
-    mac = salted_hmac(FALLBACK_SALT, b"", secret=secret, algorithm="sha256")
-    for part in (namespace.encode(), str(bucket).encode(), request.body):
-        mac.update(len(part).to_bytes(8, "big"))
-        mac.update(part)
-    return DeliveryIdentity(f"{FALLBACK_SOURCE}:{bucket}:{mac.hexdigest()}", FALLBACK_SOURCE)
-
-
-def _storable(delivery_id: str) -> str:
-    """The id itself when it fits the key column, else its digest."""
-    if len(delivery_id) <= MAX_KEY_LENGTH and delivery_id.isprintable() and delivery_id.isascii():
-        return delivery_id
-    return "sha256:" + hashlib.sha256(delivery_id.encode("utf-8", "surrogateescape")).hexdigest()
 
 
 def _run_id(response: HttpResponseBase) -> str | None:

@@ -35,6 +35,7 @@ from idempotency_django.fingerprint import default_fingerprint
 from idempotency_django.models import WebhookDelivery
 from idempotency_django.phases import ViewOptions, protect
 from idempotency_django.stores import RecordKey, RequestInfo, get_store
+from idempotency_django.webhook_identity import TRIGGER_PREFIX, trigger_digest
 from tests.docs_examples import metrics, settings_examples
 from tests.docs_examples.webhooks import WEBHOOK_SECRET, sign
 from tests.redis_helpers import DOWN_ALIAS, caches_with
@@ -463,7 +464,7 @@ def test_errors_page_shows_what_the_library_answers(
     actual[problems.KEY_IN_PROGRESS] = post(alice_client, "/plain/bookings/", {"slot": "c"}, "busy")
 
     route, token = "hooks/standard/<str:token>/", "trg_busy"
-    delivery = RecordKey(webhooks.TRIGGER_PREFIX + webhooks.trigger_digest(route, token), "", "m")
+    delivery = RecordKey(TRIGGER_PREFIX + trigger_digest(route, token), "", "m")
     get_store().claim(delivery, RequestInfo("POST", route, "", "", kind="webhook"), 300)
     body = b"{}"
     actual[webhooks.IN_PROGRESS] = client.post(

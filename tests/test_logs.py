@@ -42,7 +42,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from idempotency_django.webhooks import RedactTriggerURLs, deduplicate_webhook
+from idempotency_django.webhook_receivers import RedactTriggerURLs
+from idempotency_django.webhooks import deduplicate_webhook
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Django's loggers whose records carry a request's URL.
@@ -93,6 +94,16 @@ def test_a_later_dict_config_keeps_the_filter() -> None:
             logging.getLogger(name).disabled = False
         request_logger.disabled, request_logger.propagate = saved[:2]
         request_logger.setLevel(saved[2])
+
+
+def test_logging_names_the_filter_by_its_documented_path() -> None:
+    """docs/webhooks.md names it ``idempotency_django.webhooks.RedactTriggerURLs`` for LOGGING."""
+    configurator = logging.config.DictConfigurator({})
+    made = configurator.configure_filter({"()": "idempotency_django.webhooks.RedactTriggerURLs"})
+    assert isinstance(made, RedactTriggerURLs)
+    record = server_record("POST /hooks/tok-1/ HTTP/1.1")
+    assert made.filter(record)
+    assert record.args == ("POST hooks/<str:token>/ HTTP/1.1", "400", "12")
 
 
 def server_record(request_line: str, status: str = "400") -> logging.LogRecord:

@@ -36,11 +36,8 @@ from idempotency_django.fingerprint import FINGERPRINT_SALT
 from idempotency_django.models import IdempotencyRecord, WebhookDelivery
 from idempotency_django.scope import Scope
 from idempotency_django.stores import RecordKey, RequestInfo, StoredResponse, get_store
-from idempotency_django.webhooks import (
-    check_receiver_namespaces,
-    deduplicate_webhook,
-    stripe_event_id,
-)
+from idempotency_django.webhook_receivers import check_receiver_namespaces
+from idempotency_django.webhooks import deduplicate_webhook, stripe_event_id
 from tests.docs_examples.webhooks import WEBHOOK_SECRET, sign
 from tests.redis_helpers import (
     caches_with,

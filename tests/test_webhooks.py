@@ -12,9 +12,15 @@ import time_machine
 from asgiref.sync import async_to_sync
 from django.db import connection
 from django.db.models import F
-from django.test import AsyncClient, Client, override_settings
+from django.test import AsyncClient, Client, RequestFactory, override_settings
 
 from idempotency_django.models import IdempotencyRecord, WebhookDelivery
+from idempotency_django.webhook_identity import (
+    TRIGGER_PREFIX,
+    DeliveryIdentity,
+    fallback_identity,
+    trigger_digest,
+)
 from tests.concurrency import in_threads
 from tests.testapp.models import Booking
 
@@ -178,8 +184,6 @@ def test_triggers_are_separate_scopes(client: Client) -> None:
 
 @pytest.mark.django_db
 def test_in_progress_delivery_gets_409_with_retry_after(client: Client) -> None:
-    from idempotency_django.webhooks import TRIGGER_PREFIX, trigger_digest
-
     WebhookDelivery.objects.create(
         kind="webhook",
         principal=TRIGGER_PREFIX + trigger_digest("hooks/<str:token>/", TOKEN),
@@ -338,3 +342,14 @@ def test_deliveries_stay_duplicates_after_a_secret_key_rotation(
         # Without the old key nothing links the two: the same delivery runs again.
         assert deliver(client, url, **headers).json()["status"] == "accepted"
     assert runs() == 2
+
+
+def test_identities_stay_those_of_deliveries_already_accepted() -> None:
+    """The digests' salts never change: another would make every accepted delivery new."""
+    request = RequestFactory().post("/hooks/t/", b'{"a": 1}', content_type="application/json")
+    digest = trigger_digest("hooks/<str:token>/", "trg_1", secret="pinned-secret")
+    assert digest == "7ac65b9e0a7aa235ce4a70d5e77a44b9ddea051bfebd1fb21a88387b99b46744"
+    fallback = fallback_identity("trg_1", request, 7, secret="pinned-secret")
+    assert fallback == DeliveryIdentity(
+        "fallback:7:00aff82542aa9fa8729dad718b8fde4b9c333ca55c1e190ed8c322c9a2eed2b5", "fallback"
+    )

@@ -1,0 +1,142 @@
+"""Who a webhook delivery is: its id, and the digest of the receiver it came to.
+
+The id is the one the receiver names (a header, or an id read from the body),
+or without one a keyed, time-bucketed hash of the receiver's namespace and raw
+body. The trigger digest stands for the receiver's route and namespace in the
+stored record, so neither its URL nor its token is ever stored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from django.http import HttpRequest
+from django.utils.crypto import salted_hmac
+
+from idempotency_django.conf import idempotency_settings
+from idempotency_django.keys import MAX_KEY_LENGTH, parse_key
+
+__all__ = [
+    "FALLBACK_SOURCE",
+    "PROVIDER_SOURCES",
+    "TRIGGER_PREFIX",
+    "DeliveryIdMissing",
+    "DeliveryIdentity",
+    "delivery_identities",
+    "fallback_identity",
+    "trigger_digest",
+]
+
+#: Prefix of a delivery record's principal; the rest is the trigger digest.
+TRIGGER_PREFIX = "webhook:"
+FALLBACK_SOURCE = "fallback"
+# This salt and trigger_digest's name the module they were first in: another
+# salt would make every delivery already accepted new again.
+FALLBACK_SALT = "idempotency_django.webhooks.fallback"
+
+
+@dataclass(frozen=True)
+class DeliveryIdentity:
+    delivery_id: str
+    #: Where the id came from: "idempotency-key", a provider name, "body", "fallback".
+    source: str
+
+
+def trigger_digest(route: str, token: str, secret: str | bytes | None = None) -> str:
+    """A keyed digest of the endpoint and its token: stored instead of either.
+
+    Keyed with ``secret``, by default ``SECRET_KEY``.
+    """
+    return salted_hmac(
+        "idempotency_django.webhooks.trigger",
+        f"{route}\x1f{token}",
+        secret=secret,
+        algorithm="sha256",
+    ).hexdigest()
+
+
+#: Source names of the headers providers document as their delivery id.
+PROVIDER_SOURCES = {
+    "idempotency-key": "idempotency-key",
+    "webhook-id": "standard-webhooks",
+    "svix-id": "svix",
+    "x-github-delivery": "github",
+    "x-shopify-webhook-id": "shopify",
+    "x-shopify-event-id": "shopify",
+    "i-twilio-idempotency-token": "twilio",
+}
+
+
+class DeliveryIdMissing(ValueError):
+    """The receiver names a header as its delivery id, and the delivery has none."""
+
+
+def delivery_identities(
+    request: HttpRequest,
+    namespace: str,
+    *,
+    id_header: str | None = None,
+    body_id: Callable[[HttpRequest], str | None] | None = None,
+    now: float | None = None,
+) -> tuple[DeliveryIdentity, DeliveryIdentity | None]:
+    """The identity to claim, and for the fallback the previous bucket's to check.
+
+    Only the identity the receiver names counts (``id_header``, else
+    ``body_id``, else ``WEBHOOK_ID_HEADER``, else ``WEBHOOK_BODY_ID_FUNCTION``):
+    any other header is ignored, so nobody can make a captured delivery new
+    again by adding one the signature does not cover.
+
+    Raises :class:`~idempotency_django.keys.InvalidKey` for a malformed
+    ``Idempotency-Key`` named as the id, :class:`DeliveryIdMissing` when the
+    named header is absent.
+    """
+    settings = idempotency_settings
+    if id_header is None and body_id is None:
+        id_header = settings.WEBHOOK_ID_HEADER
+        body_id = None if id_header else settings.WEBHOOK_BODY_ID_FUNCTION
+    if id_header:
+        value = str(request.headers.get(id_header, "")).strip()
+        if not value:
+            # A fallback here would let anyone re-run a captured delivery by
+            # dropping the header: refuse instead.
+            raise DeliveryIdMissing(f"This receiver identifies deliveries by {id_header}.")
+        source = PROVIDER_SOURCES.get(id_header.lower(), "header")
+        if source == "idempotency-key":
+            return DeliveryIdentity(parse_key(value), source), None
+        return DeliveryIdentity(_storable(value), source), None
+    if body_id is not None:
+        found = body_id(request)
+        if found:
+            return DeliveryIdentity(_storable(str(found)), "body"), None
+    bucket_size = settings.WEBHOOK_FALLBACK_BUCKET
+    bucket = int((time.time() if now is None else now) // bucket_size)
+    return (
+        fallback_identity(namespace, request, bucket),
+        fallback_identity(namespace, request, bucket - 1),
+    )
+
+
+def fallback_identity(
+    namespace: str, request: HttpRequest, bucket: int, secret: str | bytes | None = None
+) -> DeliveryIdentity:
+    """A keyed digest of the namespace, the bucket and the raw body.
+
+    Keyed with ``secret`` (by default ``SECRET_KEY``): a plain hash of a body
+    with few possible values, shown to staff in the admin, would say which one
+    it was to anyone who hashes the candidates.
+    """
+    mac = salted_hmac(FALLBACK_SALT, b"", secret=secret, algorithm="sha256")
+    for part in (namespace.encode(), str(bucket).encode(), request.body):
+        mac.update(len(part).to_bytes(8, "big"))
+        mac.update(part)
+    return DeliveryIdentity(f"{FALLBACK_SOURCE}:{bucket}:{mac.hexdigest()}", FALLBACK_SOURCE)
+
+
+def _storable(delivery_id: str) -> str:
+    """The id itself when it fits the key column, else its digest."""
+    if len(delivery_id) <= MAX_KEY_LENGTH and delivery_id.isprintable() and delivery_id.isascii():
+        return delivery_id
+    return "sha256:" + hashlib.sha256(delivery_id.encode("utf-8", "surrogateescape")).hexdigest()

@@ -1,0 +1,162 @@
+"""Webhook receivers found by their URL: for log lines, and for the system check.
+
+A receiver's URL holds its trigger token, and Django logs URLs:
+:class:`RedactTriggerURLs` puts the receiver's route in their place. A receiver
+whose route gives it no namespace shares its deliveries with every sender:
+:func:`check_receiver_namespaces` warns (``idempotency_django.W030``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from django.core import checks
+from django.http import HttpRequest
+from django.urls import Resolver404, get_resolver, resolve
+
+from idempotency_django.routes import walk_patterns
+
+__all__ = [
+    "NAMESPACE_ATTRIBUTE",
+    "RECEIVER_ATTRIBUTE",
+    "RedactTriggerURLs",
+    "check_receiver_namespaces",
+]
+
+#: Set on every view ``@deduplicate_webhook`` decorates.
+RECEIVER_ATTRIBUTE = "idempotency_webhook_receiver"
+#: Set on a receiver: True when it names its namespace itself.
+NAMESPACE_ATTRIBUTE = "idempotency_webhook_namespace"
+
+
+class RedactTriggerURLs(logging.Filter):
+    """A receiver's route in place of its URL in Django's log lines.
+
+    A trigger token is in the receiver's URL, and Django logs URLs: each
+    4xx/5xx on ``django.request`` (``"Bad Request: /hooks/<the token>/"``), a
+    CSRF failure on ``django.security.csrf``, every request line of runserver
+    on ``django.server``. For views decorated with
+    :func:`~idempotency_django.webhooks.deduplicate_webhook` this filter puts
+    the URL pattern (``hooks/<str:token>/``) in its place; other URLs are left
+    alone. The app installs it on those three loggers.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple) and record.args:
+            request = getattr(record, "request", None)
+            if isinstance(request, HttpRequest):
+                record.args = _redact_request_urls(record.args, request)
+            else:
+                record.args = _redact_request_line(record.args)
+        return True
+
+
+def _redact_request_urls(args: tuple[Any, ...], request: HttpRequest) -> tuple[Any, ...]:
+    match = getattr(request, "resolver_match", None)
+    if match is None:  # answered before URL resolution, by a middleware
+        route = _receiver_route(request.path_info, getattr(request, "urlconf", None))
+    else:
+        route = str(match.route) if _is_receiver(match.func) else None
+    if route is None:
+        return args
+    urls = {request.path, request.path_info, request.get_full_path()}
+    # Django's log_response escapes its arguments (non-ASCII, backslashes).
+    urls |= {url.encode("unicode_escape").decode("ascii") for url in urls}
+    longest_first = sorted(urls, key=len, reverse=True)
+
+    def redact(text: str) -> str:
+        for url in longest_first:
+            text = text.replace(url, route)
+        return text
+
+    return tuple(redact(arg) if isinstance(arg, str) else arg for arg in args)
+
+
+def _redact_request_line(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """runserver's ``("POST /hooks/<the token>/?a=b HTTP/1.1", status, size)``."""
+    words = args[0].split(" ") if isinstance(args[0], str) else []
+    if len(words) < 2:
+        return args
+    route = _receiver_route(unquote(urlsplit(words[1]).path))
+    if route is None:
+        return args
+    return (" ".join([words[0], route, *words[2:]]), *args[1:])
+
+
+def _receiver_route(path: str, urlconf: str | None = None) -> str | None:
+    """The route of the receiver at ``path``, or None when it is not one.
+
+    A receiver's URL without its trailing slash counts: its token is real, and
+    ``APPEND_SLASH`` answers it with a redirect that servers log.
+    """
+    for candidate in (path,) if path.endswith("/") else (path, path + "/"):
+        try:
+            match = resolve(candidate, urlconf)
+        except Resolver404:
+            continue
+        return str(match.route) if _is_receiver(match.func) else None
+    return None
+
+
+def _is_receiver(view: Callable[..., Any]) -> bool:
+    """A resolved view decorated with ``@deduplicate_webhook``, or a class view's handler."""
+    return _receiver_handler(view) is not None
+
+
+def _receiver_handler(view: Callable[..., Any]) -> Any:
+    """The function ``@deduplicate_webhook`` decorated behind ``view``, or None."""
+    found = _marked(view)
+    if found is not None:
+        return found
+    view_class = getattr(view, "view_class", None) or getattr(view, "cls", None)
+    if view_class is None:
+        return None
+    names = [*getattr(view_class, "http_method_names", ()), *getattr(view, "actions", {}).values()]
+    for name in names:
+        found = _marked(getattr(view_class, name, None))
+        if found is not None:
+            return found
+    return None
+
+
+def _marked(handler: Any) -> Any:
+    if getattr(handler, RECEIVER_ATTRIBUTE, False):
+        return handler
+    # @api_view keeps the decorated function only in its handler's closure.
+    for cell in getattr(handler, "__closure__", None) or ():
+        try:
+            if getattr(cell.cell_contents, RECEIVER_ATTRIBUTE, False):
+                return cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+    return None
+
+
+@checks.register(checks.Tags.urls)
+def check_receiver_namespaces(**kwargs: Any) -> list[checks.CheckMessage]:
+    """A receiver whose URL has no keyword argument shares one namespace with every sender.
+
+    Two senders (or two tenants) posting to it with the same delivery id would
+    make each other's deliveries "duplicates", and the fallback identity has
+    no secret token in it.
+    """
+    try:
+        patterns = get_resolver().url_patterns
+    except Exception:  # a broken URLconf is Django's own check to report
+        return []
+    return [
+        checks.Warning(
+            f"The webhook receiver at {route!r} has no namespace: its URL has no keyword "
+            "argument (a trigger token, a tenant) and it names no namespace.",
+            hint="Put a trigger token in its URL (hooks/<str:token>/), or pass "
+            "@deduplicate_webhook(namespace=...).",
+            id="idempotency_django.W030",
+        )
+        for route, view, has_kwargs in walk_patterns(patterns)
+        if not has_kwargs
+        and (handler := _receiver_handler(view)) is not None
+        and not getattr(handler, NAMESPACE_ATTRIBUTE, False)
+    ]
