@@ -55,6 +55,7 @@ from idempotency_django.marks import (
     EXEMPT_ATTRIBUTE,
     NINJA_INNER_ATTRIBUTE,
     NINJA_OPTIONS_ATTRIBUTE,
+    note_handled_exception,
 )
 from idempotency_django.openapi_contract import (
     KEY_PATTERN,
@@ -66,15 +67,11 @@ from idempotency_django.openapi_contract import (
     replayed_header,
     same_request_description,
 )
-from idempotency_django.phases import (
-    ViewOptions,
-    aprotect,
-    note_handled_exception,
-    protect,
-    roll_back_open_transactions,
-)
+from idempotency_django.options import ViewOptions
+from idempotency_django.phases import aprotect, protect
 from idempotency_django.problems import PROBLEM_CONTENT_TYPE
 from idempotency_django.scope import Scope, location_of, principal_of
+from idempotency_django.transactions import roll_back_open_transactions
 
 __all__ = ["PRINCIPAL_ATTRIBUTE", "NinjaIdempotency", "auth_principal", "idempotent", "ninja_scope"]
 

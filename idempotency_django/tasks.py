@@ -38,7 +38,6 @@ from django.db import DEFAULT_DB_ALIAS, transaction
 
 from idempotency_django.conf import idempotency_settings
 from idempotency_django.keys import MAX_KEY_LENGTH
-from idempotency_django.phases import _open_transactions
 from idempotency_django.stores import (
     Outcome,
     RecordKey,
@@ -47,6 +46,7 @@ from idempotency_django.stores import (
     StoreUnavailable,
     get_store,
 )
+from idempotency_django.transactions import open_transactions
 
 __all__ = ["KEY_ARGUMENT", "TaskInProgress", "TaskKeyReused", "idempotent_task"]
 
@@ -204,7 +204,7 @@ class TaskRun:
                     )
             # In progress: the other delivery holds the key. Waited for outside
             # any transaction of ours, then claimed again: it may have failed.
-            if idempotency_settings.TASK_DUPLICATES == "skip" or _open_transactions():
+            if idempotency_settings.TASK_DUPLICATES == "skip" or open_transactions():
                 # Waiting inside a caller's transaction (an eager task in a view)
                 # would hold its locks, and not see the other's reservation commit.
                 self.log(logging.INFO, "conflict", code=TaskInProgress.code)
@@ -239,7 +239,7 @@ class TaskRun:
         except BaseException:
             self.release(token)
             raise
-        if DEFAULT_DB_ALIAS in _open_transactions():
+        if DEFAULT_DB_ALIAS in open_transactions():
             # Called inside its caller's transaction: the work commits with it, and
             # the result is stored then. Rolled back, it keeps the key until LOCK_TIMEOUT.
             transaction.on_commit(functools.partial(self.complete, token, stored), robust=True)
