@@ -39,7 +39,7 @@ __all__ = [
 if TYPE_CHECKING:  # the names' own types, where a run imports them lazily
     from idempotency_django.decorators import idempotency_exempt, idempotent
     from idempotency_django.downstream import downstream_key
-    from idempotency_django.phases import ViewOptions
+    from idempotency_django.options import ViewOptions
     from idempotency_django.state import lookup
 else:
 
@@ -58,7 +58,7 @@ else:
 
             return downstream_key
         if name == "ViewOptions":
-            from idempotency_django.phases import ViewOptions
+            from idempotency_django.options import ViewOptions
 
             return ViewOptions
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

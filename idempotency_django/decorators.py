@@ -19,7 +19,8 @@ from idempotency_django.marks import (
     is_drf_request,
     is_ninja_view,
 )
-from idempotency_django.phases import ViewOptions, aprotect, protect
+from idempotency_django.options import ViewOptions
+from idempotency_django.phases import aprotect, protect
 
 ViewT = TypeVar("ViewT", bound=Callable[..., Any])
 
@@ -27,7 +28,7 @@ ViewT = TypeVar("ViewT", bound=Callable[..., Any])
 class IdempotentOptions(TypedDict, total=False):
     """The keyword options of ``@idempotent`` (and of the ninja integration's).
 
-    They are :class:`~idempotency_django.phases.ViewOptions`' fields; a function
+    They are :class:`~idempotency_django.options.ViewOptions`' fields; a function
     option takes the request a view gets (Django's, DRF's or ninja's).
     """
 

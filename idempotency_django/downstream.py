@@ -15,8 +15,7 @@ import json
 from django.http import HttpRequest
 from django.utils.crypto import salted_hmac
 
-from idempotency_django.marks import django_request
-from idempotency_django.phases import KEY_ATTRIBUTE
+from idempotency_django.marks import KEY_ATTRIBUTE, django_request
 from idempotency_django.stores import RecordKey
 
 __all__ = ["NotProtected", "downstream_key"]

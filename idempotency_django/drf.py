@@ -27,16 +27,11 @@ from rest_framework.views import APIView
 
 from idempotency_django.bodies import ready_body
 from idempotency_django.conf import header, idempotency_settings
-from idempotency_django.marks import EXEMPT_ATTRIBUTE, OPTIONS_ATTRIBUTE
-from idempotency_django.phases import (
-    Protection,
-    ViewOptions,
-    note_handled_exception,
-    protect,
-    roll_back_open_transactions,
-    transaction_block,
-)
+from idempotency_django.marks import EXEMPT_ATTRIBUTE, OPTIONS_ATTRIBUTE, note_handled_exception
+from idempotency_django.options import ViewOptions
+from idempotency_django.phases import Protection, protect
 from idempotency_django.problems import PROBLEM_ATTRIBUTE
+from idempotency_django.transactions import roll_back_open_transactions, transaction_block
 
 __all__ = ["IdempotencyError", "IdempotentMixin", "protect_drf_call", "protect_view_class"]
 

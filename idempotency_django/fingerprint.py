@@ -24,11 +24,7 @@ from django.http import HttpRequest
 from django.utils.crypto import salted_hmac
 from django.utils.http import parse_header_parameters
 
-# phases.py imports BodyTooLarge and prepare_body from here until the phases split
-# points it at bodies.py; then this re-export goes.
-from idempotency_django.bodies import BodyTooLarge as BodyTooLarge
 from idempotency_django.bodies import body_chunks, django_request_of
-from idempotency_django.bodies import prepare_body as prepare_body
 
 FINGERPRINT_SALT = "idempotency_django.fingerprint"
 

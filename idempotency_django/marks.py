@@ -1,4 +1,4 @@
-"""What a view is marked with, and how to tell the kinds of view and request apart."""
+"""What a view or a request is marked with, and how to tell the kinds of view and request apart."""
 
 from __future__ import annotations
 
@@ -18,6 +18,18 @@ OPTIONS_ATTRIBUTE = "idempotency_options"
 NINJA_OPTIONS_ATTRIBUTE = "idempotency_ninja_options"
 #: Where the ninja integration keeps the operation's own function, under its wrapper.
 NINJA_INNER_ATTRIBUTE = "_idempotency_inner"
+#: Set on the Django request while its key is claimed, so that a second layer
+#: (a DRF handler calling an inherited protected handler) stays out.
+ACTIVE_ATTRIBUTE = "_idempotency_active"
+#: Set on the Django request by phase 1: "protected" once a part of the
+#: library took charge of its key, "anonymous" when it let it through.
+DECISION_ATTRIBUTE = "_idempotency_decision"
+#: Set on the Django request by a claim: the :class:`RecordKey` the request
+#: holds (what :func:`idempotency_django.downstream.downstream_key` derives from).
+KEY_ATTRIBUTE = "_idempotency_key"
+#: Set on the Django request by :func:`note_handled_exception`: the exception
+#: DRF or ninja turned into the response, for a ``RETAIN_FUNCTION`` to look at.
+HANDLED_EXCEPTION_ATTRIBUTE = "_idempotency_handled_exception"
 
 
 @functools.cache
@@ -110,3 +122,13 @@ def find_request(args: tuple[Any, ...]) -> HttpRequest:
 def django_request(request: HttpRequest) -> HttpRequest:
     """The Django request under a DRF one: flags set on it are seen by both."""
     return getattr(request, "_request", request)
+
+
+def note_handled_exception(request: HttpRequest, error: Exception) -> None:
+    """An integration's handlers (DRF's, ninja's) answered ``error``: a retain function sees it."""
+    setattr(django_request(request), HANDLED_EXCEPTION_ATTRIBUTE, error)
+
+
+def decide(request: HttpRequest, decision: str) -> None:
+    """Note what became of the request's key: "protected" or "anonymous"."""
+    setattr(django_request(request), DECISION_ATTRIBUTE, decision)

@@ -40,13 +40,8 @@ from idempotency_django.marks import (
     is_drf_view,
     is_ninja_protected_view,
 )
-from idempotency_django.phases import (
-    Protection,
-    ViewOptions,
-    arun,
-    mark_ignored_key,
-    run_to_the_end,
-)
+from idempotency_django.options import ViewOptions
+from idempotency_django.phases import Protection, arun, mark_ignored_key, run_to_the_end
 from idempotency_django.routes import match_of
 from idempotency_django.stores import get_store
 

@@ -52,16 +52,13 @@ from idempotency_django.marks import (
     EXEMPT_ATTRIBUTE,
     NINJA_INNER_ATTRIBUTE,
     NINJA_OPTIONS_ATTRIBUTE,
+    note_handled_exception,
 )
 from idempotency_django.ninja_openapi import operation_openapi_extra
 from idempotency_django.ninja_scope import PRINCIPAL_ATTRIBUTE, auth_principal, ninja_scope
-from idempotency_django.phases import (
-    ViewOptions,
-    aprotect,
-    note_handled_exception,
-    protect,
-    roll_back_open_transactions,
-)
+from idempotency_django.options import ViewOptions
+from idempotency_django.phases import aprotect, protect
+from idempotency_django.transactions import roll_back_open_transactions
 
 __all__ = ["PRINCIPAL_ATTRIBUTE", "NinjaIdempotency", "auth_principal", "idempotent", "ninja_scope"]
 

@@ -43,7 +43,7 @@ from idempotency_django.openapi_contract import (
     replayed_header,
     same_request_description,
 )
-from idempotency_django.phases import ViewOptions
+from idempotency_django.options import ViewOptions
 
 __all__ = ["PROBLEM_COMPONENT_NAME", "IdempotentAutoSchema", "view_idempotency_options"]
 

@@ -40,7 +40,6 @@ from django.db import DEFAULT_DB_ALIAS, transaction
 from idempotency_django.conf import idempotency_settings
 from idempotency_django.heartbeat import Beat, start_beat
 from idempotency_django.keys import MAX_KEY_LENGTH
-from idempotency_django.phases import _open_transactions
 from idempotency_django.stores import (
     Outcome,
     RecordKey,
@@ -49,6 +48,7 @@ from idempotency_django.stores import (
     StoreUnavailable,
     get_store,
 )
+from idempotency_django.transactions import open_transactions
 
 __all__ = [
     "KEY_ARGUMENT",
@@ -244,7 +244,7 @@ class TaskRun:
                     )
             # In progress: the other delivery holds the key. Waited for outside
             # any transaction of ours, then claimed again: it may have failed.
-            if idempotency_settings.TASK_DUPLICATES == "skip" or _open_transactions():
+            if idempotency_settings.TASK_DUPLICATES == "skip" or open_transactions():
                 # Waiting inside a caller's transaction (an eager task in a view)
                 # would hold its locks, and not see the other's reservation commit.
                 self.log(logging.INFO, "conflict", code=TaskInProgress.code)
@@ -278,7 +278,7 @@ class TaskRun:
         """
         beat = start_beat(self.store, self.key, token, self.info, self.lock_timeout)
         self.beat = beat
-        in_callers_transaction = DEFAULT_DB_ALIAS in _open_transactions()
+        in_callers_transaction = DEFAULT_DB_ALIAS in open_transactions()
         ran = _Ran()
         if in_callers_transaction:
             # Hooked ahead of any hook the task adds: none of those that raises

@@ -1,4 +1,4 @@
-"""How many duplicates may wait for a running request, per key and per process.
+"""Waiting for a key a running request holds: :class:`Busy`, and how many may wait.
 
 With ``WAIT_FOR_IN_PROGRESS``, a duplicate of a request still running waits
 for its answer instead of getting ``409 idempotency_key_in_progress``. Under
@@ -7,16 +7,29 @@ duplicates of one slow request could hold every thread and make everyone else
 queue. :func:`waiting_slot` admits at most ``MAX_WAITERS_PER_KEY`` waiters of
 one key and ``MAX_WAITERS`` in all in this process (threads and event loops
 alike); any other duplicate is answered its 409 at once.
+
+:class:`Busy` is phase 1's answer when the view waits: the driver
+(:mod:`~idempotency_django.phases`) waits with it, outside any transaction.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from asgiref.sync import sync_to_async
+from django.http.response import HttpResponseBase
 
 from idempotency_django.conf import idempotency_settings
+from idempotency_django.stores import BaseStore, RecordKey, StoreUnavailable
+from idempotency_django.stores.base import backoff
 
 _lock = threading.Lock()
 _per_key: Counter[str] = Counter()
@@ -48,3 +61,70 @@ def waiting() -> tuple[int, int]:
     """(keys waited for, waiters) in this process now: for tests and metrics."""
     with _lock:
         return len(_per_key), _total
+
+
+class HeldKey(Protocol):
+    """What :class:`Busy` needs of the attempt that found the key held.
+
+    An :class:`~idempotency_django.attempt.Attempt`, which builds a :class:`Busy`
+    (so this module cannot import it).
+    """
+
+    key: RecordKey
+    store: BaseStore
+
+    def log(self, level: int, event: str, **fields: Any) -> None: ...
+
+    def conflict_in_progress(self) -> HttpResponseBase: ...
+
+    def echo_key(self, response: HttpResponseBase) -> None: ...
+
+
+@dataclass
+class Busy:
+    """Phase 1's answer for a key a running request holds, when the view waits for it.
+
+    The driver waits (outside any transaction) until the first request has
+    finished or ``seconds`` have passed, then begins again: the retry then
+    replays the first request's answer, runs if the first one failed, or gets
+    ``409 idempotency_key_in_progress`` after all.
+    """
+
+    attempt: HeldKey
+    seconds: float
+
+    def wait(self, seconds: float) -> bool:
+        """Wait for the key to settle; False, at once, past the waiters' bound."""
+        with waiting_slot(self.attempt.key.digest) as admitted:
+            if not admitted:
+                return False
+            self.attempt.log(logging.INFO, "waiting", seconds=round(seconds, 3))
+            # On a store failure, begin again: the claim then answers 503 if it stays down.
+            with contextlib.suppress(StoreUnavailable):
+                self.attempt.store.wait(self.attempt.key, seconds)
+        return True
+
+    async def await_settled(self, seconds: float) -> bool:
+        """:meth:`wait` for async views, sleeping between looks at the store."""
+        with waiting_slot(self.attempt.key.digest) as admitted:
+            if not admitted:
+                return False
+            self.attempt.log(logging.INFO, "waiting", seconds=round(seconds, 3))
+            store, key = self.attempt.store, self.attempt.key
+            deadline = time.monotonic() + seconds
+            for pause in backoff():
+                try:
+                    if not await sync_to_async(store.is_held)(key):
+                        break
+                except StoreUnavailable:
+                    break
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                await asyncio.sleep(min(pause, remaining))
+        return True
+
+    def conflict(self) -> HttpResponseBase:
+        response = self.attempt.conflict_in_progress()
+        self.attempt.echo_key(response)
+        return response

@@ -31,11 +31,13 @@ from django.http.response import HttpResponseBase
 from django.utils.translation import gettext, gettext_noop
 
 from idempotency_django import problems
+from idempotency_django.attempt import Attempt
 from idempotency_django.conf import idempotency_settings
 from idempotency_django.keys import InvalidKey
 from idempotency_django.logs import request_id
-from idempotency_django.marks import PROTECTED_ATTRIBUTE, find_request
-from idempotency_django.phases import Attempt, BeginPhase, ViewOptions, arun, decide, run
+from idempotency_django.marks import PROTECTED_ATTRIBUTE, decide, find_request
+from idempotency_django.options import ViewOptions
+from idempotency_django.phases import BeginPhase, arun, run
 from idempotency_django.problems import Refusal
 from idempotency_django.stores import (
     Claim,

@@ -33,7 +33,8 @@ from idempotency_django.checks import check_settings
 from idempotency_django.conf import DEFAULTS
 from idempotency_django.fingerprint import default_fingerprint
 from idempotency_django.models import WebhookDelivery
-from idempotency_django.phases import ViewOptions, protect
+from idempotency_django.options import ViewOptions
+from idempotency_django.phases import protect
 from idempotency_django.stores import RecordKey, RequestInfo, get_store
 from idempotency_django.webhook_identity import TRIGGER_PREFIX, trigger_digest
 from tests.docs_examples import metrics, settings_examples

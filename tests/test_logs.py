@@ -462,7 +462,8 @@ def test_operating_md_lists_every_decision_event_at_its_level() -> None:
     from pathlib import Path
 
     root = Path(__file__).resolve().parent.parent
-    source = (root / "idempotency_django" / "phases.py").read_text()
+    protocol = ("phases.py", "attempt.py", "reservation.py", "waiting.py")
+    source = "".join((root / "idempotency_django" / name).read_text() for name in protocol)
     logged = set(re.findall(r"logging\.(INFO|WARNING|ERROR),\s*\"(\w+)\"", source))
     page = (root / "docs" / "operating.md").read_text()
     documented = {

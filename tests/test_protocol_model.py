@@ -40,7 +40,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from idempotency_django.models import IdempotencyRecord
-from idempotency_django.phases import ViewOptions, arun, begin, run
+from idempotency_django.options import ViewOptions
+from idempotency_django.phases import arun, begin, run
 from idempotency_django.stores import Outcome, get_store
 from tests import redis_helpers
 from tests.testapp.models import Booking

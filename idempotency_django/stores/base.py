@@ -2,7 +2,7 @@
 
 A store answers three questions atomically: may this request run (claim),
 here is its answer (complete), and never mind, let a retry run (release).
-The rules about *which* answer to give live in :mod:`idempotency_django.phases`;
+The rules about *which* answer to give live in :mod:`idempotency_django.attempt`;
 a store only keeps state. Times are the store's own: the database's clock
 or Redis's TTLs, never an app server's.
 """

@@ -29,7 +29,7 @@ from rest_framework.serializers import BaseSerializer
 from idempotency_django import idempotency_exempt, idempotent
 from idempotency_django.drf import IdempotentMixin
 from idempotency_django.fingerprint import ignore_json_fields, json_fields
-from idempotency_django.phases import ViewOptions
+from idempotency_django.options import ViewOptions
 from idempotency_django.webhooks import deduplicate_webhook
 from tests.testapp.models import Booking
 

@@ -1,0 +1,388 @@
+"""Phase 1 and phase 2 of one protected request: :class:`Attempt`.
+
+:func:`~idempotency_django.phases.begin` builds it; it claims the key (or
+answers for a key already taken: a replay, a conflict, a
+:class:`~idempotency_django.waiting.Busy` key to wait for), then, once the view
+has answered, stores that answer for replay or gives the key back, at the
+moment the transactions around the view allow (see
+:mod:`~idempotency_django.phases`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import math
+from typing import Any
+
+from django.db import connections, transaction
+from django.http import FileResponse, HttpRequest, HttpResponse
+from django.http.response import HttpResponseBase
+
+from idempotency_django import problems, signals, transactions
+from idempotency_django.conf import NEVER_RETAINED_CLIENT_ERRORS, idempotency_settings
+from idempotency_django.heartbeat import start_beat
+from idempotency_django.marks import (
+    ACTIVE_ATTRIBUTE,
+    HANDLED_EXCEPTION_ATTRIBUTE,
+    KEY_ATTRIBUTE,
+    django_request,
+)
+from idempotency_django.options import ViewOptions, function, option, scope_of
+from idempotency_django.problems import refuse, replay_headers, replay_response
+from idempotency_django.reservation import Reservation, error_name
+from idempotency_django.stores import (
+    Claim,
+    Outcome,
+    RecordKey,
+    RequestInfo,
+    StoredResponse,
+    StoreUnavailable,
+)
+from idempotency_django.waiting import Busy
+
+
+class Attempt(Reservation):
+    """One claim of a key: :meth:`claim` it, then :meth:`finish` or :meth:`abort`.
+
+    Subclasses change the answers (webhook deliveries answer duplicates with
+    ``202``), never the order of the steps.
+    """
+
+    def __init__(
+        self,
+        request: HttpRequest,
+        key: RecordKey,
+        info: RequestInfo,
+        options: ViewOptions = ViewOptions(),
+    ) -> None:
+        super().__init__(request, key, info, options)
+        #: The answer to store once the work's transactions have committed.
+        self.deferred: StoredResponse | None = None
+        #: The databases whose commit the deferred answer waits for.
+        self.uncommitted: set[str] = set()
+        #: Who the request was authenticated as when the key was claimed.
+        self.authenticated_as: tuple[Any, ...] = ()
+
+    # -- phase 1: claim --
+
+    def claim(self) -> Attempt | Busy | HttpResponseBase:
+        """Claim the key: this attempt when it is ours, else the answer to send."""
+        work = transactions.open_transactions()
+        self.joined_transaction = self.store.joins_transaction()
+        self.in_transaction = self.joined_transaction and work == [self.store.database_alias]
+        try:
+            claim = self.store.claim(self.key, self.info, self.lock_timeout())
+        except StoreUnavailable as exc:
+            self.log(logging.ERROR, "unavailable", error=error_name(exc))
+            self.send(signals.unavailable, error=exc)
+            self.roll_back()
+            return self.unavailable()
+        if claim.outcome is not Outcome.CLAIMED:
+            return self.held(claim)
+        self.token = claim.token
+        self.attempt = "takeover" if claim.took_over else "first"
+        self.authenticated_as = _authenticated_as(self.request)
+        if not self.in_transaction:
+            # Hooked now, ahead of any the view adds: a hook of the view that
+            # raises after the commit cannot skip the completion.
+            self.store_after_commit(work)
+        too_many = self.over_key_limit()
+        if too_many is not None:
+            return too_many
+        self.log(logging.INFO, "reserved")
+        self.send(signals.reserved)
+        if not self.joined_transaction:
+            self.beat = start_beat(self.store, self.key, self.token, self.info, self.lock_timeout())
+        setattr(django_request(self.request), ACTIVE_ATTRIBUTE, True)
+        setattr(django_request(self.request), KEY_ATTRIBUTE, self.key)
+        return self
+
+    def over_key_limit(self) -> HttpResponseBase | None:
+        """With ``MAX_KEYS_PER_PRINCIPAL``: 429, and the key given back, for one key too many.
+
+        Counted once the key is claimed, so a replay or a conflict is never
+        refused. Concurrent first requests may each see the other: the limit
+        errs on the side of refusing.
+        """
+        limit = idempotency_settings.MAX_KEYS_PER_PRINCIPAL
+        if not limit or not self.store.counts_keys:
+            return None
+        lifetime = self.lock_timeout() + self.retention()
+        try:
+            count, first_expiry = self.store.count_keys(self.key, lifetime)
+        except StoreUnavailable as exc:
+            self.log(logging.ERROR, "unavailable", error=error_name(exc))
+            self.release(None, "unavailable")
+            return self.unavailable()
+        if count <= limit:
+            return None
+        self.release(None, "too_many_keys")
+        self.log(logging.INFO, "rejected", code=problems.TOO_MANY_KEYS)
+        return refuse(
+            self.request,
+            problems.TOO_MANY_KEYS,
+            limit=limit,
+            retry_after=max(1, math.ceil(first_expiry or idempotency_settings.RETRY_AFTER)),
+        )
+
+    def held(self, claim: Claim) -> HttpResponseBase | Busy:
+        """The answer when the key is already taken: a replay or a conflict."""
+        if claim.outcome is Outcome.REPLAY:
+            assert claim.response is not None
+            if claim.response.body_omitted:
+                return self.not_stored(claim.response.status)
+            self.log(logging.INFO, "replayed", status=claim.response.status)
+            self.send(signals.replayed, status=claim.response.status)
+            replay = replay_response(claim.response)
+            hook = idempotency_settings.REPLAY_HOOK
+            return hook(self.request, replay) if hook is not None else replay
+        if claim.outcome is Outcome.REUSED:
+            self.log(logging.INFO, "conflict", code=problems.KEY_REUSED)
+            self.send(signals.conflict, code=problems.KEY_REUSED)
+            return refuse(self.request, problems.KEY_REUSED)
+        seconds = option(
+            self.options.wait_for_in_progress, idempotency_settings.WAIT_FOR_IN_PROGRESS
+        )
+        if seconds > 0:
+            return Busy(self, seconds)
+        return self.conflict_in_progress()
+
+    def conflict_in_progress(self) -> HttpResponseBase:
+        self.log(logging.INFO, "conflict", code=problems.KEY_IN_PROGRESS)
+        self.send(signals.conflict, code=problems.KEY_IN_PROGRESS)
+        return self.in_progress()
+
+    def not_stored(self, status: int) -> HttpResponseBase:
+        """The first request ran, but its response was too large to keep: say so, run nothing."""
+        self.log(logging.INFO, "conflict", code=problems.RESPONSE_NOT_STORED, status=status)
+        self.send(signals.conflict, code=problems.RESPONSE_NOT_STORED)
+        return refuse(
+            self.request,
+            problems.RESPONSE_NOT_STORED,
+            status=status,
+            extensions={"original_status": status},
+        )
+
+    def in_progress(self) -> HttpResponseBase:
+        return refuse(self.request, problems.KEY_IN_PROGRESS)
+
+    def unavailable(self) -> HttpResponseBase:
+        return refuse(self.request, problems.UNAVAILABLE)
+
+    # -- phase 2: finish or abort --
+
+    def echo_key(self, response: HttpResponseBase) -> None:
+        """Name the key on the answer when ``ECHO_KEY_HEADER`` asks for it."""
+        header = idempotency_settings.ECHO_KEY_HEADER
+        if header:
+            response[header] = self.key.key
+
+    def finish(self, response: HttpResponseBase) -> HttpResponseBase:
+        """Store the view's response for replay, or release the key; return what to send.
+
+        Whatever raises here (a view that returned no response, a lazy
+        response that fails to render) aborts the attempt: the key is not
+        left reserved for work whose answer nobody got.
+        """
+        try:
+            if not isinstance(response, HttpResponseBase):
+                raise TypeError(
+                    f"The view protected by idempotency_django returned {type(response).__name__}, "
+                    "not a Django response. On a django-ninja operation, use "
+                    "idempotency_django.ninja.idempotent."
+                )
+            answer = self.finish_attempt(response)
+        except BaseException as error:
+            self.abort(error)
+            raise
+        self.echo_key(answer)
+        return answer
+
+    def finish_attempt(self, response: HttpResponseBase) -> HttpResponseBase:
+        setattr(django_request(self.request), ACTIVE_ATTRIBUTE, False)
+        status = response.status_code
+        reason = self.release_reason(response)
+        work = transactions.open_transactions()
+        if status >= 500:
+            # A 5xx is never kept, so the retry runs: its work must not commit
+            # either, whatever made the answer a 5xx (the view, a middleware
+            # after this one, a template that failed to render).
+            transactions.roll_back(work)
+        if self.rolled_back():
+            # The reservation goes with the claim's transaction: nothing to
+            # store, nothing to release.
+            self.log(logging.INFO, "released", status=status, reason="rollback")
+            return response
+        if reason is not None:
+            self.release(status, reason)
+            return response
+        if self.in_transaction:
+            # In the work's transaction: both commit, or neither does.
+            return response if self.complete(self.stored_response(response)) else self.unavailable()
+        if work:
+            return self.finish_before_commit(response, work)
+        self.complete(self.stored_response(response))
+        return response
+
+    def finish_before_commit(self, response: HttpResponseBase, work: list[str]) -> HttpResponseBase:
+        """The work's transactions are still open and the store is not part of them.
+
+        Renew the reservation now, so that no retry can take it over before
+        the commit, and store the response once every one of them has
+        committed. A request that lost its reservation rolls its work back.
+        """
+        if any(connections[alias].needs_rollback for alias in work):
+            self.release(response.status_code, "rollback")
+            return response
+        try:
+            owned = self.store.renew(self.key, self.token, self.lock_timeout(), self.info)
+        except StoreUnavailable as exc:
+            # Whether the key is still ours cannot be told: commit nothing.
+            self.log(logging.ERROR, "store_failed", error=error_name(exc))
+            self.stop_heartbeat()
+            transactions.roll_back(work)
+            return self.unavailable()
+        if not owned:
+            self.log(logging.WARNING, "lost_reservation", status=response.status_code)
+            self.stop_heartbeat()
+            transactions.roll_back(work)
+            return self.in_progress()
+        self.deferred = self.stored_response(response)
+        if self.beat is not None:
+            # The commit is next: a completion that never comes (a COMMIT that
+            # failed drops its hooks) must not keep the key to MAX_RUN_TIME.
+            self.beat.stop_after(self.lock_timeout())
+        self.store_after_commit(work)
+        return response
+
+    def store_after_commit(self, work: list[str]) -> None:
+        """Store the deferred answer once each database of ``work`` has committed."""
+        for alias in set(work) - self.uncommitted:
+            self.uncommitted.add(alias)
+            hook = functools.partial(self.committed, alias)
+            transaction.on_commit(hook, using=alias, robust=True)
+
+    def committed(self, alias: str) -> None:
+        self.uncommitted.discard(alias)
+        if self.uncommitted or self.deferred is None:
+            return
+        stored, self.deferred = self.deferred, None
+        self.complete(stored)
+
+    def commit_failed(self) -> None:
+        """The transaction around the view ended in an exception: its work did not commit."""
+        if self.deferred is not None:
+            self.deferred = None
+            self.release(None, "rollback")
+
+    def abort(self, error: BaseException | None = None) -> None:
+        """The view raised: let a retry run, unless the view was only cancelled.
+
+        A cancelled view (its client hung up, under ASGI) may have written
+        and may still commit: its reservation is kept until ``LOCK_TIMEOUT``
+        (with ``HEARTBEAT``, renewed until ``MAX_RUN_TIME``), or goes with the
+        claim's transaction if that rolls back.
+        """
+        setattr(django_request(self.request), ACTIVE_ATTRIBUTE, False)
+        if self.rolled_back():
+            return  # the reservation goes with the rollback
+        if isinstance(error, asyncio.CancelledError):
+            self.log(logging.WARNING, "cancelled")
+            return
+        self.release(None, "exception")
+
+    def release_reason(self, response: HttpResponseBase) -> str | None:
+        """Why ``response`` must not be stored, or None to store it."""
+        status = response.status_code
+        if response.streaming or isinstance(response, FileResponse):
+            return "streaming"
+        if status >= 500:
+            return "server_error"
+        if self.principal_changed():
+            return "principal_changed"
+        return None if self.retains(response) else "not_retained"
+
+    def retains(self, response: HttpResponseBase) -> bool:
+        """Whether an answer that may be kept (not a 5xx, not streamed) is.
+
+        The view's own choice first (its ``retain`` function, then its
+        ``retain_client_errors``), then the project's (``RETAIN_FUNCTION``, then
+        ``RETAIN_CLIENT_ERRORS``). Without a function 2xx/3xx are kept, and 4xx
+        when client errors are, except :data:`NEVER_RETAINED_CLIENT_ERRORS`.
+        """
+        project = idempotency_settings.RETAIN_FUNCTION
+        retain = function(
+            self.options.retain, project if self.options.retain_client_errors is None else None
+        )
+        if retain is not None:
+            handled = getattr(django_request(self.request), HANDLED_EXCEPTION_ATTRIBUTE, None)
+            try:
+                return bool(retain(self.request, response, handled))
+            except Exception as exc:
+                # The work is done: failing the request now would free its key
+                # and run it again. The booleans decide instead.
+                self.log(logging.ERROR, "retain_failed", error=type(exc).__name__)
+        status = response.status_code
+        if status < 400:
+            return True
+        keep_client_errors = option(
+            self.options.retain_client_errors, idempotency_settings.RETAIN_CLIENT_ERRORS
+        )
+        return bool(keep_client_errors) and status not in NEVER_RETAINED_CLIENT_ERRORS
+
+    def principal_changed(self) -> bool:
+        """The view authenticated someone else than the key was claimed for.
+
+        A session-scoped claim whose view then authenticated another principal
+        (a token of its own, a login): its answer is not stored under the
+        first one, who would otherwise be served it.
+        """
+        if _same_objects(_authenticated_as(self.request), self.authenticated_as):
+            return False  # who the scope is made of was not replaced: the same principal
+        scope = scope_of(self.request, self.options)
+        if scope is None or scope.principal == self.key.principal:
+            return False
+        self.log(logging.WARNING, "principal_changed")
+        return True
+
+    def stored_response(self, response: HttpResponseBase) -> StoredResponse:
+        """What is kept for replay: the bytes the client gets, rendered first if lazy.
+
+        A body over ``MAX_STORED_BODY`` is not kept: only that the request ran,
+        and its status, so that a retry neither runs again nor gets a replay.
+        """
+        if not getattr(response, "is_rendered", True):
+            response.render()  # type: ignore[attr-defined]
+        assert isinstance(response, HttpResponse)
+        body = response.content
+        limit = option(self.options.max_stored_body, idempotency_settings.MAX_STORED_BODY)
+        if limit is not None and len(body) > limit:
+            self.log(
+                logging.WARNING, "body_not_stored", status=response.status_code, size=len(body)
+            )
+            return StoredResponse(
+                status=response.status_code, headers=(), body=b"", body_omitted=True
+            )
+        return StoredResponse(
+            status=response.status_code, headers=replay_headers(response), body=body
+        )
+
+
+def _authenticated_as(request: HttpRequest) -> tuple[Any, ...]:
+    """The objects a principal is named from: ``user``, and DRF's or ninja's ``auth``.
+
+    A view that authenticates someone else replaces one of them (``login()``
+    sets a new ``request.user``): only then is the scope computed again.
+    """
+    django = django_request(request)
+    return (
+        getattr(request, "user", None),
+        getattr(django, "user", None),
+        getattr(request, "auth", None),
+    )
+
+
+def _same_objects(first: tuple[Any, ...], second: tuple[Any, ...]) -> bool:
+    return len(first) == len(second) and all(a is b for a, b in zip(first, second, strict=True))
