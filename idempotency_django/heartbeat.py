@@ -32,6 +32,12 @@ from idempotency_django.stores.base import BaseStore, RecordKey, RequestInfo
 logger = logging.getLogger("idempotency_django")
 
 
+def _interval() -> float:
+    """Seconds between renewals, as set now (a test may change it while beats run)."""
+    interval = idempotency_settings.HEARTBEAT
+    return float(interval) if isinstance(interval, int | float) and interval > 0 else 1.0
+
+
 @dataclass(eq=False)
 class Beat:
     """One running reservation, renewed until :meth:`stop` or its deadline."""
@@ -43,6 +49,8 @@ class Beat:
     lock_timeout: int
     #: ``time.monotonic()`` after which it is no longer renewed (MAX_RUN_TIME).
     deadline: float
+    #: ``time.monotonic()`` of its next renewal: ``HEARTBEAT`` after its start or last one.
+    due: float
     stopped: bool = False
 
     def stop(self) -> None:
@@ -56,6 +64,7 @@ class Beat:
         """Renew once; False once this beat is over (stopped, settled, lost, past its deadline)."""
         if self.stopped or time.monotonic() >= self.deadline:
             return False
+        self.due = time.monotonic() + _interval()
         try:
             owned = self.store.renew(
                 self.key, self.token, self.lock_timeout, self.info, remake=False
@@ -74,18 +83,20 @@ class Beat:
 
 
 class Heartbeat:
-    """The process's renewing thread and the beats it renews."""
+    """The process's renewing thread and the beats it renews, each when it is due."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._beats: set[Beat] = set()
+        self._added = threading.Event()
         self._thread: threading.Thread | None = None
 
     def start(
         self, store: BaseStore, key: RecordKey, token: str, info: RequestInfo, lock_timeout: int
     ) -> Beat:
-        deadline = time.monotonic() + idempotency_settings.MAX_RUN_TIME
-        beat = Beat(store, key, token, info, lock_timeout, deadline)
+        now = time.monotonic()
+        deadline = now + idempotency_settings.MAX_RUN_TIME
+        beat = Beat(store, key, token, info, lock_timeout, deadline, due=now + _interval())
         with self._lock:
             self._beats.add(beat)
             if self._thread is None or not self._thread.is_alive():
@@ -93,32 +104,39 @@ class Heartbeat:
                     target=self._run, name="idempotency-heartbeat", daemon=True
                 )
                 self._thread.start()
+        self._added.set()  # the thread may be waiting for a later beat, or for none
         return beat
 
     def forget_all(self) -> None:
         """In a forked child: the parent's beats and thread are not this process's."""
         self._lock = threading.Lock()
         self._beats = set()
+        self._added = threading.Event()
         self._thread = None
 
     def _run(self) -> None:
         while True:
-            interval = idempotency_settings.HEARTBEAT or 1.0
-            time.sleep(interval)
-            started = time.monotonic()
             with self._lock:
-                beats = [beat for beat in self._beats if not beat.stopped]
-                self._beats = set(beats)
-            over = [beat for beat in beats if not self._renewed(beat)]
+                self._beats = {beat for beat in self._beats if not beat.stopped}
+                first_due = min((beat.due for beat in self._beats), default=None)
+            wait = None if first_due is None else max(0.0, first_due - time.monotonic())
+            self._added.wait(wait)
+            self._added.clear()
+            now = time.monotonic()
+            with self._lock:
+                due = [beat for beat in self._beats if beat.due <= now and not beat.stopped]
+            if not due:
+                continue
+            over = [beat for beat in due if not self._renewed(beat)]
             with self._lock:
                 self._beats.difference_update(over)
             # This thread's database connections, as after a request: none is
             # held between beats unless CONN_MAX_AGE keeps it.
             close_old_connections()
-            took = time.monotonic() - started
-            if took > interval:
+            took = time.monotonic() - now
+            if took > _interval():
                 logger.warning(
-                    "idempotency event=heartbeat_slow beats=%d seconds=%.1f", len(beats), took
+                    "idempotency event=heartbeat_slow beats=%d seconds=%.1f", len(due), took
                 )
 
     @staticmethod
@@ -129,6 +147,7 @@ class Heartbeat:
             logger.exception(
                 "idempotency event=heartbeat_failed key_digest=%s", beat.key.digest[:16]
             )
+            beat.due = time.monotonic() + _interval()
             return True
 
 
