@@ -44,6 +44,7 @@ from django.db import (
 )
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from idempotency_django.conf import idempotency_settings
 from idempotency_django.encryption import seal
 from idempotency_django.fingerprint import same_request
 from idempotency_django.keys import readable_value
@@ -128,8 +129,8 @@ class DatabaseStore(BaseStore):
                         raise
                     if row is None and _insert(connection, key, request, token, lock_timeout):
                         return Claim(Outcome.CLAIMED, token=token)
-                elif _insert(connection, key, request, token, lock_timeout, wait=wait):
-                    return Claim(Outcome.CLAIMED, token=token)
+                elif claimed := _claim(connection, key, request, token, lock_timeout, wait):
+                    return claimed
                 else:
                     row = _read(connection, sql.read, key)
                 if row is None:
@@ -244,14 +245,9 @@ class DatabaseStore(BaseStore):
 
     def count_keys(self, key: RecordKey, lifetime: int) -> tuple[int, float | None]:
         connection = connections[self.alias]
-        principal = readable_value(key.principal)
         with _unavailable_on_error(), connection.cursor() as cursor:
-            cursor.execute(statements(connection).count_keys, [principal, principal, key.digest])
-            count, first_expiry, now = cursor.fetchone()
-        if first_expiry is None:
-            return max(int(count), 1), None
-        first_expiry, now = read_datetime(connection, first_expiry), read_datetime(connection, now)
-        return int(count), (first_expiry - now).total_seconds()
+            cursor.execute(statements(connection).count_keys, _count_params(key))
+            return _key_count(connection, *cursor.fetchone())
 
     def clear(self) -> None:
         with _unavailable_on_error():
@@ -291,6 +287,72 @@ def _lock_id(key: RecordKey) -> int:
     return int.from_bytes(bytes.fromhex(key.digest[:16]), "big", signed=True)
 
 
+def _claim(
+    connection: BaseDatabaseWrapper,
+    key: RecordKey,
+    request: RequestInfo,
+    token: str,
+    lock_timeout: int,
+    wait: bool,
+) -> Claim | None:
+    """INSERT the reservation unless the key has a row: the claim if it did, else None.
+
+    On PostgreSQL under ``MAX_KEYS_PER_PRINCIPAL`` the same statement counts the
+    principal's keys (``count_on_insert``), so the limit costs no round trip.
+    """
+    sql = statements(connection)
+    if sql.count_on_insert is None or not idempotency_settings.MAX_KEYS_PER_PRINCIPAL:
+        inserted = _insert(connection, key, request, token, lock_timeout, wait=wait)
+        return Claim(Outcome.CLAIMED, token=token) if inserted else None
+    insert = sql.insert_or_nothing_no_wait if not wait else None
+    params = _insert_params(connection, key, request, token, lock_timeout)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            (insert or sql.insert_or_nothing) + sql.count_on_insert, [*params, *_count_params(key)]
+        )
+        counted = cursor.fetchone()
+    if counted is None:
+        return None
+    count, first_expiry, now = counted
+    # The new row is not in the INSERT's own snapshot: count it here.
+    return Claim(
+        Outcome.CLAIMED,
+        token=token,
+        key_count=_key_count(connection, count + 1, first_expiry, now),
+    )
+
+
+def _count_params(key: RecordKey) -> list[str]:
+    principal = readable_value(key.principal)
+    return [principal, principal, key.digest]
+
+
+def _key_count(
+    connection: BaseDatabaseWrapper, count: int, first_expiry: Any, now: Any
+) -> tuple[int, float | None]:
+    """``count_keys``'s answer from the count, the first other expiry and the time now."""
+    if first_expiry is None:
+        return max(int(count), 1), None
+    first_expiry, now = read_datetime(connection, first_expiry), read_datetime(connection, now)
+    return int(count), (first_expiry - now).total_seconds()
+
+
+def _insert_params(
+    connection: BaseDatabaseWrapper,
+    key: RecordKey,
+    request: RequestInfo,
+    token: str,
+    seconds: int,
+    completed: StoredResponse | None = None,
+) -> list[Any]:
+    return [
+        *key_values(key),
+        *request_values(request, token, completed),
+        1 if completed is not None else 0,  # completed_at: the database's now, or NULL
+        *later_params(connection, seconds),
+    ]
+
+
 def _insert(
     connection: BaseDatabaseWrapper,
     key: RecordKey,
@@ -307,12 +369,7 @@ def _insert(
     """
     sql = statements(connection)
     statement = sql.insert_or_nothing if wait else sql.insert_or_nothing_no_wait
-    params = [
-        *key_values(key),
-        *request_values(request, token, completed),
-        1 if completed is not None else 0,  # completed_at: the database's now, or NULL
-        *later_params(connection, seconds),
-    ]
+    params = _insert_params(connection, key, request, token, seconds, completed)
     with connection.cursor() as cursor:
         cursor.execute(statement or sql.insert_or_nothing, params)
         return bool(cursor.rowcount)
