@@ -70,6 +70,12 @@ def keyed_digest(parts: Callable[[], Iterable[bytes]]) -> Fingerprint:
 
 
 def _mac(secret: str | bytes) -> Any:
+    return _keyed_mac(secret).copy()
+
+
+@functools.lru_cache(maxsize=8)
+def _keyed_mac(secret: str | bytes) -> Any:
+    """``salted_hmac``'s HMAC under ``secret``, keyed once: its key derivation is a hash."""
     return salted_hmac(FINGERPRINT_SALT, b"", secret=secret, algorithm="sha256")
 
 
