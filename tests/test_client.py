@@ -19,23 +19,21 @@ import json
 import logging
 import sqlite3
 import threading
-import time
 import uuid
 from base64 import b64encode
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
 import pytest
 import requests
+import three_clients
 
 import idempotency_client as client_module
 from idempotency_client import (
-    AsyncIdempotentClient,
     IdempotentClient,
     RequestRejected,
     RetriesExhausted,
@@ -55,7 +53,6 @@ from tests.test_example_project import (
 ALICE = ("alice", PASSWORD)
 BASIC = "Basic " + b64encode(f"alice:{PASSWORD}".encode()).decode()
 STALE = "Basic " + b64encode(b"alice:stale-password").decode()
-KINDS = ["requests", "httpx", "httpx-async"]
 #: Long enough for a duplicate to find the first request in progress.
 SLOW_DELAY_MS = 1000
 
@@ -70,69 +67,14 @@ def test_the_client_knows_the_servers_problem_codes() -> None:
     assert DEFAULTS["IGNORED_KEY_HEADER"] == client_module.IGNORED_KEY_HEADER
 
 
-# -- the clients, as a test drives them --------------------------------------------
+# -- the clients, as a test drives them (idempotency-client/tests/three_clients.py) --
 
 
-class Api:
-    """One of the three clients, made per call as an application would make it.
+class Api(three_clients.Api):
+    """The client's tests' driver of the three clients, signed in as alice unless told."""
 
-    Every wait is recorded in ``sleeps``; by default it is also slept for real.
-    """
-
-    def __init__(
-        self,
-        kind: str,
-        *,
-        auth: tuple[str, str] | None = ALICE,
-        sleep: Callable[[float], None] | None = None,
-        reauthenticate: Callable[[], dict[str, str]] | None = None,
-        **options: Any,
-    ) -> None:
-        self.kind, self.auth, self.options = kind, auth, options
-        self.reauthenticate = reauthenticate
-        self.sleeps: list[float] = []
-        self._sleep = sleep or time.sleep
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self._sleep(seconds)
-
-    def post(self, url: str, **options: Any) -> Any:
-        return self.request("POST", url, **options)
-
-    def request(self, method: str, url: str, **options: Any) -> Any:
-        api: IdempotentClient[Any]
-        if self.kind == "requests":
-            with requests.Session() as session:
-                session.auth = self.auth
-                api = IdempotentClient(
-                    session, sleep=self.sleep, reauthenticate=self.reauthenticate, **self.options
-                )
-                return api.request(method, url, **options)
-        if self.kind == "httpx":
-            with httpx.Client(auth=self.auth) as client:
-                api = IdempotentClient(
-                    client, sleep=self.sleep, reauthenticate=self.reauthenticate, **self.options
-                )
-                return api.request(method, url, **options)
-        return asyncio.run(self._request_async(method, url, options))
-
-    async def _request_async(self, method: str, url: str, options: dict[str, Any]) -> Any:
-        async def sleep(seconds: float) -> None:
-            self.sleep(seconds)  # blocking is fine: this loop runs nothing else
-
-        async def reauthenticate() -> dict[str, str]:
-            assert self.reauthenticate is not None
-            return self.reauthenticate()
-
-        async with httpx.AsyncClient(auth=self.auth) as client:
-            api = AsyncIdempotentClient(
-                client,
-                sleep=sleep,
-                reauthenticate=reauthenticate if self.reauthenticate else None,
-                **self.options,
-            )
-            return await api.request(method, url, **options)
+    def __init__(self, kind: str, *, auth: tuple[str, str] | None = ALICE, **options: Any) -> None:
+        super().__init__(kind, auth=auth, **options)
 
 
 @dataclass
@@ -193,7 +135,7 @@ def storeless_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve
         yield Server(base, directory)
 
 
-@pytest.fixture(params=KINDS)
+@pytest.fixture(params=three_clients.KINDS)
 def kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 

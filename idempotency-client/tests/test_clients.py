@@ -23,8 +23,8 @@ from typing import Any
 import httpx
 import pytest
 import requests
-from conftest import Api
 from http_recorder import Answer, Recorder, free_port
+from three_clients import Api
 
 from idempotency_client import (
     AsyncIdempotentClient,

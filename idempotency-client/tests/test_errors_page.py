@@ -12,8 +12,8 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import Api
 from http_recorder import Answer, Recorder
+from three_clients import Api
 
 import idempotency_client
 from idempotency_client import RequestRejected, RetryPolicy

@@ -10,9 +10,10 @@ in one place.
 
 The modules, one job each: ``policy`` (the decision), ``operation`` (one operation's
 request and the state of its attempts, which says after each attempt what comes
-next), ``errors`` (how an operation fails) and ``clients`` (the thin sync and async
-loops around a ``requests`` or ``httpx`` session; neither library is imported until
-a session of it is handed over). Nothing here imports Django.
+next), ``errors`` (how an operation fails) and ``clients`` (the one retry loop, and
+the thin sync and async clients that carry out its steps with a ``requests`` or
+``httpx`` session; neither library is imported until a session of it is handed
+over). Nothing here imports Django.
 """
 
 from idempotency_client.clients import AsyncIdempotentClient, IdempotentClient

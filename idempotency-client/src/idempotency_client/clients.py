@@ -1,8 +1,9 @@
 """The clients: a ``requests`` or ``httpx`` session, sync or async, around one retry loop.
 
-Every decision of the loop is :meth:`Operation.after`'s; the sync and the async
-loop only send an attempt, close a response that is not returned, exchange the
-credential and sleep, each the way its library does.
+The loop is written once, :meth:`_Retrying._retry_loop`: a generator that yields each
+step (send, close a response that is not returned, exchange the credential, sleep)
+for the sync or the async client to carry out the way its library does. Every
+decision in it is :meth:`Operation.after`'s.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import asyncio
 import random
 import sys
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Protocol, overload
 
@@ -87,19 +88,24 @@ class _RequestsSender:
         response.close()
 
 
+def _httpx_arguments(operation: Operation) -> dict[str, Any]:
+    """The arguments of ``request`` for an ``httpx.Client`` or ``httpx.AsyncClient``."""
+    return {
+        "method": operation.method,
+        "url": operation.url,
+        "content": operation.body,
+        "headers": operation.headers,
+        "follow_redirects": False,
+        **operation.timeout,
+    }
+
+
 class _HttpxSender:
     def __init__(self, client: httpx.Client) -> None:
         self.client = client
 
     def send(self, operation: Operation) -> httpx.Response:
-        return self.client.request(
-            operation.method,
-            operation.url,
-            content=operation.body,
-            headers=operation.headers,
-            follow_redirects=False,
-            **operation.timeout,
-        )
+        return self.client.request(**_httpx_arguments(operation))
 
     def close(self, response: httpx.Response) -> None:
         response.close()
@@ -119,7 +125,94 @@ def _sender_for(session: object) -> tuple[_Sender[Any], _NetworkErrors]:
     raise TypeError(f"expected a requests.Session or an httpx.Client, not {type(session).__name__}")
 
 
-class IdempotentClient(Generic[ResponseT]):
+# The steps the retry loop yields, for a client to carry out.
+
+
+@dataclass(frozen=True)
+class _Send:
+    """Send ``operation`` as it now is; the answer is the response, or the network error."""
+
+    operation: Operation
+
+
+@dataclass(frozen=True)
+class _Close(Generic[ResponseT]):
+    """Close a response that is not returned (nobody else will)."""
+
+    response: ResponseT
+
+
+@dataclass(frozen=True)
+class _Reauthenticate:
+    """Update ``headers`` with the ``reauthenticate`` callback's."""
+
+    headers: dict[str, str]
+
+
+@dataclass(frozen=True)
+class _Sleep:
+    seconds: float
+
+
+class _Retrying(Generic[ResponseT]):
+    """What the sync and the async client share: the policy and the one retry loop."""
+
+    def __init__(
+        self,
+        errors: _NetworkErrors,
+        policy: RetryPolicy | None,
+        *,
+        can_reauthenticate: bool,
+        clock: Callable[[], float],
+        jitter: Callable[[], float],
+    ) -> None:
+        self._errors = errors
+        self.policy = policy or RetryPolicy()
+        self._can_reauthenticate = can_reauthenticate
+        self._clock, self._jitter = clock, jitter
+
+    def _retry_loop(
+        self, method: str, url: str, options: RequestOptions
+    ) -> Generator[
+        _Send | _Close[ResponseT] | _Reauthenticate | _Sleep,
+        ResponseT | Exception | None,
+        ResponseT,
+    ]:
+        """The steps of one operation, each to carry out; its value is the final response.
+
+        After a :class:`_Send` it is sent the response or the network error (None after
+        the other steps).
+        """
+        operation = Operation(
+            method,
+            url,
+            options,
+            self.policy,
+            can_reauthenticate=self._can_reauthenticate,
+            clock=self._clock,
+            jitter=self._jitter,
+        )
+        while True:
+            answer = yield _Send(operation)
+            if isinstance(answer, Exception):
+                if not self._errors.retryable(answer):
+                    raise answer
+                response, error = None, answer
+            else:
+                response, error = answer, None
+            then = operation.after(response, error)
+            if then is None:
+                assert response is not None
+                return response
+            if response is not None:
+                yield _Close(response)
+            if then.reauthenticate:
+                yield _Reauthenticate(operation.headers)
+            if then.wait is not None:
+                yield _Sleep(then.wait)
+
+
+class IdempotentClient(_Retrying[ResponseT]):
     """Unsafe requests through a ``requests.Session`` or an ``httpx.Client``, retried safely.
 
     Each call is one operation and returns its final response (a success, or the
@@ -164,43 +257,40 @@ class IdempotentClient(Generic[ResponseT]):
         sleep: Callable[[float], None] = time.sleep,
         jitter: Callable[[], float] = random.random,
     ) -> None:
-        sender, self._errors = _sender_for(session)
+        sender, errors = _sender_for(session)
+        super().__init__(
+            errors,
+            policy,
+            can_reauthenticate=reauthenticate is not None,
+            clock=clock,
+            jitter=jitter,
+        )
         self._sender: _Sender[ResponseT] = sender
-        self.policy = policy or RetryPolicy()
-        self._reauthenticate = reauthenticate
-        self._clock, self._sleep, self._jitter = clock, sleep, jitter
+        self._reauthenticate, self._sleep = reauthenticate, sleep
 
     def request(self, method: str, url: str, **options: Unpack[RequestOptions]) -> ResponseT:
         """Send ``method url`` as one operation; see :class:`RequestOptions`."""
-        operation = Operation(
-            method,
-            url,
-            options,
-            self.policy,
-            can_reauthenticate=self._reauthenticate is not None,
-            clock=self._clock,
-            jitter=self._jitter,
-        )
+        steps = self._retry_loop(method, url, options)
+        answer: ResponseT | Exception | None = None
         while True:
-            response: ResponseT | None = None
-            error: Exception | None = None
             try:
-                response = self._sender.send(operation)
-            except self._errors.caught as caught:
-                if not self._errors.retryable(caught):
-                    raise
-                error = caught
-            then = operation.after(response, error)
-            if then is None:
-                assert response is not None
-                return response
-            if response is not None:
-                self._sender.close(response)
-            if then.reauthenticate:
+                step = steps.send(answer)
+            except StopIteration as done:
+                final: ResponseT = done.value
+                return final
+            answer = None
+            if isinstance(step, _Send):
+                try:
+                    answer = self._sender.send(step.operation)
+                except self._errors.caught as error:
+                    answer = error
+            elif isinstance(step, _Close):
+                self._sender.close(step.response)
+            elif isinstance(step, _Reauthenticate):
                 assert self._reauthenticate is not None
-                operation.headers.update(self._reauthenticate())
-            if then.wait is not None:
-                self._sleep(then.wait)
+                step.headers.update(self._reauthenticate())
+            else:
+                self._sleep(step.seconds)
 
     def post(self, url: str, **options: Unpack[RequestOptions]) -> ResponseT:
         return self.request("POST", url, **options)
@@ -215,7 +305,7 @@ class IdempotentClient(Generic[ResponseT]):
         return self.request("DELETE", url, **options)
 
 
-class AsyncIdempotentClient:
+class AsyncIdempotentClient(_Retrying["httpx.Response"]):
     """:class:`IdempotentClient` for an ``httpx.AsyncClient``."""
 
     def __init__(
@@ -228,52 +318,41 @@ class AsyncIdempotentClient:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         jitter: Callable[[], float] = random.random,
     ) -> None:
+        super().__init__(
+            _httpx_errors(),
+            policy,
+            can_reauthenticate=reauthenticate is not None,
+            clock=clock,
+            jitter=jitter,
+        )
         self._client = client
-        self._errors = _httpx_errors()
-        self.policy = policy or RetryPolicy()
-        self._reauthenticate = reauthenticate
-        self._clock, self._sleep, self._jitter = clock, sleep, jitter
+        self._reauthenticate, self._sleep = reauthenticate, sleep
 
     async def request(
         self, method: str, url: str, **options: Unpack[RequestOptions]
     ) -> httpx.Response:
         """Send ``method url`` as one operation; see :class:`RequestOptions`."""
-        operation = Operation(
-            method,
-            url,
-            options,
-            self.policy,
-            can_reauthenticate=self._reauthenticate is not None,
-            clock=self._clock,
-            jitter=self._jitter,
-        )
+        steps = self._retry_loop(method, url, options)
+        answer: httpx.Response | Exception | None = None
         while True:
-            response: httpx.Response | None = None
-            error: Exception | None = None
             try:
-                response = await self._client.request(
-                    operation.method,
-                    operation.url,
-                    content=operation.body,
-                    headers=operation.headers,
-                    follow_redirects=False,
-                    **operation.timeout,
-                )
-            except self._errors.caught as caught:
-                if not self._errors.retryable(caught):
-                    raise
-                error = caught
-            then = operation.after(response, error)
-            if then is None:
-                assert response is not None
-                return response
-            if response is not None:
-                await response.aclose()
-            if then.reauthenticate:
+                step = steps.send(answer)
+            except StopIteration as done:
+                final: httpx.Response = done.value
+                return final
+            answer = None
+            if isinstance(step, _Send):
+                try:
+                    answer = await self._client.request(**_httpx_arguments(step.operation))
+                except self._errors.caught as error:
+                    answer = error
+            elif isinstance(step, _Close):
+                await step.response.aclose()
+            elif isinstance(step, _Reauthenticate):
                 assert self._reauthenticate is not None
-                operation.headers.update(await self._reauthenticate())
-            if then.wait is not None:
-                await self._sleep(then.wait)
+                step.headers.update(await self._reauthenticate())
+            else:
+                await self._sleep(step.seconds)
 
     async def post(self, url: str, **options: Unpack[RequestOptions]) -> httpx.Response:
         return await self.request("POST", url, **options)

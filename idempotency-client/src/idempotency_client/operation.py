@@ -1,8 +1,8 @@
 """One operation: its request, made once, and what comes after each of its attempts.
 
 :meth:`Operation.after` is the retry loop's every decision (follow a redirect, wait
-and retry, exchange the credential, return, raise), so the sync and the async
-client only send, close, sleep and ask it again.
+and retry, exchange the credential, return, raise), so the loop (in ``clients``)
+only sends, closes, sleeps and asks it again.
 
 Logs (logger ``idempotency_client``) name an operation by a short digest of its
 key, never by the key, and carry no header values and no body. Neither they nor
