@@ -166,6 +166,15 @@ def report(runs: Runs) -> None:
             f"bare {bare:.0f}/s, first x{first:.2f}, replay x{replay:.2f}",
         )
 
+    autocommit = runs.get(("database store (PostgreSQL)", 8))
+    if autocommit:
+        first = common.ratio(autocommit, "first")
+        common.verdict(
+            "8 connections, PostgreSQL in autocommit: first >= x0.80 (issue 26)",
+            first >= 0.80,
+            f"first x{first:.2f}",
+        )
+
 
 def measure_targets(args: argparse.Namespace) -> None:
     if have_wrk("throughput"):
