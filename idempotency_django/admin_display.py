@@ -35,25 +35,6 @@ from idempotency_django.encryption import open_columns
 from idempotency_django.models import IdempotencyRecord
 from idempotency_django.stores.base import StoreUnavailable
 
-__all__ = [
-    "BINARY_PREVIEW",
-    "BODY_DIGEST_LENGTH",
-    "BODY_DISPLAY_LIMIT",
-    "body_digest",
-    "open_stored_response",
-    "principal_usernames",
-    "principals_of_users",
-    "render_body",
-    "render_body_summary",
-    "render_header_names",
-    "render_headers",
-    "render_opened",
-    "render_principal",
-    "render_relative_time",
-    "render_token",
-    "render_undecryptable",
-]
-
 #: Bodies longer than this are shown cut, with a note.
 BODY_DISPLAY_LIMIT = 64 * 1024
 #: How much of a binary body is shown as hex.

@@ -24,22 +24,6 @@ from idempotency_django.admin_display import principal_usernames
 from idempotency_django.conf import DEFAULTS, idempotency_settings
 from idempotency_django.models import IdempotencyRecord
 
-__all__ = [
-    "COMPLETED",
-    "EXPIRED",
-    "IN_PROGRESS",
-    "EstimatedCountPaginator",
-    "ExpiryStateFilter",
-    "LocationFilter",
-    "LookupFilter",
-    "MethodFilter",
-    "RecentValuesFilter",
-    "RecordChangeList",
-    "SourceFilter",
-    "StatusClassFilter",
-    "expiry_state",
-]
-
 IN_PROGRESS = str(IdempotencyRecord.State.IN_PROGRESS)
 COMPLETED = str(IdempotencyRecord.State.COMPLETED)
 EXPIRED = "expired"
