@@ -1,11 +1,8 @@
 """The Django admin for idempotency records: inspect, evict a key, release a stuck reservation.
 
 Records are read-only here: they are written by the store, never by hand.
-Releasing reservations and deleting principals' records are in
-:mod:`idempotency_django.admin_actions`, the list filters, the paginator and the
-changelist in :mod:`idempotency_django.admin_filters`, the rendering of records in
-:mod:`idempotency_django.admin_display`; :class:`ExpiringRecordAdmin` holds
-what the two admins here (requests' records, webhook deliveries) share.
+:class:`ExpiringRecordAdmin` holds what the two admins here (requests' records,
+webhook deliveries) share; actions, filters and rendering are in the ``admin_*`` modules.
 
 The changelist stays fast on a table of millions of rows: no full COUNT(*)
 beyond the filtered one (none at all on PostgreSQL when unfiltered), no
@@ -23,7 +20,6 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
-from django.contrib.admin.utils import flatten_fieldsets
 from django.contrib.admin.views.main import ChangeList
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
@@ -123,7 +119,8 @@ class ExpiringRecordAdmin(ReleaseMixin, _ModelAdmin):
         return False
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        # Read-only: Django renders the view-only page for users who may view.
+        # Read-only: Django renders the view-only page for users who may view,
+        # every field of the fieldsets (the display callables too) read-only.
         return False
 
     def delete_model(self, request: HttpRequest, obj: Any) -> None:
@@ -145,11 +142,6 @@ class ExpiringRecordAdmin(ReleaseMixin, _ModelAdmin):
         return super().lookup_allowed(lookup, value, request)
 
     # -- queries --
-
-    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        # Everything shown is read-only, and the display callables must be
-        # listed here to be allowed in the fieldsets.
-        return [str(field) for field in flatten_fieldsets(self.get_fieldsets(request, obj))]
 
     # -- columns and detail fields --
 
