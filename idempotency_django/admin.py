@@ -104,8 +104,7 @@ class ExpiringRecordAdmin(ReleaseMixin, _ModelAdmin):
 
     actions = ["release_reservations"]
     show_full_result_count = False
-    if hasattr(admin, "ShowFacets"):  # Django 5.0+: facet counts are a COUNT per choice
-        show_facets = admin.ShowFacets.NEVER
+    show_facets = admin.ShowFacets.NEVER  # a facet count is a COUNT per choice
     list_per_page = 50
     list_max_show_all = 500
     paginator = EstimatedCountPaginator
@@ -134,11 +133,9 @@ class ExpiringRecordAdmin(ReleaseMixin, _ModelAdmin):
         super().delete_queryset(request, queryset)
         send_evicted(evicted, reason="evict", user=request.user)
 
-    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest | None = None) -> bool:
+    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest) -> bool:
         if lookup.split("__", 1)[0] in UNFILTERABLE_FIELDS:
             return False
-        if request is None:  # pragma: no cover - Django < 5.0 passes no request
-            return super().lookup_allowed(lookup, value)  # type: ignore[call-arg]
         return super().lookup_allowed(lookup, value, request)
 
     # -- queries --

@@ -206,8 +206,8 @@ class RecordChangeList(ChangeList):
     """The records changelist: the stored bodies and headers are not loaded, and the users
     behind the page's principals are named in one query."""
 
-    def get_queryset(self, request: HttpRequest, *args: Any, **kwargs: Any) -> QuerySet[Any]:
-        queryset = super().get_queryset(request, *args, **kwargs)
+    def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Any]:
+        queryset = super().get_queryset(request, exclude_parameters)
         return queryset.defer("response_body", "response_headers")
 
     def get_results(self, request: HttpRequest) -> None:
