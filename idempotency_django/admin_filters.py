@@ -7,6 +7,7 @@ scan), and the paginator skips ``COUNT(*)`` of a whole big PostgreSQL table.
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from datetime import datetime
 from typing import Any
 
@@ -39,9 +40,10 @@ def expiry_state(state: str, expires_at: datetime, now: datetime | None = None) 
 class LookupFilter(admin.SimpleListFilter):
     """A list filter whose chosen value stands for one ``filter()`` of the queryset."""
 
+    @abstractmethod
     def lookup(self, value: str) -> dict[str, Any] | None:
-        """The ``filter()`` arguments for ``value``; None for a value it does not know."""
-        raise NotImplementedError
+        """The ``filter()`` arguments for ``value``; None for a value it does not know
+        (from an old bookmark, say): then nothing is filtered out."""
 
     def queryset(
         self, request: HttpRequest, queryset: QuerySet[models.Model]
