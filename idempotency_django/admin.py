@@ -1,11 +1,8 @@
 """The Django admin for idempotency records: inspect, evict a key, release a stuck reservation.
 
 Records are read-only here: they are written by the store, never by hand.
-Releasing reservations and deleting principals' records are in
-:mod:`idempotency_django.admin_actions`, the list filters, the paginator and the
-changelist in :mod:`idempotency_django.admin_filters`, the rendering of records in
-:mod:`idempotency_django.admin_display`; :class:`ExpiringRecordAdmin` holds
-what the two admins here (requests' records, webhook deliveries) share.
+:class:`ExpiringRecordAdmin` holds what the two admins here (requests' records,
+webhook deliveries) share; actions, filters and rendering are in the ``admin_*`` modules.
 
 The changelist stays fast on a table of millions of rows: no full COUNT(*)
 beyond the filtered one (none at all on PostgreSQL when unfiltered), no
@@ -20,10 +17,9 @@ Stored responses are other people's data: only staff holding
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
-from django.contrib.admin.utils import flatten_fieldsets
 from django.contrib.admin.views.main import ChangeList
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
@@ -43,10 +39,10 @@ from idempotency_django.admin_display import (
     render_body_summary,
     render_header_names,
     render_headers,
+    render_opened,
     render_principal,
     render_relative_time,
     render_token,
-    render_undecryptable,
 )
 from idempotency_django.admin_filters import (
     EXPIRED,
@@ -106,13 +102,9 @@ class ExpiringRecordAdmin(ReleaseMixin, _ModelAdmin):
     stuck reservations need the delete permission. Nobody adds or edits rows.
     """
 
-    #: Columns never loaded for the changelist.
-    changelist_defer: ClassVar[tuple[str, ...]] = ("response_body", "response_headers")
-
     actions = ["release_reservations"]
     show_full_result_count = False
-    if hasattr(admin, "ShowFacets"):  # Django 5.0+: facet counts are a COUNT per choice
-        show_facets = admin.ShowFacets.NEVER
+    show_facets = admin.ShowFacets.NEVER  # a facet count is a COUNT per choice
     list_per_page = 50
     list_max_show_all = 500
     paginator = EstimatedCountPaginator
@@ -126,7 +118,8 @@ class ExpiringRecordAdmin(ReleaseMixin, _ModelAdmin):
         return False
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        # Read-only: Django renders the view-only page for users who may view.
+        # Read-only: Django renders the view-only page for users who may view,
+        # every field of the fieldsets (the display callables too) read-only.
         return False
 
     def delete_model(self, request: HttpRequest, obj: Any) -> None:
@@ -140,27 +133,12 @@ class ExpiringRecordAdmin(ReleaseMixin, _ModelAdmin):
         super().delete_queryset(request, queryset)
         send_evicted(evicted, reason="evict", user=request.user)
 
-    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest | None = None) -> bool:
+    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest) -> bool:
         if lookup.split("__", 1)[0] in UNFILTERABLE_FIELDS:
             return False
-        if request is None:  # pragma: no cover - Django < 5.0 passes no request
-            return super().lookup_allowed(lookup, value)  # type: ignore[call-arg]
         return super().lookup_allowed(lookup, value, request)
 
     # -- queries --
-
-    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
-        queryset = super().get_queryset(request)
-        match = getattr(request, "resolver_match", None)
-        opts = self.model._meta
-        if match is not None and match.url_name == f"{opts.app_label}_{opts.model_name}_changelist":
-            queryset = queryset.defer(*self.changelist_defer)
-        return queryset
-
-    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        # Everything shown is read-only, and the display callables must be
-        # listed here to be allowed in the fieldsets.
-        return [str(field) for field in flatten_fieldsets(self.get_fieldsets(request, obj))]
 
     # -- columns and detail fields --
 
@@ -254,10 +232,7 @@ class IdempotencyRecordAdmin(RecordActionsMixin, ExpiringRecordAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         # Webhook deliveries share the table; they have their own page.
-        records: QuerySet[Any] = (
-            super().get_queryset(request).filter(kind=IdempotencyRecord.Kind.REQUEST)
-        )
-        return records
+        return super().get_queryset(request).filter(kind=IdempotencyRecord.Kind.REQUEST)
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return RecordChangeList
@@ -318,25 +293,19 @@ class IdempotencyRecordAdmin(RecordActionsMixin, ExpiringRecordAdmin):
 
     @admin.display(description=_("response headers"))
     def headers_display(self, obj: IdempotencyRecord) -> SafeString:
-        opened = open_stored_response(obj)
-        return render_undecryptable() if opened is None else render_headers(opened[0])
+        return render_opened(obj, lambda headers, body: render_headers(headers))
 
     @admin.display(description=_("response body"))
     def body_display(self, obj: IdempotencyRecord) -> SafeString:
-        opened = open_stored_response(obj)
-        return render_undecryptable() if opened is None else render_body(opened[1])
+        return render_opened(obj, lambda headers, body: render_body(body))
 
     @admin.display(description=_("response headers"))
     def header_names_display(self, obj: IdempotencyRecord) -> SafeString:
-        opened = open_stored_response(obj)
-        return render_undecryptable() if opened is None else render_header_names(opened[0])
+        return render_opened(obj, lambda headers, body: render_header_names(headers))
 
     @admin.display(description=_("response body"))
     def body_summary_display(self, obj: IdempotencyRecord) -> SafeString:
-        opened = open_stored_response(obj)
-        if opened is None:
-            return render_undecryptable()
-        return render_body_summary(opened[1], opened[0])
+        return render_opened(obj, lambda headers, body: render_body_summary(body, headers))
 
 
 @admin.register(WebhookDelivery)
@@ -345,10 +314,6 @@ class WebhookDeliveryAdmin(ExpiringRecordAdmin):
 
     #: Hex digits of the trigger digest shown in the list (all of it on hover).
     trigger_digest_shown = 12
-    # The run id column reads the stored body, which for a delivery is only
-    # {"run_id": ...} (see webhooks), and the headers, which say whether it is
-    # encrypted (a delivery stores none of its own): both are loaded with the row.
-    changelist_defer = ()
 
     list_display = (
         "delivery_id",

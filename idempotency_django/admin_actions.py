@@ -9,6 +9,7 @@ through a read replica, and every deletion is in the admin's log.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
@@ -28,8 +29,6 @@ from django.utils.translation import ngettext
 from idempotency_django.admin_display import principal_usernames, render_principal
 from idempotency_django.models import IdempotencyRecord
 from idempotency_django.purge import default_database, purge_principal, send_evicted
-
-__all__ = ["RecordActionsMixin", "ReleaseMixin"]
 
 State = IdempotencyRecord.State
 
@@ -203,10 +202,7 @@ class RecordActionsMixin(ReleaseMixin):
             deleted = 0
             for principal in principals:
                 message = f"Deleted with every record of principal {principal}."
-
-                def log(batch: Sequence[IdempotencyRecord], message: str = message) -> None:
-                    _log_deletions(request, batch, message)
-
+                log = partial(_log_deletions, request, message=message)
                 deleted += purge_principal(principal, using=using, on_batch=log)
             self.message_user(
                 request,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -34,24 +34,6 @@ from django.utils.translation import gettext_lazy as _
 from idempotency_django.encryption import open_columns
 from idempotency_django.models import IdempotencyRecord
 from idempotency_django.stores.base import StoreUnavailable
-
-__all__ = [
-    "BINARY_PREVIEW",
-    "BODY_DIGEST_LENGTH",
-    "BODY_DISPLAY_LIMIT",
-    "body_digest",
-    "open_stored_response",
-    "principal_usernames",
-    "principals_of_users",
-    "render_body",
-    "render_body_summary",
-    "render_header_names",
-    "render_headers",
-    "render_principal",
-    "render_relative_time",
-    "render_token",
-    "render_undecryptable",
-]
 
 #: Bodies longer than this are shown cut, with a note.
 BODY_DISPLAY_LIMIT = 64 * 1024
@@ -114,22 +96,11 @@ def content_type_of(headers: Any) -> str:
     return ""
 
 
-def render_headers(headers: Any) -> SafeString:
-    """Stored headers (a list of ``[name, value]``) as an HTML table."""
-    pairs = _header_pairs(headers)
-    if not pairs:
-        return format_html("<em>{}</em>", _("(none)"))
-    rows = format_html_join(
-        "\n", "<tr><th scope='row'>{}</th><td>{}</td></tr>", ((n, v) for n, v in pairs)
-    )
-    return format_html('<table class="idempotency-headers"><tbody>{}</tbody></table>', rows)
+def render_headers(headers: Any, *, values: bool = True) -> SafeString:
+    """Stored headers (a list of ``[name, value]``) as an HTML table.
 
-
-def render_header_names(headers: Any) -> SafeString:
-    """The stored headers' names; of the values, only the content type's.
-
-    Other values can carry the response's data (``Location: /invoices/981/``,
-    an ``ETag`` derived from it), so they are left out.
+    Without ``values`` only the content type's value is shown: others can carry
+    the response's data (``Location: /invoices/981/``, an ``ETag`` derived from it).
     """
     pairs = _header_pairs(headers)
     if not pairs:
@@ -138,9 +109,14 @@ def render_header_names(headers: Any) -> SafeString:
     rows = format_html_join(
         "\n",
         "<tr><th scope='row'>{}</th><td>{}</td></tr>",
-        ((n, v if n.lower() == "content-type" else hidden) for n, v in pairs),
+        ((n, v if values or n.lower() == "content-type" else hidden) for n, v in pairs),
     )
     return format_html('<table class="idempotency-headers"><tbody>{}</tbody></table>', rows)
+
+
+def render_header_names(headers: Any) -> SafeString:
+    """The stored headers' names; of the values, only the content type's."""
+    return render_headers(headers, values=False)
 
 
 def body_digest(body: bytes) -> str:
@@ -299,6 +275,12 @@ def render_relative_time(value: datetime | None) -> SafeString | str:
         formats.date_format(local, "DATETIME_FORMAT"),
         text,
     )
+
+
+def render_opened(obj: IdempotencyRecord, render: Callable[[Any, bytes], SafeString]) -> SafeString:
+    """``render(headers, body)`` of the record's stored response, or a note that no key opens it."""
+    opened = open_stored_response(obj)
+    return render_undecryptable() if opened is None else render(*opened)
 
 
 def open_stored_response(obj: IdempotencyRecord) -> tuple[Any, bytes] | None:

@@ -7,6 +7,7 @@ scan), and the paginator skips ``COUNT(*)`` of a whole big PostgreSQL table.
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from datetime import datetime
 from typing import Any
 
@@ -24,21 +25,6 @@ from idempotency_django.admin_display import principal_usernames
 from idempotency_django.conf import DEFAULTS, idempotency_settings
 from idempotency_django.models import IdempotencyRecord
 
-__all__ = [
-    "COMPLETED",
-    "EXPIRED",
-    "IN_PROGRESS",
-    "EstimatedCountPaginator",
-    "ExpiryStateFilter",
-    "LocationFilter",
-    "MethodFilter",
-    "RecentValuesFilter",
-    "RecordChangeList",
-    "SourceFilter",
-    "StatusClassFilter",
-    "expiry_state",
-]
-
 IN_PROGRESS = str(IdempotencyRecord.State.IN_PROGRESS)
 COMPLETED = str(IdempotencyRecord.State.COMPLETED)
 EXPIRED = "expired"
@@ -51,7 +37,23 @@ def expiry_state(state: str, expires_at: datetime, now: datetime | None = None) 
     return state
 
 
-class ExpiryStateFilter(admin.SimpleListFilter):
+class LookupFilter(admin.SimpleListFilter):
+    """A list filter whose chosen value stands for one ``filter()`` of the queryset."""
+
+    @abstractmethod
+    def lookup(self, value: str) -> dict[str, Any] | None:
+        """The ``filter()`` arguments for ``value``; None for a value it does not know
+        (from an old bookmark, say): then nothing is filtered out."""
+
+    def queryset(
+        self, request: HttpRequest, queryset: QuerySet[models.Model]
+    ) -> QuerySet[models.Model] | None:
+        value = self.value()
+        lookup = None if value is None else self.lookup(value)
+        return queryset if lookup is None else queryset.filter(**lookup)
+
+
+class ExpiryStateFilter(LookupFilter):
     """In progress / completed / expired, from ``state`` and ``expires_at``.
 
     A row past ``expires_at`` counts as absent to the store, whatever its
@@ -70,22 +72,16 @@ class ExpiryStateFilter(admin.SimpleListFilter):
             (EXPIRED, _("expired")),
         ]
 
-    def queryset(
-        self, request: HttpRequest, queryset: QuerySet[models.Model]
-    ) -> QuerySet[models.Model] | None:
-        value = self.value()
+    def lookup(self, value: str) -> dict[str, Any] | None:
         now = timezone.now()
         if value == EXPIRED:
-            lookup: dict[str, Any] = {"expires_at__lte": now}
-        elif value in (IN_PROGRESS, COMPLETED):
-            lookup = {"state": value, "expires_at__gt": now}
-        else:
-            return queryset
-        filtered: QuerySet[models.Model] = queryset.filter(**lookup)
-        return filtered
+            return {"expires_at__lte": now}
+        if value in (IN_PROGRESS, COMPLETED):
+            return {"state": value, "expires_at__gt": now}
+        return None
 
 
-class StatusClassFilter(admin.SimpleListFilter):
+class StatusClassFilter(LookupFilter):
     """The stored response's status class: 2xx, 3xx, 4xx, 5xx, or none yet."""
 
     title = _("status class")
@@ -103,22 +99,16 @@ class StatusClassFilter(admin.SimpleListFilter):
             (self.NONE, _("no response yet")),
         ]
 
-    def queryset(
-        self, request: HttpRequest, queryset: QuerySet[models.Model]
-    ) -> QuerySet[models.Model] | None:
-        value = self.value()
+    def lookup(self, value: str) -> dict[str, Any] | None:
         if value == self.NONE:
-            lookup: dict[str, Any] = {"status_code__isnull": True}
-        elif value in {"2xx", "3xx", "4xx", "5xx"}:
+            return {"status_code__isnull": True}
+        if value in {"2xx", "3xx", "4xx", "5xx"}:
             low = int(value[0]) * 100
-            lookup = {"status_code__gte": low, "status_code__lt": low + 100}
-        else:
-            return queryset
-        filtered: QuerySet[models.Model] = queryset.filter(**lookup)
-        return filtered
+            return {"status_code__gte": low, "status_code__lt": low + 100}
+        return None
 
 
-class MethodFilter(admin.SimpleListFilter):
+class MethodFilter(LookupFilter):
     """The HTTP method, from the protected methods setting: no DISTINCT scan of the table."""
 
     title = _("method")
@@ -134,17 +124,11 @@ class MethodFilter(admin.SimpleListFilter):
         )
         return [(method, method) for method in methods]
 
-    def queryset(
-        self, request: HttpRequest, queryset: QuerySet[models.Model]
-    ) -> QuerySet[models.Model] | None:
-        value = self.value()
-        if value:
-            filtered: QuerySet[models.Model] = queryset.filter(method=value.upper())
-            return filtered
-        return queryset
+    def lookup(self, value: str) -> dict[str, Any] | None:
+        return {"method": value.upper()} if value else None
 
 
-class RecentValuesFilter(admin.SimpleListFilter):
+class RecentValuesFilter(LookupFilter):
     """The distinct values of ``field`` among the newest ``sample_size`` rows.
 
     Django's default filter for a plain field runs ``SELECT DISTINCT`` over the
@@ -167,14 +151,8 @@ class RecentValuesFilter(admin.SimpleListFilter):
             values.append(current)
         return [(value, value) for value in values[: self.max_choices]]
 
-    def queryset(
-        self, request: HttpRequest, queryset: QuerySet[models.Model]
-    ) -> QuerySet[models.Model] | None:
-        value = self.value()
-        if value is None:
-            return queryset
-        filtered: QuerySet[models.Model] = queryset.filter(**{self.field: value})
-        return filtered
+    def lookup(self, value: str) -> dict[str, Any] | None:
+        return {self.field: value}
 
 
 class LocationFilter(RecentValuesFilter):
@@ -227,7 +205,12 @@ class EstimatedCountPaginator(Paginator):  # type: ignore[type-arg]
 
 
 class RecordChangeList(ChangeList):
-    """The records changelist, naming the users behind the page's principals in one query."""
+    """The records changelist: the stored bodies and headers are not loaded, and the users
+    behind the page's principals are named in one query."""
+
+    def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Any]:
+        queryset = super().get_queryset(request, exclude_parameters)
+        return queryset.defer("response_body", "response_headers")
 
     def get_results(self, request: HttpRequest) -> None:
         super().get_results(request)

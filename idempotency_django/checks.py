@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import re
 from typing import Any
 
@@ -70,8 +71,7 @@ def check_middleware(**kwargs: Any) -> list[checks.CheckMessage]:
         for name in MUST_PRECEDE
         if name in middleware and middleware.index(name) > position
     ]
-    user = getattr(settings, SETTING_NAME, {})
-    anonymous = user.get("ANONYMOUS") if isinstance(user, dict) else None
+    anonymous = idempotency_settings.user_settings.get("ANONYMOUS")
     if anonymous == "session" and (
         SESSION_PATH not in middleware or middleware.index(SESSION_PATH) > position
     ):
@@ -134,20 +134,16 @@ def check_settings(**kwargs: Any) -> list[checks.CheckMessage]:
         if name not in DEFAULTS
     ]
     merged = {**DEFAULTS, **user}
-    for name in POSITIVE_INTEGERS:
+    for name in (*POSITIVE_INTEGERS, *OPTIONAL_LIMITS):
         value = merged[name]
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            errors.append(_error(f"{SETTING_NAME}[{name!r}] must be a positive integer.", "E004"))
-    for name in OPTIONAL_LIMITS:
-        value = merged[name]
-        if value is not None and (
-            not isinstance(value, int) or isinstance(value, bool) or value <= 0
-        ):
-            errors.append(
-                _error(f"{SETTING_NAME}[{name!r}] must be a positive integer or None.", "E004")
-            )
+        if name in OPTIONAL_LIMITS and value is None:
+            continue
+        if not _is_number(value, int) or value <= 0:
+            or_none = " or None" if name in OPTIONAL_LIMITS else ""
+            message = f"{SETTING_NAME}[{name!r}] must be a positive integer{or_none}."
+            errors.append(_error(message, "E004"))
     wait, lock_timeout = merged["WAIT_FOR_IN_PROGRESS"], merged["LOCK_TIMEOUT"]
-    if not isinstance(wait, (int, float)) or isinstance(wait, bool) or wait < 0:
+    if not _is_number(wait) or wait < 0:
         message = f"{SETTING_NAME}['WAIT_FOR_IN_PROGRESS'] must be a number of seconds >= 0."
         errors.append(_error(message, "E004"))
     elif isinstance(lock_timeout, int) and wait >= lock_timeout:
@@ -200,7 +196,7 @@ def _check_heartbeat(heartbeat: Any, lock_timeout: Any) -> list[checks.CheckMess
     name = f"{SETTING_NAME}['HEARTBEAT']"
     if heartbeat is None:
         return []
-    if not isinstance(heartbeat, (int, float)) or isinstance(heartbeat, bool) or heartbeat <= 0:
+    if not _is_number(heartbeat) or heartbeat <= 0:
         return [_error(f"{name} must be a number of seconds > 0, or None.", "E004")]
     if isinstance(lock_timeout, int) and heartbeat * 3 > lock_timeout:
         # Two renewals may be missed (a busy store, a pause) before a
@@ -290,6 +286,11 @@ def _check_store(merged: dict[str, Any]) -> list[checks.CheckMessage]:
     return store.check()
 
 
+def _is_number(value: Any, types: type | tuple[type, ...] = (int, float)) -> bool:
+    """Whether ``value`` is one of ``types``, and not a bool (which is an int to Python)."""
+    return isinstance(value, types) and not isinstance(value, bool)
+
+
 def _error(message: str, code: str) -> checks.CheckMessage:
     return checks.Error(message, id=f"idempotency_django.{code}")
 
@@ -306,10 +307,8 @@ def check_transactions(**kwargs: Any) -> list[checks.CheckMessage]:
         for alias, database in getattr(settings, "DATABASES", {}).items()
         if database.get("ATOMIC_REQUESTS")
     ]
-    user = getattr(settings, SETTING_NAME, {})
-    retain = isinstance(user, dict) and bool(
-        user.get("RETAIN_CLIENT_ERRORS", False) or user.get("RETAIN_FUNCTION")
-    )
+    user = idempotency_settings.user_settings
+    retain = bool(user.get("RETAIN_CLIENT_ERRORS") or user.get("RETAIN_FUNCTION"))
     messages: list[checks.CheckMessage] = []
     if atomic and retain and "rest_framework" in getattr(settings, "INSTALLED_APPS", ()):
         messages.append(
@@ -346,7 +345,7 @@ def check_ninja_operations(**kwargs: Any) -> list[checks.CheckMessage]:
     ignored (anonymous to the middleware), or scoped by a session cookie that
     rides along with someone else's token.
     """
-    if not _installed("ninja"):
+    if importlib.util.find_spec("ninja") is None:
         return []
     try:
         patterns = get_resolver().url_patterns
@@ -371,9 +370,3 @@ def check_ninja_operations(**kwargs: Any) -> list[checks.CheckMessage]:
             id="idempotency_django.W043",
         )
     ]
-
-
-def _installed(module: str) -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec(module) is not None

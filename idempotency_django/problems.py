@@ -207,10 +207,7 @@ def render_problem(
         content_type = JSON_API_CONTENT_TYPE
     else:
         body, content_type = members, PROBLEM_CONTENT_TYPE
-    response = HttpResponse(json.dumps(body), status=status, content_type=content_type)
-    for name, value in headers.items():
-        response[name] = value
-    return response
+    return HttpResponse(json.dumps(body), status=status, content_type=content_type, headers=headers)
 
 
 def json_api_error(members: dict[str, Any]) -> dict[str, Any]:

@@ -40,6 +40,7 @@ __all__ = [
     "DEFAULT_BATCH_SIZE",
     "KINDS",
     "PurgeKind",
+    "dead_rows",
     "default_database",
     "parse_duration",
     "purge",
@@ -152,20 +153,16 @@ def purge(
     ``on_batch(kind, deleted)`` is called after every batch. ``pause``
     seconds are slept between batches, to leave the database to traffic.
     """
-    if batch_size < 1:
-        raise ValueError("batch_size must be at least 1.")
-    if pause < 0:
-        raise ValueError("pause must not be negative.")
+    _check_batching(batch_size, pause)
     using = using or default_database()
     # The database's clock, as the store's claims use: an app server whose
     # clock runs fast must not delete a reservation that is still live.
     now = now or database_now(using)
-    cutoff = now - older_than if older_than is not None else None
     counts: dict[str, int] = {}
     for kind in KINDS:
-        rows = IdempotencyRecord._base_manager.using(using).filter(kind.filter(now, cutoff))
+        rows = dead_rows(kind, using, now, older_than)
         if dry_run:
-            counts[kind.label] = counts.get(kind.label, 0) + rows.count()
+            counts[kind.label] = rows.count()
             continue
         total = 0
         floor: datetime | None = None
@@ -188,9 +185,24 @@ def purge(
                 break
             if pause:
                 time.sleep(pause)
-        counts[kind.label] = counts.get(kind.label, 0) + total
+        counts[kind.label] = total
     signals.purged.send(sender=IdempotencyRecord, counts=counts, database=using, dry_run=dry_run)
     return counts
+
+
+def dead_rows(
+    kind: PurgeKind, using: str, now: datetime, older_than: timedelta | None
+) -> models.QuerySet[IdempotencyRecord]:
+    """The rows of ``kind`` that a purge at ``now`` deletes."""
+    cutoff = now - older_than if older_than is not None else None
+    return IdempotencyRecord._base_manager.using(using).filter(kind.filter(now, cutoff))
+
+
+def _check_batching(batch_size: int, pause: float) -> None:
+    if batch_size < 1:
+        raise ValueError("batch_size must be at least 1.")
+    if pause < 0:
+        raise ValueError("pause must not be negative.")
 
 
 def _delete(rows: models.QuerySet[IdempotencyRecord], pks: list[int], using: str) -> int:
@@ -227,10 +239,7 @@ def purge_principal(
     to log each one. With ``dry_run`` nothing is deleted and the count is
     the rows that would be.
     """
-    if batch_size < 1:
-        raise ValueError("batch_size must be at least 1.")
-    if pause < 0:
-        raise ValueError("pause must not be negative.")
+    _check_batching(batch_size, pause)
     using = using or default_database()
     wanted = set(stored_principals(principal))
     rows = IdempotencyRecord._base_manager.using(using).filter(principal__in=wanted)

@@ -200,6 +200,16 @@ def test_changelist_filters_and_search(
     assert listed(response) == expected
 
 
+@pytest.mark.parametrize("query", [{"state": "bogus"}, {"status_class": "6xx"}])
+def test_an_unknown_filter_value_filters_nothing_out(
+    admin_client: Client, records: dict[str, IdempotencyRecord], query: dict[str, str]
+) -> None:
+    everything = listed(admin_client.get(reverse(CHANGELIST)))
+    response = admin_client.get(reverse(CHANGELIST), query)
+    assert response.status_code == 200
+    assert everything and listed(response) == everything
+
+
 def test_changelist_date_filters(
     admin_client: Client, records: dict[str, IdempotencyRecord]
 ) -> None:

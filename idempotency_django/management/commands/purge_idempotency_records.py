@@ -17,12 +17,12 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import Error, connections
 from django.utils.connection import ConnectionDoesNotExist
 
-from idempotency_django.models import IdempotencyRecord
 from idempotency_django.purge import (
     DEFAULT_BATCH_SIZE,
     KINDS,
     PurgeKind,
     database_now,
+    dead_rows,
     default_database,
     parse_duration,
     purge,
@@ -138,15 +138,25 @@ class Command(BaseCommand):
             connections[using]
         except ConnectionDoesNotExist:
             raise CommandError(f"Unknown database {using!r}.") from None
-        dry_run: bool = options["dry_run"]
-        verbosity: int = options["verbosity"]
         principal = self._principal(options)
-        if principal is not None:
-            if options["older_than"] is not None:
-                raise CommandError("--older-than does not apply to --principal or --user.")
-            self._purge_principal(principal, using, options)
-            return
+        if principal is not None and options["older_than"] is not None:
+            raise CommandError("--older-than does not apply to --principal or --user.")
+        try:
+            if principal is None:
+                done = self._purge(using, options)
+            else:
+                done = self._purge_principal(principal, using, options)
+        except Error as exc:
+            raise CommandError(f"Purge failed on database {using!r}: {exc}") from exc
+        verb = "Would delete" if options["dry_run"] else "Deleted"
+        for what in done:
+            self.stdout.write(f"{verb} {what} (database {using!r}).")
+        if options["dry_run"]:
+            self.stdout.write("Dry run: nothing was deleted.")
 
+    def _purge(self, using: str, options: dict[str, Any]) -> list[str]:
+        """Purge every kind of dead row; what it deleted, a line per kind."""
+        verbosity: int = options["verbosity"]
         totals: dict[str, int] = {}
         expected: dict[str, int] = {}
         started = last_line = time.monotonic()
@@ -155,10 +165,7 @@ class Command(BaseCommand):
             """Rows of ``kind`` still to delete. Counted once, at the kind's first progress
             line (a purge that ends sooner counts nothing), then decreased as batches go."""
             if kind.label not in expected:
-                now = database_now(using)
-                older_than = options["older_than"]
-                cutoff = now - older_than if older_than is not None else None
-                rows = IdempotencyRecord._base_manager.using(using).filter(kind.filter(now, cutoff))
+                rows = dead_rows(kind, using, database_now(using), options["older_than"])
                 expected[kind.label] = totals[kind.label] + rows.count()
             return max(0, expected[kind.label] - totals[kind.label])
 
@@ -175,25 +182,15 @@ class Command(BaseCommand):
                     f"about {left(kind):,} left ({rate:,.0f} rows/s)"
                 )
 
-        try:
-            counts = purge(
-                using=using,
-                batch_size=options["batch_size"],
-                older_than=options["older_than"],
-                dry_run=dry_run,
-                on_batch=progress,
-                pause=options["pause"],
-            )
-        except Error as exc:
-            raise CommandError(f"Purge failed on database {using!r}: {exc}") from exc
-
-        verb = "Would delete" if dry_run else "Deleted"
-        for kind in KINDS:
-            self.stdout.write(
-                f"{verb} {kind.count(counts.get(kind.label, 0))} (database {using!r})."
-            )
-        if dry_run:
-            self.stdout.write("Dry run: nothing was deleted.")
+        counts = purge(
+            using=using,
+            batch_size=options["batch_size"],
+            older_than=options["older_than"],
+            dry_run=options["dry_run"],
+            on_batch=progress,
+            pause=options["pause"],
+        )
+        return [kind.count(counts[kind.label]) for kind in KINDS]
 
     def _principal(self, options: dict[str, Any]) -> str | None:
         if options["principal"] is not None:
@@ -213,28 +210,18 @@ class Command(BaseCommand):
             ) from None
         return principal_of(user)
 
-    def _purge_principal(self, principal: str, using: str, options: dict[str, Any]) -> None:
-        verbosity: int = options["verbosity"]
-
+    def _purge_principal(self, principal: str, using: str, options: dict[str, Any]) -> list[str]:
         def progress(batch: Any) -> None:
-            if verbosity >= 2:
+            if options["verbosity"] >= 2:
                 self.stdout.write(f"  deleting a batch of {len(batch)}")
 
-        try:
-            count = purge_principal(
-                principal,
-                using=using,
-                batch_size=options["batch_size"],
-                dry_run=options["dry_run"],
-                on_batch=progress,
-                pause=options["pause"],
-            )
-        except Error as exc:
-            raise CommandError(f"Purge failed on database {using!r}: {exc}") from exc
-        verb = "Would delete" if options["dry_run"] else "Deleted"
-        records = "record" if count == 1 else "records"
-        self.stdout.write(
-            f"{verb} {count:,} {records} of principal {principal!r} (database {using!r})."
+        count = purge_principal(
+            principal,
+            using=using,
+            batch_size=options["batch_size"],
+            dry_run=options["dry_run"],
+            on_batch=progress,
+            pause=options["pause"],
         )
-        if options["dry_run"]:
-            self.stdout.write("Dry run: nothing was deleted.")
+        records = "record" if count == 1 else "records"
+        return [f"{count:,} {records} of principal {principal!r}"]
