@@ -233,7 +233,6 @@ def begin_delivery(
     ``token`` is the receiver's namespace: its trigger token, or all its URL
     keyword arguments.
     """
-    settings = idempotency_settings
     decide(request, "protected")  # by the delivery contract, whatever key it carries
     match = getattr(request, "resolver_match", None)
     route = str(match.route) if match is not None else ""
@@ -262,7 +261,7 @@ def begin_delivery(
         RecordKey(TRIGGER_PREFIX + triggers[0], "", identity.delivery_id),
         info,
         trigger=triggers[0],
-        retention=settings.WEBHOOK_RETENTION if retention is None else retention,
+        retention=idempotency_settings.WEBHOOK_RETENTION if retention is None else retention,
     )
     if previous is None:
         earlier = [RecordKey(TRIGGER_PREFIX + t, "", identity.delivery_id) for t in triggers[1:]]
@@ -350,9 +349,16 @@ class DeliveryAttempt(Attempt):
 
     def log(self, level: int, event: str, **fields: Any) -> None:
         """Never the token, the URL or the body: the trigger digest stands for them."""
-        if event == "stored":
-            event = "accepted"
-        _log(level, event, trigger=self.trigger[:16], source=self.info.source, **fields)
+        if not logger.isEnabledFor(level):
+            return
+        fields = {
+            "event": "accepted" if event == "stored" else event,
+            "trigger": self.trigger[:16],
+            "source": self.info.source,
+            **fields,
+        }
+        line = " ".join(f"{name}={value}" for name, value in fields.items())
+        logger.log(level, "webhook %s", line, extra={"idempotency": fields})
 
 
 def _run_id(response: HttpResponseBase) -> str | None:
@@ -364,10 +370,3 @@ def _run_id(response: HttpResponseBase) -> str | None:
             return None
     run_id = data.get("run_id") if isinstance(data, dict) else None
     return None if run_id is None else str(run_id)
-
-
-def _log(level: int, event: str, **fields: Any) -> None:
-    """Never the token, the URL or the body: the trigger digest stands for them."""
-    if logger.isEnabledFor(level):
-        line = " ".join(f"{name}={value}" for name, value in {"event": event, **fields}.items())
-        logger.log(level, "webhook %s", line, extra={"idempotency": {"event": event, **fields}})
