@@ -48,10 +48,11 @@ from idempotency_django.stores import (
     StoreUnavailable,
 )
 from idempotency_django.webhook_identity import (
+    FALLBACK_SOURCE,
     TRIGGER_PREFIX,
     DeliveryIdentity,
     DeliveryIdMissing,
-    delivery_identities,
+    delivery_identity,
     fallback_identity,
     trigger_digest,
 )
@@ -68,7 +69,7 @@ __all__ = [
     "RedactTriggerURLs",
     "begin_delivery",
     "deduplicate_webhook",
-    "delivery_identities",
+    "delivery_identity",
     "stripe_event_id",
     "trigger_digest",
 ]
@@ -241,9 +242,7 @@ def begin_delivery(
     secrets = (django_settings.SECRET_KEY, *django_settings.SECRET_KEY_FALLBACKS)
     triggers = [trigger_digest(route, token, secret) for secret in secrets]
     try:
-        identity, previous = delivery_identities(
-            request, token, id_header=id_header, body_id=body_id
-        )
+        identity = delivery_identity(request, token, id_header=id_header, body_id=body_id)
     except InvalidKey as exc:
         return problems.refuse(request, problems.KEY_INVALID, detail=exc.translated(gettext))
     except DeliveryIdMissing as exc:
@@ -263,10 +262,11 @@ def begin_delivery(
         trigger=triggers[0],
         retention=idempotency_settings.WEBHOOK_RETENTION if retention is None else retention,
     )
-    if previous is None:
+    if identity.source != FALLBACK_SOURCE:
         earlier = [RecordKey(TRIGGER_PREFIX + t, "", identity.delivery_id) for t in triggers[1:]]
     else:
-        # A fallback id is keyed too: under an old secret it was another id.
+        # The previous bucket's id too; and a fallback id is keyed: under an
+        # old secret it was another id.
         bucket = int(identity.delivery_id.split(":")[1])
         earlier = [
             RecordKey(
