@@ -37,7 +37,7 @@ from idempotency_django.keys import InvalidKey
 from idempotency_django.logs import request_id
 from idempotency_django.marks import PROTECTED_ATTRIBUTE, decide, find_request
 from idempotency_django.options import ViewOptions
-from idempotency_django.phases import BeginPhase, arun, run
+from idempotency_django.phases import arun, run
 from idempotency_django.problems import Refusal
 from idempotency_django.stores import (
     Claim,
@@ -163,20 +163,16 @@ def deduplicate_webhook(
         raise TypeError("Name one delivery id: id_header or body_id, not both.")
 
     def decorate(func: ViewT) -> ViewT:
-        def delivery_phase(kwargs: dict[str, Any]) -> BeginPhase:
+        def delivery_phase(kwargs: dict[str, Any], request: HttpRequest, _: ViewOptions) -> Any:
             """Phase 1 for a delivery to this receiver, in the namespace of ``kwargs``."""
-
-            def begin_phase(request: HttpRequest, _options: ViewOptions) -> Any:
-                if namespace is not None:
-                    space = namespace(request) if callable(namespace) else namespace
-                    trigger = "\x1enamespace\x1e" + str(space)
-                else:
-                    trigger = _kwargs_namespace(kwargs)
-                return begin_delivery(
-                    request, trigger, retention=retention, body_id=body_id, id_header=id_header
-                )
-
-            return begin_phase
+            if namespace is not None:
+                space = namespace(request) if callable(namespace) else namespace
+                trigger = "\x1enamespace\x1e" + str(space)
+            else:
+                trigger = _kwargs_namespace(kwargs)
+            return begin_delivery(
+                request, trigger, retention=retention, body_id=body_id, id_header=id_header
+            )
 
         if iscoroutinefunction(func):
 
@@ -186,7 +182,7 @@ def deduplicate_webhook(
                     find_request(args),
                     ViewOptions(),
                     lambda _request: func(*args, **kwargs),
-                    delivery_phase(kwargs),
+                    functools.partial(delivery_phase, kwargs),
                 )
 
             wrapper: Callable[..., Any] = async_wrapper
@@ -198,7 +194,7 @@ def deduplicate_webhook(
                     find_request(args),
                     ViewOptions(),
                     lambda _request: func(*args, **kwargs),
-                    begin_phase=delivery_phase(kwargs),
+                    begin_phase=functools.partial(delivery_phase, kwargs),
                 )
 
         setattr(wrapper, PROTECTED_ATTRIBUTE, True)  # the middleware leaves it alone
