@@ -138,18 +138,16 @@ def refuse_ninja(request: Any) -> None:
 def _protect_class(view_class: type, options: ViewOptions) -> type:
     drf_view = drf_api_view_class()
     if drf_view is not None and issubclass(view_class, drf_view):
-        from idempotency_django.drf import protect_view_class
+        from idempotency_django.drf import IdempotentMixin
 
-        return protect_view_class(view_class, options)
+        mixin = () if issubclass(view_class, IdempotentMixin) else (IdempotentMixin,)
+        return _subclass(view_class, *mixin, idempotency_options=options)
     if issubclass(view_class, View):
-        return type(
-            view_class.__name__,
-            (view_class,),
-            {
-                "__module__": view_class.__module__,
-                "__qualname__": view_class.__qualname__,
-                "__doc__": view_class.__doc__,
-                "dispatch": protect_callable(view_class.dispatch, options),
-            },
-        )
+        return _subclass(view_class, dispatch=protect_callable(view_class.dispatch, options))
     raise TypeError(f"@idempotent cannot protect {view_class!r}: not a Django or DRF view.")
+
+
+def _subclass(view_class: type, *mixins: type, **attributes: Any) -> type:
+    """A subclass of ``view_class`` that bears its name, module and docstring."""
+    names = {name: getattr(view_class, name) for name in ("__module__", "__qualname__", "__doc__")}
+    return type(view_class.__name__, (*mixins, view_class), {**names, **attributes})

@@ -17,7 +17,7 @@ principal DRF resolved. :class:`IdempotentMixin` works through DRF's hooks:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 from django.http.response import HttpResponseBase
 from rest_framework.exceptions import APIException
@@ -31,11 +31,10 @@ from idempotency_django.marks import EXEMPT_ATTRIBUTE, OPTIONS_ATTRIBUTE, note_h
 from idempotency_django.options import ViewOptions
 from idempotency_django.phases import Protection, protect
 from idempotency_django.problems import PROBLEM_ATTRIBUTE
+from idempotency_django.routes import MATCH_ATTRIBUTE
 from idempotency_django.transactions import roll_back_open_transactions, transaction_block
 
-__all__ = ["IdempotencyError", "IdempotentMixin", "protect_drf_call", "protect_view_class"]
-
-ViewClassT = TypeVar("ViewClassT", bound=type)
+__all__ = ["IdempotencyError", "IdempotentMixin", "protect_drf_call"]
 
 
 class IdempotencyError(APIException):
@@ -77,9 +76,14 @@ class IdempotentMixin:
 
     def initialize_request(self, request: Any, *args: Any, **kwargs: Any) -> Request:
         # The fingerprint needs the raw body: ready it before authentication
-        # (SessionAuthentication's CSRF check) or a parser can consume it.
+        # (SessionAuthentication's CSRF check) or a parser can consume it. The
+        # middleware readied every keyed request it saw (and found its view then).
         settings = idempotency_settings
-        if request.method in settings.METHODS and header(request, settings.HEADER) is not None:
+        if (
+            request.method in settings.METHODS
+            and header(request, settings.HEADER) is not None
+            and not hasattr(request, MATCH_ATTRIBUTE)
+        ):
             ready_body(request)  # a body over the limit is answered 413 when the key is claimed
         return super().initialize_request(request, *args, **kwargs)  # type: ignore[misc,no-any-return]
 
@@ -97,13 +101,10 @@ class IdempotentMixin:
     def handler_idempotency_options(self, request: Request) -> ViewOptions | None:
         """The options of the handler that will serve ``request``; None if it is not protected."""
         method = str(request.method).lower()
-        if request.method not in idempotency_settings.METHODS:
-            return None
-        if method not in self.http_method_names:  # type: ignore[attr-defined]
-            return None
-        handler = getattr(self, method, None)
-        if handler is None:
-            return None  # 405: nothing to protect
+        allowed = method in self.http_method_names  # type: ignore[attr-defined]
+        handler = getattr(self, method, None) if allowed else None
+        if request.method not in idempotency_settings.METHODS or handler is None:
+            return None  # a safe method, or a 405: nothing to protect
         return self.idempotency_options_of(handler)
 
     def idempotency_options_of(self, handler: Callable[..., Any]) -> ViewOptions | None:
@@ -177,20 +178,3 @@ def protect_drf_call(
     if problem is not None and idempotency_settings.DRF_EXCEPTION_HANDLER:
         raise IdempotencyError(*problem)  # for the project's EXCEPTION_HANDLER to render
     return response
-
-
-def protect_view_class(view_class: ViewClassT, options: ViewOptions) -> ViewClassT:
-    """A subclass of ``view_class`` protected by :class:`IdempotentMixin` with ``options``."""
-    bases = (
-        (view_class,) if issubclass(view_class, IdempotentMixin) else (IdempotentMixin, view_class)
-    )
-    return type(  # type: ignore[return-value]
-        view_class.__name__,
-        bases,
-        {
-            "__module__": view_class.__module__,
-            "__qualname__": view_class.__qualname__,
-            "__doc__": view_class.__doc__,
-            "idempotency_options": options,
-        },
-    )

@@ -64,8 +64,6 @@ __all__ = ["PRINCIPAL_ATTRIBUTE", "NinjaIdempotency", "auth_principal", "idempot
 
 FuncT = TypeVar("FuncT", bound=Callable[..., Any])
 
-#: On a protected operation's function: the function it protects.
-_INNER_ATTRIBUTE = NINJA_INNER_ATTRIBUTE
 #: On a protected operation's function: the ``openapi_extra`` the operation had before.
 _BASE_EXTRA_ATTRIBUTE = "_idempotency_base_openapi_extra"
 #: On a protected operation: "operation" when protected by its own ``@idempotent``.
@@ -108,7 +106,7 @@ class NinjaIdempotency:
 
     def protect_operation(self, operation: Operation, run: FuncT) -> FuncT:
         """Protect one bound operation; return its ``run``, which readies the body first."""
-        inner = getattr(operation.view_func, _INNER_ATTRIBUTE, operation.view_func)
+        inner = getattr(operation.view_func, NINJA_INNER_ATTRIBUTE, operation.view_func)
         if getattr(inner, EXEMPT_ATTRIBUTE, False) or getattr(operation, "stream_format", None):
             return run  # exempt, or a stream (never kept)
         if getattr(operation, _LEVEL_ATTRIBUTE, None) == "operation" and not self.operation_level:
@@ -213,7 +211,7 @@ def _protected_function(
             return protect(request, call, options)
 
         protected = protected_sync
-    setattr(protected, _INNER_ATTRIBUTE, inner)
+    setattr(protected, NINJA_INNER_ATTRIBUTE, inner)
     return protected
 
 

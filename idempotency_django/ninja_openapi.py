@@ -9,18 +9,16 @@ from typing import TYPE_CHECKING, Any
 from django.http import HttpRequest
 
 from idempotency_django.conf import idempotency_settings
-from idempotency_django.keys import MAX_KEY_LENGTH
 from idempotency_django.openapi_contract import (
-    KEY_PATTERN,
+    KEY_SCHEMA,
     PROBLEM_SCHEMA,
+    add_problem_response,
     key_description,
     key_required,
     problem_answers,
-    problem_examples,
     replayed_header,
     same_request_description,
 )
-from idempotency_django.problems import PROBLEM_CONTENT_TYPE
 
 if TYPE_CHECKING:  # django-ninja is imported by idempotency_django.ninja only
     from ninja.operation import Operation
@@ -46,12 +44,7 @@ def operation_openapi_extra(
         "name": idempotency_settings.HEADER,
         "required": required,
         "description": key_description(required, same_request_description(fingerprint)),
-        "schema": {
-            "type": "string",
-            "minLength": 1,
-            "maxLength": MAX_KEY_LENGTH,
-            "pattern": KEY_PATTERN,
-        },
+        "schema": dict(KEY_SCHEMA),
     }
     parameters = extra.setdefault("parameters", [])
     if not any(
@@ -67,14 +60,9 @@ def operation_openapi_extra(
             response.setdefault("headers", {}).setdefault(
                 idempotency_settings.REPLAYED_HEADER, replayed_header()
             )
-    for status, description, codes, headers in problem_answers(required):
-        response = responses.setdefault(status, {})
-        if status not in documented:
-            response.setdefault("description", description)
-        response.setdefault("content", {}).setdefault(
-            PROBLEM_CONTENT_TYPE,
-            {"schema": copy.deepcopy(PROBLEM_SCHEMA), "examples": problem_examples(status, codes)},
-        )
-        for name, value in headers.items():
-            response.setdefault("headers", {}).setdefault(name, copy.deepcopy(value))
+    for answer in problem_answers(required):
+        response = responses.setdefault(answer[0], {})
+        if answer[0] not in documented:  # ninja's own description stays
+            response.setdefault("description", answer[1])
+        add_problem_response(response, answer, copy.deepcopy(PROBLEM_SCHEMA))
     return extra

@@ -28,18 +28,17 @@ from drf_spectacular.plumbing import ComponentRegistry, ResolvedComponent, get_d
 from drf_spectacular.settings import spectacular_settings
 from drf_spectacular.utils import OpenApiParameter
 
-from idempotency_django import problems
 from idempotency_django.conf import idempotency_settings
 from idempotency_django.drf import IdempotentMixin
-from idempotency_django.keys import MAX_KEY_LENGTH
 from idempotency_django.marks import EXEMPT_ATTRIBUTE, OPTIONS_ATTRIBUTE
 from idempotency_django.openapi_contract import (
-    KEY_PATTERN,
+    KEY_SCHEMA,
     PROBLEM_SCHEMA,
+    ProblemAnswer,
+    add_problem_response,
     key_description,
     key_required,
     problem_answers,
-    problem_examples,
     replayed_header,
     same_request_description,
 )
@@ -132,11 +131,10 @@ class IdempotentAutoSchema(AutoSchema):
             return parameters
         header = OpenApiParameter(
             name=idempotency_settings.HEADER,
-            type={"type": "string", "minLength": 1, "maxLength": MAX_KEY_LENGTH},
+            type=dict(KEY_SCHEMA),
             location=OpenApiParameter.HEADER,
             required=self.idempotency_key_required(options),
             description=self.idempotency_key_description(options),
-            pattern=KEY_PATTERN,
         )
         # Ours first: a parameter of the same name from @extend_schema replaces it.
         return [header, *parameters]
@@ -173,12 +171,14 @@ class IdempotentAutoSchema(AutoSchema):
                 response.setdefault("headers", {}).setdefault(
                     idempotency_settings.REPLAYED_HEADER, replayed_header()
                 )
-        for status, description, codes, headers in self.idempotency_problems(options):
-            self._add_problem_response(responses, status, description, codes, headers)
+        for answer in self.idempotency_problems(options):
+            response = responses.get(str(answer[0]))
+            if not isinstance(response, dict):
+                response = responses[str(answer[0])] = {}
+            response["description"] = response.get("description") or answer[1]
+            add_problem_response(response, answer, self._problem_ref())
 
-    def idempotency_problems(
-        self, options: ViewOptions
-    ) -> list[tuple[int, str, list[tuple[str, str]], dict[str, Any]]]:
+    def idempotency_problems(self, options: ViewOptions) -> list[ProblemAnswer]:
         """(status, description, [(code, detail)], headers) for each problem response."""
         return problem_answers(self.idempotency_key_required(options))
 
@@ -192,30 +192,3 @@ class IdempotentAutoSchema(AutoSchema):
         self.registry.register_on_missing(component)
         ref: dict[str, Any] = component.ref
         return ref
-
-    def _add_problem_response(
-        self,
-        responses: dict[str, Any],
-        status: int,
-        description: str,
-        codes: list[tuple[str, str]],
-        headers: dict[str, Any],
-    ) -> None:
-        examples = problem_examples(status, codes)
-        media = {"schema": self._problem_ref(), "examples": examples}
-        response = responses.get(str(status))
-        if not isinstance(response, dict):
-            response = responses[str(status)] = {"description": description}
-        # A response the view documents itself (e.g. a 400 validation error)
-        # keeps its own content and description; the problem type is added.
-        content = response.setdefault("content", {})
-        existing = content.get(problems.PROBLEM_CONTENT_TYPE)
-        if existing is None:
-            content[problems.PROBLEM_CONTENT_TYPE] = media
-        elif isinstance(existing.get("examples"), dict):
-            for code, example in examples.items():
-                existing["examples"].setdefault(code, example)
-        for name, header in headers.items():
-            response.setdefault("headers", {}).setdefault(name, copy.deepcopy(header))
-        if not response.get("description"):
-            response["description"] = description

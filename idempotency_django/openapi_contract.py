@@ -22,12 +22,13 @@ from idempotency_django.scope import MAX_LOCATION_LENGTH
 
 __all__ = [
     "KEY_PATTERN",
+    "KEY_SCHEMA",
     "PROBLEM_SCHEMA",
     "ProblemAnswer",
+    "add_problem_response",
     "key_description",
     "key_required",
     "problem_answers",
-    "problem_examples",
     "replayed_header",
 ]
 
@@ -35,6 +36,13 @@ __all__ = [
 #: :func:`idempotency_django.keys.parse_key` accepts (it also accepts a quoted
 #: RFC 8941 sf-string, which may contain a comma).
 KEY_PATTERN = r"^[\x21-\x2B\x2D-\x7E](?:[\x20-\x2B\x2D-\x7E]*[\x21-\x2B\x2D-\x7E])?$"
+#: The ``Idempotency-Key`` header's schema.
+KEY_SCHEMA: dict[str, Any] = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": MAX_KEY_LENGTH,
+    "pattern": KEY_PATTERN,
+}
 
 PROBLEM_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -158,9 +166,16 @@ def problem_answers(required: bool) -> list[ProblemAnswer]:
     return result
 
 
-def problem_examples(status: int, codes: list[tuple[str, str]]) -> dict[str, Any]:
-    """One OpenAPI example per problem code a response can carry."""
-    return {
+def add_problem_response(
+    response: dict[str, Any], answer: ProblemAnswer, schema: dict[str, Any]
+) -> None:
+    """Add one problem answer's content, with an example per code, and headers to ``response``.
+
+    A response the operation documents itself (e.g. a 400 validation error)
+    keeps its own content; the problem type is added.
+    """
+    status, _description, codes, headers = answer
+    examples = {
         code: {
             "summary": code,
             "value": {
@@ -173,3 +188,12 @@ def problem_examples(status: int, codes: list[tuple[str, str]]) -> dict[str, Any
         }
         for code, detail in codes
     }
+    content = response.setdefault("content", {})
+    existing = content.get(problems.PROBLEM_CONTENT_TYPE)
+    if existing is None:
+        content[problems.PROBLEM_CONTENT_TYPE] = {"schema": schema, "examples": examples}
+    elif isinstance(existing.get("examples"), dict):
+        for code, example in examples.items():
+            existing["examples"].setdefault(code, example)
+    for name, header in headers.items():
+        response.setdefault("headers", {}).setdefault(name, copy.deepcopy(header))

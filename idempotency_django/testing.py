@@ -148,9 +148,8 @@ def _send_with_a_duplicate(
 def _check_first(first: TestResponse, duplicate: TestResponse | None, request: str) -> None:
     from idempotency_django.conf import idempotency_settings
 
-    replayed_header = idempotency_settings.REPLAYED_HEADER
-
-    if first.has_header(replayed_header) or _code(first).startswith("idempotency_"):
+    replayed = first.has_header(idempotency_settings.REPLAYED_HEADER)
+    if replayed or _code(first).startswith("idempotency_"):
         raise AssertionError(
             f"The first {request} did not run the view: it got {_describe(first)}. "
             "If the key was used before, start from an empty store (the idempotency_store "
@@ -184,9 +183,7 @@ def _check_in_progress(duplicate: TestResponse | None) -> None:
 def _check_replay(first: TestResponse, retry: TestResponse) -> None:
     from idempotency_django.conf import idempotency_settings
 
-    replayed_header = idempotency_settings.REPLAYED_HEADER
-
-    if retry.get(replayed_header) != "true":
+    if retry.get(idempotency_settings.REPLAYED_HEADER) != "true":
         raise AssertionError(
             f"The retry (same key, method, URL and body) was not replayed: it got "
             f"{_describe(retry)}, after the first request got {_describe(first)}. "
@@ -214,14 +211,12 @@ def _check_reused(reused: TestResponse) -> None:
     from idempotency_django import problems
     from idempotency_django.conf import idempotency_settings
 
-    replayed_header = idempotency_settings.REPLAYED_HEADER
-
     reuse_status = idempotency_settings.REUSE_STATUS
     if reused.status_code != reuse_status or _code(reused) != problems.KEY_REUSED:
         hint = (
             " The view's fingerprint does not see the difference: pass other_data= "
             "that differs where it looks."
-            if reused.has_header(replayed_header)
+            if reused.has_header(idempotency_settings.REPLAYED_HEADER)
             else ""
         )
         raise AssertionError(

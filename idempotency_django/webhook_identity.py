@@ -25,7 +25,7 @@ __all__ = [
     "TRIGGER_PREFIX",
     "DeliveryIdMissing",
     "DeliveryIdentity",
-    "delivery_identities",
+    "delivery_identity",
     "fallback_identity",
     "trigger_digest",
 ]
@@ -74,15 +74,14 @@ class DeliveryIdMissing(ValueError):
     """The receiver names a header as its delivery id, and the delivery has none."""
 
 
-def delivery_identities(
+def delivery_identity(
     request: HttpRequest,
     namespace: str,
     *,
     id_header: str | None = None,
     body_id: Callable[[HttpRequest], str | None] | None = None,
-    now: float | None = None,
-) -> tuple[DeliveryIdentity, DeliveryIdentity | None]:
-    """The identity to claim, and for the fallback the previous bucket's to check.
+) -> DeliveryIdentity:
+    """The identity to claim: the one the receiver names, else the fallback.
 
     Only the identity the receiver names counts (``id_header``, else
     ``body_id``, else ``WEBHOOK_ID_HEADER``, else ``WEBHOOK_BODY_ID_FUNCTION``):
@@ -105,18 +104,14 @@ def delivery_identities(
             raise DeliveryIdMissing(f"This receiver identifies deliveries by {id_header}.")
         source = PROVIDER_SOURCES.get(id_header.lower(), "header")
         if source == "idempotency-key":
-            return DeliveryIdentity(parse_key(value), source), None
-        return DeliveryIdentity(_storable(value), source), None
+            return DeliveryIdentity(parse_key(value), source)
+        return DeliveryIdentity(_storable(value), source)
     if body_id is not None:
         found = body_id(request)
         if found:
-            return DeliveryIdentity(_storable(str(found)), "body"), None
-    bucket_size = settings.WEBHOOK_FALLBACK_BUCKET
-    bucket = int((time.time() if now is None else now) // bucket_size)
-    return (
-        fallback_identity(namespace, request, bucket),
-        fallback_identity(namespace, request, bucket - 1),
-    )
+            return DeliveryIdentity(_storable(str(found)), "body")
+    bucket = int(time.time() // settings.WEBHOOK_FALLBACK_BUCKET)
+    return fallback_identity(namespace, request, bucket)
 
 
 def fallback_identity(

@@ -59,7 +59,7 @@ def _redact_request_urls(args: tuple[Any, ...], request: HttpRequest) -> tuple[A
     if match is None:  # answered before URL resolution, by a middleware
         route = _receiver_route(request.path_info, getattr(request, "urlconf", None))
     else:
-        route = str(match.route) if _is_receiver(match.func) else None
+        route = str(match.route) if _receiver_handler(match.func) is not None else None
     if route is None:
         return args
     urls = {request.path, request.path_info, request.get_full_path()}
@@ -97,29 +97,16 @@ def _receiver_route(path: str, urlconf: str | None = None) -> str | None:
             match = resolve(candidate, urlconf)
         except Resolver404:
             continue
-        return str(match.route) if _is_receiver(match.func) else None
+        return str(match.route) if _receiver_handler(match.func) is not None else None
     return None
-
-
-def _is_receiver(view: Callable[..., Any]) -> bool:
-    """A resolved view decorated with ``@deduplicate_webhook``, or a class view's handler."""
-    return _receiver_handler(view) is not None
 
 
 def _receiver_handler(view: Callable[..., Any]) -> Any:
-    """The function ``@deduplicate_webhook`` decorated behind ``view``, or None."""
-    found = _marked(view)
-    if found is not None:
-        return found
+    """The function ``@deduplicate_webhook`` decorated behind ``view`` (or its class's handler)."""
     view_class = getattr(view, "view_class", None) or getattr(view, "cls", None)
-    if view_class is None:
-        return None
     names = [*getattr(view_class, "http_method_names", ()), *getattr(view, "actions", {}).values()]
-    for name in names:
-        found = _marked(getattr(view_class, name, None))
-        if found is not None:
-            return found
-    return None
+    handlers = (view, *(getattr(view_class, name, None) for name in names))
+    return next((found for handler in handlers if (found := _marked(handler))), None)
 
 
 def _marked(handler: Any) -> Any:

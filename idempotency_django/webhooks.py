@@ -37,7 +37,7 @@ from idempotency_django.keys import InvalidKey
 from idempotency_django.logs import request_id
 from idempotency_django.marks import PROTECTED_ATTRIBUTE, decide, find_request
 from idempotency_django.options import ViewOptions
-from idempotency_django.phases import BeginPhase, arun, run
+from idempotency_django.phases import arun, run
 from idempotency_django.problems import Refusal
 from idempotency_django.stores import (
     Claim,
@@ -48,10 +48,11 @@ from idempotency_django.stores import (
     StoreUnavailable,
 )
 from idempotency_django.webhook_identity import (
+    FALLBACK_SOURCE,
     TRIGGER_PREFIX,
     DeliveryIdentity,
     DeliveryIdMissing,
-    delivery_identities,
+    delivery_identity,
     fallback_identity,
     trigger_digest,
 )
@@ -68,7 +69,7 @@ __all__ = [
     "RedactTriggerURLs",
     "begin_delivery",
     "deduplicate_webhook",
-    "delivery_identities",
+    "delivery_identity",
     "stripe_event_id",
     "trigger_digest",
 ]
@@ -162,20 +163,16 @@ def deduplicate_webhook(
         raise TypeError("Name one delivery id: id_header or body_id, not both.")
 
     def decorate(func: ViewT) -> ViewT:
-        def delivery_phase(kwargs: dict[str, Any]) -> BeginPhase:
+        def delivery_phase(kwargs: dict[str, Any], request: HttpRequest, _: ViewOptions) -> Any:
             """Phase 1 for a delivery to this receiver, in the namespace of ``kwargs``."""
-
-            def begin_phase(request: HttpRequest, _options: ViewOptions) -> Any:
-                if namespace is not None:
-                    space = namespace(request) if callable(namespace) else namespace
-                    trigger = "\x1enamespace\x1e" + str(space)
-                else:
-                    trigger = _kwargs_namespace(kwargs)
-                return begin_delivery(
-                    request, trigger, retention=retention, body_id=body_id, id_header=id_header
-                )
-
-            return begin_phase
+            if namespace is not None:
+                space = namespace(request) if callable(namespace) else namespace
+                trigger = "\x1enamespace\x1e" + str(space)
+            else:
+                trigger = _kwargs_namespace(kwargs)
+            return begin_delivery(
+                request, trigger, retention=retention, body_id=body_id, id_header=id_header
+            )
 
         if iscoroutinefunction(func):
 
@@ -185,7 +182,7 @@ def deduplicate_webhook(
                     find_request(args),
                     ViewOptions(),
                     lambda _request: func(*args, **kwargs),
-                    delivery_phase(kwargs),
+                    functools.partial(delivery_phase, kwargs),
                 )
 
             wrapper: Callable[..., Any] = async_wrapper
@@ -197,7 +194,7 @@ def deduplicate_webhook(
                     find_request(args),
                     ViewOptions(),
                     lambda _request: func(*args, **kwargs),
-                    begin_phase=delivery_phase(kwargs),
+                    begin_phase=functools.partial(delivery_phase, kwargs),
                 )
 
         setattr(wrapper, PROTECTED_ATTRIBUTE, True)  # the middleware leaves it alone
@@ -233,7 +230,6 @@ def begin_delivery(
     ``token`` is the receiver's namespace: its trigger token, or all its URL
     keyword arguments.
     """
-    settings = idempotency_settings
     decide(request, "protected")  # by the delivery contract, whatever key it carries
     match = getattr(request, "resolver_match", None)
     route = str(match.route) if match is not None else ""
@@ -242,9 +238,7 @@ def begin_delivery(
     secrets = (django_settings.SECRET_KEY, *django_settings.SECRET_KEY_FALLBACKS)
     triggers = [trigger_digest(route, token, secret) for secret in secrets]
     try:
-        identity, previous = delivery_identities(
-            request, token, id_header=id_header, body_id=body_id
-        )
+        identity = delivery_identity(request, token, id_header=id_header, body_id=body_id)
     except InvalidKey as exc:
         return problems.refuse(request, problems.KEY_INVALID, detail=exc.translated(gettext))
     except DeliveryIdMissing as exc:
@@ -262,12 +256,13 @@ def begin_delivery(
         RecordKey(TRIGGER_PREFIX + triggers[0], "", identity.delivery_id),
         info,
         trigger=triggers[0],
-        retention=settings.WEBHOOK_RETENTION if retention is None else retention,
+        retention=idempotency_settings.WEBHOOK_RETENTION if retention is None else retention,
     )
-    if previous is None:
+    if identity.source != FALLBACK_SOURCE:
         earlier = [RecordKey(TRIGGER_PREFIX + t, "", identity.delivery_id) for t in triggers[1:]]
     else:
-        # A fallback id is keyed too: under an old secret it was another id.
+        # The previous bucket's id too; and a fallback id is keyed: under an
+        # old secret it was another id.
         bucket = int(identity.delivery_id.split(":")[1])
         earlier = [
             RecordKey(
@@ -350,9 +345,16 @@ class DeliveryAttempt(Attempt):
 
     def log(self, level: int, event: str, **fields: Any) -> None:
         """Never the token, the URL or the body: the trigger digest stands for them."""
-        if event == "stored":
-            event = "accepted"
-        _log(level, event, trigger=self.trigger[:16], source=self.info.source, **fields)
+        if not logger.isEnabledFor(level):
+            return
+        fields = {
+            "event": "accepted" if event == "stored" else event,
+            "trigger": self.trigger[:16],
+            "source": self.info.source,
+            **fields,
+        }
+        line = " ".join(f"{name}={value}" for name, value in fields.items())
+        logger.log(level, "webhook %s", line, extra={"idempotency": fields})
 
 
 def _run_id(response: HttpResponseBase) -> str | None:
@@ -364,10 +366,3 @@ def _run_id(response: HttpResponseBase) -> str | None:
             return None
     run_id = data.get("run_id") if isinstance(data, dict) else None
     return None if run_id is None else str(run_id)
-
-
-def _log(level: int, event: str, **fields: Any) -> None:
-    """Never the token, the URL or the body: the trigger digest stands for them."""
-    if logger.isEnabledFor(level):
-        line = " ".join(f"{name}={value}" for name, value in {"event": event, **fields}.items())
-        logger.log(level, "webhook %s", line, extra={"idempotency": {"event": event, **fields}})

@@ -13,11 +13,14 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.http import HttpRequest
+from django.http.response import HttpResponseBase
 from django.test import Client, override_settings
 from django.test.client import encode_multipart
 from django.utils.crypto import salted_hmac
 from django.utils.http import urlencode
 
+from idempotency_django import bodies, drf, middleware
 from idempotency_django.fingerprint import FINGERPRINT_SALT
 from idempotency_django.models import IdempotencyRecord
 from tests.testapp.models import Booking
@@ -251,3 +254,62 @@ def test_a_body_without_a_key_is_left_alone(browser: Browser) -> None:
         response = browser.client.post("/plain/form/", data)
     assert response.status_code == 201
     assert not IdempotencyRecord.objects.exists()
+
+
+@pytest.mark.parametrize("multipart", [False, True], ids=["json", "multipart"])
+def test_a_drf_view_readies_the_body_without_the_middleware(
+    browser: Browser, settings: Any, multipart: bool
+) -> None:
+    """A project without IdempotencyMiddleware: the view readies the body itself, before
+    SessionAuthentication's CSRF check parses (and consumes) the stream."""
+    logged_in = browser.client
+    settings.MIDDLEWARE = [
+        name
+        for name in settings.MIDDLEWARE
+        if name != "idempotency_django.middleware.IdempotencyMiddleware"
+    ]
+    browser.client = Client(enforce_csrf_checks=True)  # a handler built with these MIDDLEWARE
+    browser.client.cookies = logged_in.cookies
+    form: dict[str, Any] = {"slot": "2026-08-01T09:00:00Z", "customer": "alice"}
+
+    def send(boundary: str):  # type: ignore[no-untyped-def]
+        if multipart:
+            form["attachment"] = upload()
+            return post_multipart(browser, "/api/bookings/", boundary, form, "no-mw-1")
+        return browser.client.post(
+            "/api/bookings/",
+            json.dumps(form),
+            content_type="application/json",
+            HTTP_IDEMPOTENCY_KEY="no-mw-1",
+            HTTP_X_CSRFTOKEN=browser.csrf,
+        )
+
+    first = send("first-boundary")
+    assert first.status_code == 201, first.content[:300]
+    retry = send("second-boundary")
+    assert retry.status_code == 201, retry.content[:300]
+    assert retry["Idempotency-Replayed"] == "true"
+    assert Booking.objects.count() == 1
+
+
+def test_a_drf_view_under_the_middleware_readies_the_body_once(
+    browser: Browser, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The middleware readies a keyed request's body; the DRF view does not do it again."""
+    readied: list[str] = []
+
+    def ready_body(request: HttpRequest) -> HttpResponseBase | None:
+        readied.append(request.path)
+        return bodies.ready_body(request)
+
+    monkeypatch.setattr(middleware, "ready_body", ready_body)
+    monkeypatch.setattr(drf, "ready_body", ready_body)
+    response = browser.client.post(
+        "/api/bookings/",
+        json.dumps({"slot": "2026-08-02T09:00:00Z", "customer": "alice"}),
+        content_type="application/json",
+        HTTP_IDEMPOTENCY_KEY="once-1",
+        HTTP_X_CSRFTOKEN=browser.csrf,
+    )
+    assert response.status_code == 201, response.content[:300]
+    assert readied == ["/api/bookings/"]
