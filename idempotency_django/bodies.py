@@ -26,6 +26,8 @@ from idempotency_django.scope import default_scope, principal_of
 
 #: Where a body too large to keep in memory was copied (see :func:`prepare_body`).
 BODY_COPY_ATTRIBUTE = "_idempotency_body_copy"
+#: Set by :func:`ready_body` on a request it has looked at: it decides once per request.
+READIED_ATTRIBUTE = "_idempotency_body_readied"
 CHUNK_SIZE = 64 * 1024
 
 
@@ -107,8 +109,13 @@ def ready_body(request: HttpRequest) -> HttpResponseBase | None:
     under the default scope): those are answered (404, 401, 403, a run
     without protection) without the body being copied. A DRF view's token
     authentication comes later; its body is readied when the key is claimed.
-    Returns the 413 answer for a body over ``MAX_FINGERPRINTED_BODY``.
+    Returns the 413 answer for a body over ``MAX_FINGERPRINTED_BODY``. A
+    request it has looked at already (the middleware, then DRF's view) is
+    not looked at again.
     """
+    if getattr(request, READIED_ATTRIBUTE, False):
+        return None
+    setattr(request, READIED_ATTRIBUTE, True)
     match = match_of(request)
     if match is None or getattr(match.func, EXEMPT_ATTRIBUTE, False):
         return None

@@ -31,7 +31,6 @@ from idempotency_django.marks import EXEMPT_ATTRIBUTE, OPTIONS_ATTRIBUTE, note_h
 from idempotency_django.options import ViewOptions
 from idempotency_django.phases import Protection, protect
 from idempotency_django.problems import PROBLEM_ATTRIBUTE
-from idempotency_django.routes import MATCH_ATTRIBUTE
 from idempotency_django.transactions import roll_back_open_transactions, transaction_block
 
 __all__ = ["IdempotencyError", "IdempotentMixin", "protect_drf_call"]
@@ -76,14 +75,10 @@ class IdempotentMixin:
 
     def initialize_request(self, request: Any, *args: Any, **kwargs: Any) -> Request:
         # The fingerprint needs the raw body: ready it before authentication
-        # (SessionAuthentication's CSRF check) or a parser can consume it. The
-        # middleware readied every keyed request it saw (and found its view then).
+        # (SessionAuthentication's CSRF check) or a parser can consume it. Under
+        # the middleware it was readied already: ready_body looks once.
         settings = idempotency_settings
-        if (
-            request.method in settings.METHODS
-            and header(request, settings.HEADER) is not None
-            and not hasattr(request, MATCH_ATTRIBUTE)
-        ):
+        if request.method in settings.METHODS and header(request, settings.HEADER) is not None:
             ready_body(request)  # a body over the limit is answered 413 when the key is claimed
         return super().initialize_request(request, *args, **kwargs)  # type: ignore[misc,no-any-return]
 

@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 from django.http import HttpRequest
-from django.http.response import HttpResponseBase
 from django.test import Client, override_settings
 from django.test.client import encode_multipart
+from django.urls import ResolverMatch
 from django.utils.crypto import salted_hmac
 from django.utils.http import urlencode
 
-from idempotency_django import bodies, drf, middleware
+from idempotency_django import bodies, routes
 from idempotency_django.fingerprint import FINGERPRINT_SALT
 from idempotency_django.models import IdempotencyRecord
 from tests.testapp.models import Booking
@@ -296,14 +296,13 @@ def test_a_drf_view_under_the_middleware_readies_the_body_once(
     browser: Browser, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The middleware readies a keyed request's body; the DRF view does not do it again."""
-    readied: list[str] = []
+    looked_up: list[str] = []
 
-    def ready_body(request: HttpRequest) -> HttpResponseBase | None:
-        readied.append(request.path)
-        return bodies.ready_body(request)
+    def match_of(request: HttpRequest) -> ResolverMatch | None:
+        looked_up.append(request.path)
+        return routes.match_of(request)
 
-    monkeypatch.setattr(middleware, "ready_body", ready_body)
-    monkeypatch.setattr(drf, "ready_body", ready_body)
+    monkeypatch.setattr(bodies, "match_of", match_of)  # ready_body's first step
     response = browser.client.post(
         "/api/bookings/",
         json.dumps({"slot": "2026-08-02T09:00:00Z", "customer": "alice"}),
@@ -312,4 +311,4 @@ def test_a_drf_view_under_the_middleware_readies_the_body_once(
         HTTP_X_CSRFTOKEN=browser.csrf,
     )
     assert response.status_code == 201, response.content[:300]
-    assert readied == ["/api/bookings/"]
+    assert looked_up == ["/api/bookings/"]
