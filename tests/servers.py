@@ -135,6 +135,17 @@ def logged_in_headers(user: AbstractBaseUser) -> dict[str, str]:
     }
 
 
+def post(url: str, body: bytes, headers: Mapping[str, str]) -> tuple[int, dict[str, str], bytes]:
+    """POST ``body`` to a real server: the status, headers and body of its answer, an
+    error status's included."""
+    request = urllib.request.Request(url, data=body, method="POST", headers=dict(headers))
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, dict(response.headers), response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, dict(error.headers), error.read()
+
+
 def _tail(log: Path | None) -> str:
     if log is None or not log.exists():
         return ""

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -115,21 +113,11 @@ def test_same_key_storm_against_a_real_asgi_server(uvicorn_server: str, django_u
     logged_in = servers.logged_in_headers(user)
 
     def send(_: int) -> tuple[int, dict[str, str], bytes]:
-        request = urllib.request.Request(
+        return servers.post(
             uvicorn_server + "/async/bookings/?delay=0.5",
-            data=BODY.encode(),
-            method="POST",
-            headers={
-                "Content-Type": "application/json",
-                "Idempotency-Key": "uvicorn-storm",
-                **logged_in,
-            },
+            BODY.encode(),
+            {"Content-Type": "application/json", "Idempotency-Key": "uvicorn-storm", **logged_in},
         )
-        try:
-            with urllib.request.urlopen(request, timeout=30) as response:
-                return response.status, dict(response.headers), response.read()
-        except urllib.error.HTTPError as error:
-            return error.code, dict(error.headers), error.read()
 
     with ThreadPoolExecutor(max_workers=16) as pool:
         results = list(pool.map(send, range(16)))

@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import re
 import threading
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -306,21 +304,12 @@ def test_a_retry_after_a_lost_answer_charges_once(
     logged_in = servers.logged_in_headers(alice)
 
     def post() -> tuple[int, dict[str, Any]]:
-        request = urllib.request.Request(
+        status, _, body = servers.post(
             uvicorn_server + "/downstream/charge/?crash=1",
-            data=b"{}",
-            method="POST",
-            headers={
-                "Content-Type": "application/json",
-                "Idempotency-Key": "order-42",
-                **logged_in,
-            },
+            b"{}",
+            {"Content-Type": "application/json", "Idempotency-Key": "order-42", **logged_in},
         )
-        try:
-            with urllib.request.urlopen(request, timeout=30) as response:
-                return response.status, json.loads(response.read())
-        except urllib.error.HTTPError as error:
-            return error.code, json.loads(error.read())
+        return status, json.loads(body)
 
     lost, _ = post()
     retried, answer = post()
