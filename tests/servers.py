@@ -1,4 +1,7 @@
-"""Waiting for a server a test started: one helper for every test that starts one.
+"""Real servers of the test project: starting one, waiting for it, stopping it.
+
+``running()`` runs one on the test database; the tests that start servers of their
+own (scale-out, the example project, quickstart) wait through ``wait_until()``.
 
 A server that is still booting can refuse the connection, accept it and say nothing
 (a gunicorn master whose workers are importing Django: the read times out), close it,
@@ -8,19 +11,32 @@ only the process exiting, or no answer by a deadline, fails the test.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
+import os
 import socket
 import subprocess
+import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.sessions.backends.db import SessionStore
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parent.parent
 
 #: Long, because it only bounds a server that never comes up: a healthy one is
 #: used as soon as it answers. A busy 2-core laptop has taken over 30 s to boot
 #: two gunicorns of three workers each.
 START_SECONDS = 180.0
+
+#: A well-formed CSRF secret, sent as cookie and header by logged_in_headers().
+CSRF_SECRET = "a" * 16 + "B" * 16
 
 
 def free_port() -> int:
@@ -60,6 +76,74 @@ def wait_until(
         if time.monotonic() > deadline:
             raise RuntimeError(f"{what} did not come up within {seconds:.0f} s{_tail(log)}")
         time.sleep(0.2)
+
+
+def uvicorn(app: str, port: int) -> list[str]:
+    """The module and arguments (for ``python -m``) of uvicorn serving the ASGI ``app``."""
+    return ["uvicorn", app, "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
+
+
+@contextlib.contextmanager
+def running(
+    command: Callable[[int], list[str]],
+    environment: Mapping[str, str],
+    *,
+    what: str,
+    ready_path: str = "/",
+) -> Iterator[int]:
+    """Run ``python -m`` with ``command(port)`` on a free port, on the test database,
+    with ``environment`` (its DJANGO_SETTINGS_MODULE at least); yield the port once
+    ``ready_path`` answers, and stop the server after."""
+    port = free_port()
+    env = {**os.environ, "TESTS_DB_NAME": str(connection.settings_dict["NAME"]), **environment}
+    with tempfile.TemporaryDirectory() as directory:
+        log = Path(directory) / "server.log"
+        with log.open("wb") as output:
+            server = subprocess.Popen(
+                [sys.executable, "-m", *command(port)],
+                cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        try:
+            ready = f"http://127.0.0.1:{port}{ready_path}"
+            wait_until(lambda: status(ready) is not None, server, what=what, log=log)
+            yield port
+        finally:
+            stop(server)
+
+
+def stop(process: subprocess.Popen[bytes] | subprocess.Popen[str]) -> None:
+    """Ask ``process`` to exit; kill it if it has not within 15 s."""
+    process.terminate()
+    try:
+        process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def logged_in_headers(user: AbstractBaseUser) -> dict[str, str]:
+    """Headers that make a request to a real server ``user``'s: the cookie of a session
+    made in the test database, and a CSRF cookie with its header."""
+    session = SessionStore()
+    session["_auth_user_id"] = str(user.pk)
+    session["_auth_user_backend"] = "django.contrib.auth.backends.ModelBackend"
+    session["_auth_user_hash"] = user.get_session_auth_hash()
+    session.create()
+    return {
+        "Cookie": f"sessionid={session.session_key}; csrftoken={CSRF_SECRET}",
+        "X-CSRFToken": CSRF_SECRET,
+    }
+
+
+def post(url: str, body: bytes, headers: Mapping[str, str]) -> tuple[int, dict[str, str], bytes]:
+    """POST ``body`` to a real server: the status, headers and body of its answer, an
+    error status's included."""
+    request = urllib.request.Request(url, data=body, method="POST", headers=dict(headers))
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, dict(response.headers), response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, dict(error.headers), error.read()
 
 
 def _tail(log: Path | None) -> str:

@@ -4,21 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import socket
-import subprocess
-import sys
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 from asgiref.sync import async_to_sync
 from django.contrib.auth.models import User
-from django.contrib.sessions.backends.db import SessionStore
-from django.db import connection
 from django.test import AsyncClient
 
 from idempotency_django.models import IdempotencyRecord
@@ -26,8 +17,6 @@ from tests import servers
 from tests.testapp.models import Booking
 
 BODY = json.dumps({"slot": "2026-07-30T09:00:00Z"})
-ROOT = Path(__file__).resolve().parent.parent
-CSRF_SECRET = "a" * 16 + "B" * 16  # a well-formed CSRF secret, sent as cookie and header
 
 
 async def apost(client: AsyncClient, url: str, key: str | None = "async-1", body: str = BODY):  # type: ignore[no-untyped-def]
@@ -108,73 +97,27 @@ def test_concurrent_async_requests_run_once(aclient: AsyncClient) -> None:
     assert Booking.objects.count() == 1
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture
 def uvicorn_server(transactional_db: None) -> Iterator[str]:
     pytest.importorskip("uvicorn")
-    port = _free_port()
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "tests.settings",
-        "TESTS_DB_NAME": str(connection.settings_dict["NAME"]),
-    }
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "tests.asgi:application",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        servers.wait_until(lambda: servers.status(url) is not None, server, what="uvicorn")
-        yield url
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
+    with servers.running(
+        lambda port: servers.uvicorn("tests.asgi:application", port),
+        {"DJANGO_SETTINGS_MODULE": "tests.settings"},
+        what="uvicorn",
+    ) as port:
+        yield f"http://127.0.0.1:{port}"
 
 
 def test_same_key_storm_against_a_real_asgi_server(uvicorn_server: str, django_user_model) -> None:  # type: ignore[no-untyped-def]
     user = django_user_model.objects.create_user("storm", password="pw")
-    session = SessionStore()
-    session["_auth_user_id"] = str(user.pk)
-    session["_auth_user_backend"] = "django.contrib.auth.backends.ModelBackend"
-    session["_auth_user_hash"] = user.get_session_auth_hash()
-    session.create()
+    logged_in = servers.logged_in_headers(user)
 
     def send(_: int) -> tuple[int, dict[str, str], bytes]:
-        request = urllib.request.Request(
+        return servers.post(
             uvicorn_server + "/async/bookings/?delay=0.5",
-            data=BODY.encode(),
-            method="POST",
-            headers={
-                "Content-Type": "application/json",
-                "Idempotency-Key": "uvicorn-storm",
-                "Cookie": f"sessionid={session.session_key}; csrftoken={CSRF_SECRET}",
-                "X-CSRFToken": CSRF_SECRET,
-            },
+            BODY.encode(),
+            {"Content-Type": "application/json", "Idempotency-Key": "uvicorn-storm", **logged_in},
         )
-        try:
-            with urllib.request.urlopen(request, timeout=30) as response:
-                return response.status, dict(response.headers), response.read()
-        except urllib.error.HTTPError as error:
-            return error.code, dict(error.headers), error.read()
 
     with ThreadPoolExecutor(max_workers=16) as pool:
         results = list(pool.map(send, range(16)))

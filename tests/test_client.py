@@ -43,10 +43,10 @@ from idempotency_django import problems
 from idempotency_django.conf import DEFAULTS
 from tests.docs_examples import client_httpx, client_requests
 from tests.fault_proxy import DROP, FORWARD, HOLD, Answer, Step, fault_proxy
+from tests.servers import free_port
 from tests.test_example_project import (
     PASSWORD,
     example_server,
-    free_port,
     start_then_duplicate,
 )
 

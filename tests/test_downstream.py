@@ -7,22 +7,14 @@ real (stand-in) payment provider for the retry that must not charge twice.
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 import threading
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
-from django.contrib.sessions.backends.db import SessionStore
-from django.db import connection
 from django.test import Client, RequestFactory, override_settings
 
 from idempotency_django import downstream_key
@@ -36,8 +28,6 @@ from tests.redis_helpers import redis_store_settings
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-ROOT = Path(__file__).resolve().parent.parent
-CSRF_SECRET = "a" * 16 + "B" * 16  # a well-formed CSRF secret, sent as cookie and header
 HEX_64 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -295,38 +285,15 @@ def test_the_retry_client_example_sends_the_derived_key_and_retries_with_it(
 @pytest.fixture
 def uvicorn_server(transactional_db: None, provider: tuple[Provider, str]) -> Iterator[str]:
     pytest.importorskip("uvicorn")
-    port = servers.free_port()
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "tests.downstream_settings",
-        "TESTS_DB_NAME": str(connection.settings_dict["NAME"]),
-        "TESTS_PROVIDER_URL": provider[1] + "/v1/charges",
-    }
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "tests.asgi:application",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        servers.wait_until(lambda: servers.status(url) is not None, process, what="uvicorn")
-        yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
+    with servers.running(
+        lambda port: servers.uvicorn("tests.asgi:application", port),
+        {
+            "DJANGO_SETTINGS_MODULE": "tests.downstream_settings",
+            "TESTS_PROVIDER_URL": provider[1] + "/v1/charges",
+        },
+        what="uvicorn",
+    ) as port:
+        yield f"http://127.0.0.1:{port}"
 
 
 def test_a_retry_after_a_lost_answer_charges_once(
@@ -334,29 +301,15 @@ def test_a_retry_after_a_lost_answer_charges_once(
 ) -> None:
     """The view charged, then failed (500, released); the client's retry runs the view
     again, which sends the provider the same key: the provider charges once."""
-    session = SessionStore()
-    session["_auth_user_id"] = str(alice.pk)
-    session["_auth_user_backend"] = "django.contrib.auth.backends.ModelBackend"
-    session["_auth_user_hash"] = alice.get_session_auth_hash()
-    session.create()
+    logged_in = servers.logged_in_headers(alice)
 
     def post() -> tuple[int, dict[str, Any]]:
-        request = urllib.request.Request(
+        status, _, body = servers.post(
             uvicorn_server + "/downstream/charge/?crash=1",
-            data=b"{}",
-            method="POST",
-            headers={
-                "Content-Type": "application/json",
-                "Idempotency-Key": "order-42",
-                "Cookie": f"sessionid={session.session_key}; csrftoken={CSRF_SECRET}",
-                "X-CSRFToken": CSRF_SECRET,
-            },
+            b"{}",
+            {"Content-Type": "application/json", "Idempotency-Key": "order-42", **logged_in},
         )
-        try:
-            with urllib.request.urlopen(request, timeout=30) as response:
-                return response.status, json.loads(response.read())
-        except urllib.error.HTTPError as error:
-            return error.code, json.loads(error.read())
+        return status, json.loads(body)
 
     lost, _ = post()
     retried, answer = post()

@@ -20,7 +20,6 @@ import os
 import re
 import shlex
 import shutil
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -76,12 +75,6 @@ def manage(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def gunicorn_recipe() -> list[str]:
     """The gunicorn command example_project/README.md gives, as the tests run it."""
     readme = (REPO_ROOT / "example_project" / "README.md").read_text()
@@ -105,7 +98,7 @@ def example_server(
     ):
         done = manage({**env, "DJANGO_SUPERUSER_PASSWORD": PASSWORD}, *args)
         assert done.returncode == 0, f"manage.py {' '.join(args)} failed:\n{done.stderr}"
-    port = free_port()
+    port = servers.free_port()
     if server == "gunicorn":
         command = [
             *gunicorn_recipe(),
@@ -142,12 +135,7 @@ def serving(command: list[str], env: dict[str, str], tmp_dir: Path, port: int) -
         )
         yield base
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        servers.stop(process)
         log.close()
 
 
@@ -466,7 +454,7 @@ def test_demo_command(tmp_path: Path) -> None:
     env = example_env(tmp_path)  # no EXAMPLE_BOOKING_DELAY_MS: the demo's own default
     booked: list[int] = []
     for run in ("first", "second"):
-        port = free_port()
+        port = servers.free_port()
         started = time.monotonic()
         command = [sys.executable, str(MANAGE), "demo", f"127.0.0.1:{port}"]
         with serving(command, env, tmp_path, port) as base:

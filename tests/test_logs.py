@@ -44,6 +44,7 @@ from rest_framework.views import APIView
 
 from idempotency_django.webhook_receivers import RedactTriggerURLs
 from idempotency_django.webhooks import deduplicate_webhook
+from tests.servers import free_port, stop
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Django's loggers whose records carry a request's URL.
@@ -52,12 +53,6 @@ URL_LOGGERS = ("django.request", "django.security.csrf", "django.server")
 
 def marker(name: str) -> str:
     return f"{name}-{secrets.token_hex(8)}"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 # -- the filter, installed by the app ----------------------------------------------
@@ -289,12 +284,7 @@ def logging_server(kind: str, directory: Path) -> Iterator[str]:
                     time.sleep(0.1)
             yield f"http://127.0.0.1:{port}"
         finally:
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop(process)
 
 
 @pytest.mark.services

@@ -20,6 +20,27 @@ local function head_of(value)
 end
 """
 
+# For the scripts that act only for the request holding the entry's reservation
+# (complete, release, renew): read_reservation(key, token) reads the entry and
+# returns whether it is gone, and its header when it is the in-progress
+# reservation made with ``token`` (else nil).
+_LUA_OUR_RESERVATION = (
+    _LUA_HEAD
+    + """
+local function read_reservation(key, token)
+  local value = redis.call('GET', key)
+  if not value then
+    return true, nil
+  end
+  local head = head_of(value)
+  if head and head['state'] == 'in_progress' and head['token'] == token then
+    return false, head
+  end
+  return false, nil
+end
+"""
+)
+
 # KEYS[1] the entry; ARGV: fingerprint, the reservation's value, lock timeout (ms),
 # then other fingerprints of the same request (under SECRET_KEY_FALLBACKS, 0.1's).
 # Returns {"claimed"}, {"in_progress"}, {"reused"} or {"replay", value}.
@@ -56,21 +77,19 @@ return {'claimed'}
 # was too large to keep (MAX_STORED_BODY).
 # Returns 1 when stored, 0 when another request owns the key or it was stored already.
 COMPLETE_SCRIPT = (
-    _LUA_HEAD
+    _LUA_OUR_RESERVATION
     + """
-local value = redis.call('GET', KEYS[1])
+local gone, reservation = read_reservation(KEYS[1], ARGV[1])
 local fp
-if not value then
+if gone then
   if ARGV[6] ~= '1' then
     return 0
   end
   fp = ARGV[7]
+elseif reservation then
+  fp = reservation['fp']
 else
-  local head = head_of(value)
-  if not head or head['state'] ~= 'in_progress' or head['token'] ~= ARGV[1] then
-    return 0
-  end
-  fp = head['fp']
+  return 0
 end
 local omitted = ''
 if ARGV[8] == '1' then
@@ -87,14 +106,10 @@ return 1
 
 # KEYS[1] the entry; ARGV: token. Returns 1 when the reservation was dropped.
 RELEASE_SCRIPT = (
-    _LUA_HEAD
+    _LUA_OUR_RESERVATION
     + """
-local value = redis.call('GET', KEYS[1])
-if not value then
-  return 0
-end
-local head = head_of(value)
-if head and head['state'] == 'in_progress' and head['token'] == ARGV[1] then
+local _, reservation = read_reservation(KEYS[1], ARGV[1])
+if reservation then
   redis.call('DEL', KEYS[1])
   redis.call('PUBLISH', KEYS[1] .. ':settled', 'released')
   return 1
@@ -107,18 +122,17 @@ return 0
 # should it have to be made again, "1" to make it again if it is gone (not for
 # the heartbeat). Returns 1 when the reservation is ours.
 RENEW_SCRIPT = (
-    _LUA_HEAD
+    _LUA_OUR_RESERVATION
     + """
-local value = redis.call('GET', KEYS[1])
-if not value then
+local gone, reservation = read_reservation(KEYS[1], ARGV[1])
+if gone then
   if ARGV[4] ~= '1' then
     return 0
   end
   redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[2])
   return 1
 end
-local head = head_of(value)
-if head and head['state'] == 'in_progress' and head['token'] == ARGV[1] then
+if reservation then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
 end

@@ -5,36 +5,18 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
-import os
 import re
 import socket
-import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.cookies import SimpleCookie
-from pathlib import Path
 
-from django.db import connection
-
-from tests.servers import free_port, status, wait_until
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.servers import running, uvicorn
 
 #: The command line of each server, for a port; ASGI servers serve ``asgi``, gunicorn ``wsgi``.
 COMMANDS = {
-    "uvicorn": lambda port: [
-        "uvicorn",
-        "tests.hangup.app:asgi",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--log-level",
-        "warning",
-    ],
+    "uvicorn": lambda port: uvicorn("tests.hangup.app:asgi", port),
     "daphne": lambda port: ["daphne", "-b", "127.0.0.1", "-p", str(port), "tests.hangup.app:asgi"],
     "gunicorn": lambda port: [
         "gunicorn",
@@ -58,31 +40,9 @@ _TOKEN = re.compile(r'name="csrfmiddlewaretoken" value="([^"]+)"')
 @contextlib.contextmanager
 def serve(kind: str, **environment: str) -> Iterator[int]:
     """Run ``kind`` on the test database, with ``environment`` (``HANGUP_*``); yield its port."""
-    port = free_port()
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "tests.hangup.settings",
-        "TESTS_DB_NAME": str(connection.settings_dict["NAME"]),
-        **environment,
-    }
-    with tempfile.TemporaryDirectory() as directory:
-        log = Path(directory) / f"{kind}.log"
-        with log.open("wb") as output:
-            server = subprocess.Popen(
-                [sys.executable, "-m", *COMMANDS[kind](port)],
-                cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT,
-            )  # fmt: skip
-        try:
-            login_page = f"http://127.0.0.1:{port}/accounts/login/"
-            wait_until(lambda: status(login_page) is not None, server, what=kind, log=log)
-            yield port
-        finally:
-            server.terminate()
-            try:
-                server.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
+    settings = {"DJANGO_SETTINGS_MODULE": "tests.hangup.settings", **environment}
+    with running(COMMANDS[kind], settings, what=kind, ready_path="/accounts/login/") as port:
+        yield port
 
 
 @dataclass
