@@ -81,7 +81,7 @@ def statement_floor() -> Any:
 
     def send() -> int:
         key, token = RecordKey("floor", "", uuid.uuid4().hex), uuid.uuid4().hex
-        insert = [*rows.key_values(key), *rows.request_values(request, token), 0, 3600]
+        insert = rows.insert_values(connection, key, request, token, 3600)
         completed = [201, rows.headers_json(stored.headers), stored.body, False, 3600]
         started = time.perf_counter_ns()
         raw.execute(sql.insert_or_nothing, insert)

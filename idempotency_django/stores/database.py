@@ -47,7 +47,6 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from idempotency_django.conf import idempotency_settings
 from idempotency_django.encryption import seal
 from idempotency_django.fingerprint import same_request
-from idempotency_django.keys import readable_value
 from idempotency_django.models import IdempotencyRecord
 from idempotency_django.stores.base import (
     BaseStore,
@@ -64,8 +63,10 @@ from idempotency_django.stores.database_rows import (
     COMPLETED,
     IN_PROGRESS,
     Row,
+    count_values,
     headers_json,
-    key_values,
+    insert_values,
+    key_count,
     read_datetime,
     request_values,
 )
@@ -246,8 +247,8 @@ class DatabaseStore(BaseStore):
     def count_keys(self, key: RecordKey, lifetime: int) -> tuple[int, float | None]:
         connection = connections[self.alias]
         with _unavailable_on_error(), connection.cursor() as cursor:
-            cursor.execute(statements(connection).count_keys, _count_params(key))
-            return _key_count(connection, *cursor.fetchone())
+            cursor.execute(statements(connection).count_keys, count_values(key))
+            return key_count(connection, *cursor.fetchone())
 
     def clear(self) -> None:
         with _unavailable_on_error():
@@ -305,10 +306,10 @@ def _claim(
         inserted = _insert(connection, key, request, token, lock_timeout, wait=wait)
         return Claim(Outcome.CLAIMED, token=token) if inserted else None
     insert = sql.insert_or_nothing_no_wait if not wait else None
-    params = _insert_params(connection, key, request, token, lock_timeout)
+    params = insert_values(connection, key, request, token, lock_timeout)
     with connection.cursor() as cursor:
         cursor.execute(
-            (insert or sql.insert_or_nothing) + sql.count_on_insert, [*params, *_count_params(key)]
+            (insert or sql.insert_or_nothing) + sql.count_on_insert, [*params, *count_values(key)]
         )
         counted = cursor.fetchone()
     if counted is None:
@@ -318,39 +319,8 @@ def _claim(
     return Claim(
         Outcome.CLAIMED,
         token=token,
-        key_count=_key_count(connection, count + 1, first_expiry, now),
+        key_count=key_count(connection, count + 1, first_expiry, now),
     )
-
-
-def _count_params(key: RecordKey) -> list[str]:
-    principal = readable_value(key.principal)
-    return [principal, principal, key.digest]
-
-
-def _key_count(
-    connection: BaseDatabaseWrapper, count: int, first_expiry: Any, now: Any
-) -> tuple[int, float | None]:
-    """``count_keys``'s answer from the count, the first other expiry and the time now."""
-    if first_expiry is None:
-        return max(int(count), 1), None
-    first_expiry, now = read_datetime(connection, first_expiry), read_datetime(connection, now)
-    return int(count), (first_expiry - now).total_seconds()
-
-
-def _insert_params(
-    connection: BaseDatabaseWrapper,
-    key: RecordKey,
-    request: RequestInfo,
-    token: str,
-    seconds: int,
-    completed: StoredResponse | None = None,
-) -> list[Any]:
-    return [
-        *key_values(key),
-        *request_values(request, token, completed),
-        1 if completed is not None else 0,  # completed_at: the database's now, or NULL
-        *later_params(connection, seconds),
-    ]
 
 
 def _insert(
@@ -369,7 +339,7 @@ def _insert(
     """
     sql = statements(connection)
     statement = sql.insert_or_nothing if wait else sql.insert_or_nothing_no_wait
-    params = _insert_params(connection, key, request, token, seconds, completed)
+    params = insert_values(connection, key, request, token, seconds, completed)
     with connection.cursor() as cursor:
         cursor.execute(statement or sql.insert_or_nothing, params)
         return bool(cursor.rowcount)

@@ -13,6 +13,7 @@ from idempotency_django.encryption import unseal
 from idempotency_django.keys import readable_value
 from idempotency_django.models import IdempotencyRecord
 from idempotency_django.stores.base import RecordKey, RequestInfo, StoredResponse
+from idempotency_django.stores.database_sql import later_params
 
 State = IdempotencyRecord.State
 IN_PROGRESS = str(State.IN_PROGRESS)
@@ -88,3 +89,36 @@ def request_values(
         bytes(completed.body) if completed else b"",
         completed.body_omitted if completed else False,
     ]
+
+
+def insert_values(
+    connection: BaseDatabaseWrapper,
+    key: RecordKey,
+    request: RequestInfo,
+    token: str,
+    seconds: int,
+    completed: StoredResponse | None = None,
+) -> list[Any]:
+    """The parameters of an INSERT: a reservation, or a completed record, for ``seconds``."""
+    return [
+        *key_values(key),
+        *request_values(request, token, completed),
+        1 if completed is not None else 0,  # completed_at: the database's now, or NULL
+        *later_params(connection, seconds),
+    ]
+
+
+def count_values(key: RecordKey) -> list[str]:
+    """The parameters of ``count_keys`` (or ``count_on_insert``) for ``key``'s principal."""
+    principal = readable_value(key.principal)
+    return [principal, principal, key.digest]
+
+
+def key_count(
+    connection: BaseDatabaseWrapper, count: int, first_expiry: Any, now: Any
+) -> tuple[int, float | None]:
+    """``count_keys``'s answer from the count, the first other expiry and the time now."""
+    if first_expiry is None:
+        return max(int(count), 1), None
+    first_expiry, now = read_datetime(connection, first_expiry), read_datetime(connection, now)
+    return int(count), (first_expiry - now).total_seconds()
