@@ -33,7 +33,7 @@ import inspect
 import json
 import logging
 from collections.abc import Callable
-from typing import Any, ParamSpec, TypeVar, overload
+from typing import Any, ParamSpec, TypedDict, TypeVar, Unpack, cast, overload
 
 from django.db import DEFAULT_DB_ALIAS, transaction
 from django.dispatch import Signal
@@ -56,6 +56,7 @@ __all__ = [
     "KEY_ARGUMENT",
     "TaskInProgress",
     "TaskKeyReused",
+    "TaskOptions",
     "TaskResultNotStored",
     "idempotent_task",
 ]
@@ -113,15 +114,29 @@ class _LostReservation(Exception):
     """The key was taken over while the task ran: its writes must not commit."""
 
 
+class TaskOptions(TypedDict, total=False):
+    """The options of :func:`idempotent_task` that the queues' decorators take too."""
+
+    key: Callable[..., Any] | None
+    atomic: bool
+    retention: int | None
+
+
+def split_options(options: dict[str, Any]) -> tuple[TaskOptions, dict[str, Any]]:
+    """A queue decorator's options: the :class:`TaskOptions`, and the queue's own (the rest)."""
+    ours = TaskOptions.__optional_keys__
+    task = {name: value for name, value in options.items() if name in ours}
+    queue = {name: value for name, value in options.items() if name not in ours}
+    return cast(TaskOptions, task), queue
+
+
 @overload
 def idempotent_task(
     func: Callable[P, R],
     *,
-    key: Callable[..., Any] | None = None,
     name: str | None = None,
-    atomic: bool = True,
-    retention: int | None = None,
     bound: bool = False,
+    **options: Unpack[TaskOptions],
 ) -> Callable[..., R]: ...
 
 
@@ -129,22 +144,18 @@ def idempotent_task(
 def idempotent_task(
     func: None = None,
     *,
-    key: Callable[..., Any] | None = None,
     name: str | None = None,
-    atomic: bool = True,
-    retention: int | None = None,
     bound: bool = False,
+    **options: Unpack[TaskOptions],
 ) -> Callable[[Callable[P, R]], Callable[..., R]]: ...
 
 
 def idempotent_task(
     func: Callable[P, R] | None = None,
     *,
-    key: Callable[..., Any] | None = None,
     name: str | None = None,
-    atomic: bool = True,
-    retention: int | None = None,
     bound: bool = False,
+    **options: Unpack[TaskOptions],
 ) -> Any:
     """Run the decorated function at most once per key; return the stored result after.
 
@@ -153,10 +164,17 @@ def idempotent_task(
     passes one as the keyword argument ``idempotency_key``, which the
     function does not get. ``name`` (by default ``module.qualname``) scopes
     the keys. The return value must be JSON-serialisable: it is what
-    duplicates return. ``retention`` (seconds) defaults to ``RETENTION``.
+    duplicates return. ``atomic`` (the default) runs it in a transaction.
+    ``retention`` (seconds) defaults to ``RETENTION``.
     ``bound``: the first argument is the queue's own (Celery's bound task,
     django.tasks' context); the function gets it, the key and the fingerprint do not.
     """
+    unknown = options.keys() - TaskOptions.__optional_keys__
+    if unknown:
+        raise TypeError(f"idempotent_task() got unknown options: {', '.join(sorted(unknown))}.")
+    key = options.get("key")
+    atomic = options.get("atomic", True)
+    retention = options.get("retention")
 
     def decorate(function: Callable[P, R]) -> Callable[P, R]:
         task_name = name or f"{function.__module__}.{function.__qualname__}"

@@ -24,6 +24,7 @@ from idempotency_django.tasks import (
     TaskKeyReused,
     TaskResultNotStored,
     idempotent_task,
+    split_options,
 )
 from tests import tasks_app
 from tests.concurrency import in_threads
@@ -411,3 +412,19 @@ def test_a_key_of_none_is_refused(store: str) -> None:
     with pytest.raises(ValueError, match="not NoneType"):
         keyed({})
     assert Booking.objects.count() == 0
+
+
+def test_an_unknown_option_is_refused() -> None:
+    with pytest.raises(TypeError, match="unknown options: atomc"):
+        idempotent_task(name="typo", atomc=False)  # type: ignore[call-overload]
+
+
+def test_a_queue_decorators_options_are_split_between_the_task_and_the_queue() -> None:
+    def key(slot: str) -> str:
+        return slot
+
+    options = {"key": key, "atomic": False, "retention": 5, "name": "n", "bind": True}
+    assert split_options(options) == (
+        {"key": key, "atomic": False, "retention": 5},
+        {"name": "n", "bind": True},
+    )
