@@ -1,14 +1,15 @@
-"""The reservation an :class:`~idempotency_django.attempt.Attempt` holds on its key.
+"""The reservation an :class:`~idempotency_django.attempt.Attempt` or a task's run holds on its key.
 
 Settled once: completed (the answer stored for replay) or released (a retry
 may run). Until then the heartbeat (``HEARTBEAT``) renews it when it committed
 on its own; when the claim joined a transaction, it goes with that
-transaction's rollback. Each step is logged, and signalled.
+transaction's rollback. Each step is logged, and a request's signalled.
 """
 
 from __future__ import annotations
 
 import logging
+from abc import ABC, abstractmethod
 from typing import Any
 
 from django.db import connections, transaction
@@ -29,32 +30,22 @@ from idempotency_django.stores import (
 )
 
 
-class Reservation:
-    """A key claimed in the store for one request, until it is completed or released.
+class KeyReservation(ABC):
+    """A key claimed in the store, until it is completed or released.
 
-    :class:`~idempotency_django.attempt.Attempt` claims it and decides which
-    answer it is settled with; this keeps the store, the heartbeat and the
-    claim's transaction in step.
+    It keeps the store, the heartbeat and the claim's transaction in step;
+    the holder claims the key and decides which answer it is settled with.
+    It needs no request: a task's run (:class:`~idempotency_django.tasks.TaskRun`)
+    holds one, and a request's is a :class:`Reservation`.
     """
 
-    def __init__(
-        self,
-        request: HttpRequest,
-        key: RecordKey,
-        info: RequestInfo,
-        options: ViewOptions = ViewOptions(),
-    ) -> None:
-        self.request = request
+    def __init__(self, key: RecordKey, info: RequestInfo) -> None:
         self.key = key
         self.info = info
-        self.options = options
         self.store = get_store()
         self.digest = key.digest[:16]  # keys.key_digest(), computed once
         self.token = ""
-        #: For the logs: "first" or "takeover" once claimed; any request that
-        #: finds the key held is a "retry" of the operation.
-        self.attempt = "retry"
-        #: The claim joined a database transaction that is open around the view.
+        #: The claim joined a database transaction that is open around the work.
         self.joined_transaction = False
         #: ... and that transaction is the only one: the work and its record
         #: commit together (with several, the store is outside the work).
@@ -62,8 +53,9 @@ class Reservation:
         #: With HEARTBEAT: the renewal of a reservation committed on its own.
         self.beat: Beat | None = None
 
+    @abstractmethod
     def retention(self) -> int:
-        return option(self.options.retention, idempotency_settings.RETENTION)
+        """Seconds the answer is kept for replay."""
 
     def lock_timeout(self) -> int:
         return idempotency_settings.LOCK_TIMEOUT
@@ -137,6 +129,39 @@ class Reservation:
             transaction.set_rollback(True, using=alias)
 
     # -- reporting --
+
+    @abstractmethod
+    def send(self, signal: Signal, **kwargs: Any) -> None:
+        """Send ``signal`` for this reservation."""
+
+    @abstractmethod
+    def log(self, level: int, event: str, **fields: Any) -> None:
+        """Log ``event`` of this reservation, never its key."""
+
+
+class Reservation(KeyReservation):
+    """A request's reservation: logged with the request, and signalled.
+
+    :class:`~idempotency_django.attempt.Attempt` claims it and decides which
+    answer it is settled with.
+    """
+
+    def __init__(
+        self,
+        request: HttpRequest,
+        key: RecordKey,
+        info: RequestInfo,
+        options: ViewOptions = ViewOptions(),
+    ) -> None:
+        super().__init__(key, info)
+        self.request = request
+        self.options = options
+        #: For the logs: "first" or "takeover" once claimed; any request that
+        #: finds the key held is a "retry" of the operation.
+        self.attempt = "retry"
+
+    def retention(self) -> int:
+        return option(self.options.retention, idempotency_settings.RETENTION)
 
     def send(self, signal: Signal, **kwargs: Any) -> None:
         if signal.receivers and signal.has_listeners(type(self.store)):

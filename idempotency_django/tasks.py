@@ -33,20 +33,22 @@ import inspect
 import json
 import logging
 from collections.abc import Callable
-from typing import Any, ParamSpec, TypeVar, overload
+from typing import Any, ParamSpec, TypedDict, TypeVar, Unpack, cast, overload
 
 from django.db import DEFAULT_DB_ALIAS, transaction
+from django.dispatch import Signal
 
 from idempotency_django.conf import idempotency_settings
-from idempotency_django.heartbeat import Beat, start_beat
+from idempotency_django.heartbeat import start_beat
 from idempotency_django.keys import MAX_KEY_LENGTH
+from idempotency_django.options import option
+from idempotency_django.reservation import KeyReservation
 from idempotency_django.stores import (
     Outcome,
     RecordKey,
     RequestInfo,
     StoredResponse,
     StoreUnavailable,
-    get_store,
 )
 from idempotency_django.transactions import open_transactions
 
@@ -54,6 +56,7 @@ __all__ = [
     "KEY_ARGUMENT",
     "TaskInProgress",
     "TaskKeyReused",
+    "TaskOptions",
     "TaskResultNotStored",
     "idempotent_task",
 ]
@@ -111,15 +114,29 @@ class _LostReservation(Exception):
     """The key was taken over while the task ran: its writes must not commit."""
 
 
+class TaskOptions(TypedDict, total=False):
+    """The options of :func:`idempotent_task` that the queues' decorators take too."""
+
+    key: Callable[..., Any] | None
+    atomic: bool
+    retention: int | None
+
+
+def split_options(options: dict[str, Any]) -> tuple[TaskOptions, dict[str, Any]]:
+    """A queue decorator's options: the :class:`TaskOptions`, and the queue's own (the rest)."""
+    ours = TaskOptions.__optional_keys__
+    task = {name: value for name, value in options.items() if name in ours}
+    queue = {name: value for name, value in options.items() if name not in ours}
+    return cast(TaskOptions, task), queue
+
+
 @overload
 def idempotent_task(
     func: Callable[P, R],
     *,
-    key: Callable[..., Any] | None = None,
     name: str | None = None,
-    atomic: bool = True,
-    retention: int | None = None,
     bound: bool = False,
+    **options: Unpack[TaskOptions],
 ) -> Callable[..., R]: ...
 
 
@@ -127,22 +144,18 @@ def idempotent_task(
 def idempotent_task(
     func: None = None,
     *,
-    key: Callable[..., Any] | None = None,
     name: str | None = None,
-    atomic: bool = True,
-    retention: int | None = None,
     bound: bool = False,
+    **options: Unpack[TaskOptions],
 ) -> Callable[[Callable[P, R]], Callable[..., R]]: ...
 
 
 def idempotent_task(
     func: Callable[P, R] | None = None,
     *,
-    key: Callable[..., Any] | None = None,
     name: str | None = None,
-    atomic: bool = True,
-    retention: int | None = None,
     bound: bool = False,
+    **options: Unpack[TaskOptions],
 ) -> Any:
     """Run the decorated function at most once per key; return the stored result after.
 
@@ -151,10 +164,17 @@ def idempotent_task(
     passes one as the keyword argument ``idempotency_key``, which the
     function does not get. ``name`` (by default ``module.qualname``) scopes
     the keys. The return value must be JSON-serialisable: it is what
-    duplicates return. ``retention`` (seconds) defaults to ``RETENTION``.
+    duplicates return. ``atomic`` (the default) runs it in a transaction.
+    ``retention`` (seconds) defaults to ``RETENTION``.
     ``bound``: the first argument is the queue's own (Celery's bound task,
     django.tasks' context); the function gets it, the key and the fingerprint do not.
     """
+    unknown = options.keys() - TaskOptions.__optional_keys__
+    if unknown:
+        raise TypeError(f"idempotent_task() got unknown options: {', '.join(sorted(unknown))}.")
+    key = options.get("key")
+    atomic = options.get("atomic", True)
+    retention = options.get("retention")
 
     def decorate(function: Callable[P, R]) -> Callable[P, R]:
         task_name = name or f"{function.__module__}.{function.__qualname__}"
@@ -183,7 +203,7 @@ def idempotent_task(
     return decorate if func is None else decorate(func)
 
 
-class TaskRun:
+class TaskRun(KeyReservation):
     """One delivery of a keyed task: claim, run, then complete or release."""
 
     def __init__(
@@ -195,20 +215,24 @@ class TaskRun:
         atomic: bool,
         retention: int | None,
     ) -> None:
-        self.name = name
-        self.store = get_store()
-        self.key = RecordKey(TASK_PREFIX + name, "", key)
-        self.info = RequestInfo(
+        info = RequestInfo(
             method="TASK",
             path=name,
             fingerprint=fingerprint(name, args, kwargs),
             kind="task",
         )
+        super().__init__(RecordKey(TASK_PREFIX + name, "", key), info)
+        self.name = name
         self.atomic = atomic
-        self.retention = int(idempotency_settings.RETENTION if retention is None else retention)
-        self.lock_timeout = int(idempotency_settings.LOCK_TIMEOUT)
-        #: With HEARTBEAT: the renewal of a reservation outside the task's transaction.
-        self.beat: Beat | None = None
+        self.retention_seconds = retention
+        # Read once: the claim, the renewals and the waits of one delivery agree.
+        self.lock_timeout_seconds = int(idempotency_settings.LOCK_TIMEOUT)
+
+    def retention(self) -> int:
+        return int(option(self.retention_seconds, idempotency_settings.RETENTION))
+
+    def lock_timeout(self) -> int:
+        return self.lock_timeout_seconds
 
     def run(self, call: Callable[[], R]) -> R:
         """Run ``call`` once for the key, or answer for the delivery that did."""
@@ -219,15 +243,16 @@ class TaskRun:
         while True:
             with claim_block():
                 try:
-                    claim = self.store.claim(self.key, self.info, self.lock_timeout)
+                    claim = self.store.claim(self.key, self.info, self.lock_timeout())
                 except StoreUnavailable:
                     self.log(logging.ERROR, "unavailable")
                     raise
                 if claim.outcome is Outcome.CLAIMED:
+                    self.token = claim.token
                     self.log(logging.INFO, "took_over" if claim.took_over else "reserved")
                     if in_work and self.store.joins_transaction():
-                        return self.run_inside(call, claim.token)
-                    return self.run_outside(call, claim.token)
+                        return self.run_inside(call)
+                    return self.run_outside(call)
                 if claim.outcome is Outcome.REPLAY:
                     assert claim.response is not None
                     self.log(logging.INFO, "replayed")
@@ -251,9 +276,9 @@ class TaskRun:
                 raise TaskInProgress(f"This {self.name} is running in another delivery.")
             self.log(logging.INFO, "waiting")
             with contextlib.suppress(StoreUnavailable):  # the claim then says it is down
-                self.store.wait(self.key, self.lock_timeout)
+                self.store.wait(self.key, self.lock_timeout())
 
-    def run_inside(self, call: Callable[[], R], token: str) -> R:
+    def run_inside(self, call: Callable[[], R]) -> R:
         """The claim is in the task's transaction: the result commits with the work."""
         try:
             result = call()
@@ -262,28 +287,28 @@ class TaskRun:
             if not self.atomic:
                 # No transaction of ours rolls the reservation back: the
                 # caller's may commit it, with whatever the task wrote.
-                self.release(token)
+                self.release(None, "exception")
             raise
-        # Raising here rolls the work back with the reservation: no result, no work.
-        self.store.complete(self.key, token, stored, self.retention, request=self.info)
+        # Not complete(): a store that fails here must raise, rolling the work
+        # back with the reservation: no result, no work.
+        self.store.complete(self.key, self.token, stored, self.retention(), request=self.info)
         self.log(logging.INFO, "stored")
         return json.loads(stored.body)  # type: ignore[no-any-return]
 
-    def run_outside(self, call: Callable[[], R], token: str) -> R:
+    def run_outside(self, call: Callable[[], R]) -> R:
         """The store is outside the work's transaction: renew before it commits, store after.
 
         Once the work has committed the key is never given back, whatever
         raises next (a hook of the task's own run after the commit, a result
         that is not JSON): its answer is stored, or the key kept.
         """
-        beat = start_beat(self.store, self.key, token, self.info, self.lock_timeout)
-        self.beat = beat
+        self.beat = start_beat(self.store, self.key, self.token, self.info, self.lock_timeout())
         in_callers_transaction = DEFAULT_DB_ALIAS in open_transactions()
         ran = _Ran()
         if in_callers_transaction:
             # Hooked ahead of any hook the task adds: none of those that raises
             # at the caller's commit can skip the completion.
-            transaction.on_commit(functools.partial(self.complete_ran, token, ran), robust=True)
+            transaction.on_commit(functools.partial(self.complete_ran, ran), robust=True)
         try:
             with self.transaction(DEFAULT_DB_ALIAS)():
                 if self.atomic and not in_callers_transaction:
@@ -295,7 +320,7 @@ class TaskRun:
                     ran.commit()  # autocommit: what the task wrote is written
                 ran.stored = self.stored(result)
                 if self.atomic and not self.store.renew(
-                    self.key, token, self.lock_timeout, self.info
+                    self.key, self.token, self.lock_timeout(), self.info
                 ):
                     self.log(logging.WARNING, "lost_reservation")
                     raise _LostReservation(f"This {self.name} ran past LOCK_TIMEOUT.")
@@ -305,31 +330,23 @@ class TaskRun:
             raise TaskInProgress(str(exc)) from exc
         except BaseException:
             if ran.committed:
-                self.complete_ran(token, ran)
+                self.complete_ran(ran)
             else:
-                self.release(token)
+                self.release(None, "exception")
             raise
         if not in_callers_transaction:
-            self.complete_ran(token, ran)
+            self.complete_ran(ran)
         # Called inside its caller's transaction, the work commits with it and the
         # result is stored then; rolled back, it keeps the key until LOCK_TIMEOUT.
         assert ran.stored is not None
         return json.loads(ran.stored.body)  # type: ignore[no-any-return]
 
-    def complete_ran(self, token: str, ran: _Ran) -> None:
-        """Store what the work that committed answered, or that its answer is not kept."""
-        self.complete(token, ran.stored or NOT_STORED)
+    def complete_ran(self, ran: _Ran) -> None:
+        """Store what the work that committed answered, or that its answer is not kept.
 
-    def complete(self, token: str, stored: StoredResponse) -> None:
-        """Store the result of work that has committed."""
-        try:
-            owned = self.store.complete(self.key, token, stored, self.retention, request=self.info)
-        except StoreUnavailable:
-            # A duplicate finds the key held until LOCK_TIMEOUT, then runs.
-            self.log(logging.ERROR, "store_failed")
-            return
-        self.stop_heartbeat()
-        self.log(logging.INFO, "stored" if owned else "lost_reservation")
+        A store that fails leaves the key held until LOCK_TIMEOUT: a duplicate then runs.
+        """
+        self.complete(ran.stored or NOT_STORED)
 
     def transaction(self, alias: str) -> Callable[[], contextlib.AbstractContextManager[Any]]:
         if not self.atomic:
@@ -346,29 +363,15 @@ class TaskRun:
             ) from exc
         return StoredResponse(status=200, headers=(), body=body)
 
-    def release(self, token: str) -> None:
-        self.stop_heartbeat()
-        try:
-            self.store.release(self.key, token)
-        except StoreUnavailable:
-            # The key stays held until LOCK_TIMEOUT, then a retry takes it over.
-            self.log(logging.ERROR, "release_failed")
-            return
-        self.log(logging.INFO, "released", reason="exception")
-
-    def stop_heartbeat(self) -> None:
-        if self.beat is not None:
-            self.beat.stop()
+    def send(self, signal: Signal, **kwargs: Any) -> None:
+        """The signals are a request's (their receivers get it): a task sends none."""
 
     def log(self, level: int, event: str, **fields: Any) -> None:
         """The task's name and the key's digest: never the key or the arguments."""
         if logger.isEnabledFor(level):
-            fields = {
-                "event": event,
-                "task": self.name,
-                "key_digest": self.key.digest[:16],
-                **fields,
-            }
+            # A task's result has no HTTP status: its StoredResponse's is a placeholder.
+            fields.pop("status", None)
+            fields = {"event": event, "task": self.name, "key_digest": self.digest, **fields}
             line = " ".join(f"{field}={value}" for field, value in fields.items())
             logger.log(level, "idempotency %s", line, extra={"idempotency": fields})
 

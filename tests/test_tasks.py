@@ -24,6 +24,7 @@ from idempotency_django.tasks import (
     TaskKeyReused,
     TaskResultNotStored,
     idempotent_task,
+    split_options,
 )
 from tests import tasks_app
 from tests.concurrency import in_threads
@@ -262,8 +263,13 @@ def test_a_store_that_dies_mid_task(atomic: bool, caplog: pytest.LogCaptureFixtu
                     dies("09:00", idempotency_key="k")
             else:
                 assert dies("09:00", idempotency_key="k") == Booking.objects.get().pk
-    events = [record.idempotency["event"] for record in caplog.records]  # type: ignore[attr-defined]
-    assert events == ["reserved", "release_failed" if atomic else "store_failed"]
+    fields = [record.idempotency for record in caplog.records]  # type: ignore[attr-defined]
+    assert [field["event"] for field in fields] == [
+        "reserved",
+        "release_failed" if atomic else "store_failed",
+    ]
+    # Why, and no HTTP status: a task has none.
+    assert fields[1]["error"] == "ConnectionError" and "status" not in fields[1]
     assert Booking.objects.count() == (0 if atomic else 1)
 
 
@@ -406,3 +412,19 @@ def test_a_key_of_none_is_refused(store: str) -> None:
     with pytest.raises(ValueError, match="not NoneType"):
         keyed({})
     assert Booking.objects.count() == 0
+
+
+def test_an_unknown_option_is_refused() -> None:
+    with pytest.raises(TypeError, match="unknown options: atomc"):
+        idempotent_task(name="typo", atomc=False)  # type: ignore[call-overload]
+
+
+def test_a_queue_decorators_options_are_split_between_the_task_and_the_queue() -> None:
+    def key(slot: str) -> str:
+        return slot
+
+    options = {"key": key, "atomic": False, "retention": 5, "name": "n", "bind": True}
+    assert split_options(options) == (
+        {"key": key, "atomic": False, "retention": 5},
+        {"name": "n", "bind": True},
+    )

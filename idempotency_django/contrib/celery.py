@@ -13,7 +13,8 @@ died is delivered again) and :func:`~idempotency_django.tasks.idempotent_task`
 between them and the function, so every delivery of one key runs it once.
 ``TaskInProgress`` (``TASK_DUPLICATES = "skip"``) is retried with a backoff.
 Any option given replaces these defaults; ``key``, ``atomic`` and
-``retention`` are ``idempotent_task``'s.
+``retention`` (:class:`~idempotency_django.tasks.TaskOptions`) are
+``idempotent_task``'s.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any, overload
 import celery
 
 from idempotency_django.stores import StoreUnavailable
-from idempotency_django.tasks import TaskInProgress, idempotent_task
+from idempotency_django.tasks import TaskInProgress, idempotent_task, split_options
 
 __all__ = ["DELIVERY_OPTIONS", "shared_task"]
 
@@ -47,35 +48,20 @@ def shared_task(func: Callable[..., Any], /) -> Any: ...
 
 
 @overload
-def shared_task(
-    func: None = None,
-    *,
-    key: Callable[..., Any] | None = None,
-    atomic: bool = True,
-    retention: int | None = None,
-    **options: Any,
-) -> Callable[[Callable[..., Any]], Any]: ...
+def shared_task(func: None = None, **options: Any) -> Callable[[Callable[..., Any]], Any]: ...
 
 
-def shared_task(
-    func: Callable[..., Any] | None = None,
-    *,
-    key: Callable[..., Any] | None = None,
-    atomic: bool = True,
-    retention: int | None = None,
-    **options: Any,
-) -> Any:
+def shared_task(func: Callable[..., Any] | None = None, **options: Any) -> Any:
     """``celery.shared_task`` whose deliveries of one key run the function once."""
+    once_options, queue_options = split_options(options)
 
     def decorate(function: Callable[..., Any]) -> Any:
         once = idempotent_task(
             function,
-            key=key,
-            name=options.get("name"),
-            atomic=atomic,
-            retention=retention,
-            bound=bool(options.get("bind")),
+            name=queue_options.get("name"),
+            bound=bool(queue_options.get("bind")),
+            **once_options,
         )
-        return celery.shared_task(**{**DELIVERY_OPTIONS, **options})(once)
+        return celery.shared_task(**{**DELIVERY_OPTIONS, **queue_options})(once)
 
     return decorate if func is None else decorate(func)
