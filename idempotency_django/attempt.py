@@ -88,7 +88,7 @@ class Attempt(Reservation):
             # Hooked now, ahead of any the view adds: a hook of the view that
             # raises after the commit cannot skip the completion.
             self.store_after_commit(work)
-        too_many = self.over_key_limit(claim.key_count)
+        too_many = self.over_key_limit()
         if too_many is not None:
             return too_many
         self.log(logging.INFO, "reserved")
@@ -99,27 +99,23 @@ class Attempt(Reservation):
         setattr(django_request(self.request), KEY_ATTRIBUTE, self.key)
         return self
 
-    def over_key_limit(
-        self, key_count: tuple[int, float | None] | None = None
-    ) -> HttpResponseBase | None:
+    def over_key_limit(self) -> HttpResponseBase | None:
         """With ``MAX_KEYS_PER_PRINCIPAL``: 429, and the key given back, for one key too many.
 
         Counted once the key is claimed, so a replay or a conflict is never
         refused. Concurrent first requests may each see the other: the limit
-        errs on the side of refusing. ``key_count``: what the claim counted itself.
+        errs on the side of refusing.
         """
         limit = idempotency_settings.MAX_KEYS_PER_PRINCIPAL
         if not limit or not self.store.counts_keys:
             return None
-        if key_count is None:
-            lifetime = self.lock_timeout() + self.retention()
-            try:
-                key_count = self.store.count_keys(self.key, lifetime)
-            except StoreUnavailable as exc:
-                self.log(logging.ERROR, "unavailable", error=error_name(exc))
-                self.release(None, "unavailable")
-                return self.unavailable()
-        count, first_expiry = key_count
+        lifetime = self.lock_timeout() + self.retention()
+        try:
+            count, first_expiry = self.store.count_keys(self.key, lifetime)
+        except StoreUnavailable as exc:
+            self.log(logging.ERROR, "unavailable", error=error_name(exc))
+            self.release(None, "unavailable")
+            return self.unavailable()
         if count <= limit:
             return None
         self.release(None, "too_many_keys")

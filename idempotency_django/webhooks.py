@@ -319,7 +319,7 @@ class DeliveryAttempt(Attempt):
     def principal_changed(self) -> bool:
         return False  # a delivery's principal is its receiver's namespace, not a user
 
-    def over_key_limit(self, key_count: Any = None) -> HttpResponseBase | None:
+    def over_key_limit(self) -> HttpResponseBase | None:
         return None  # MAX_KEYS_PER_PRINCIPAL bounds clients' keys, not a sender's deliveries
 
     def echo_key(self, response: HttpResponseBase) -> None:

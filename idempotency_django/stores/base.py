@@ -87,10 +87,6 @@ class Claim:
     #: CLAIMED by taking over a reservation abandoned past its lock timeout
     #: (stores that can tell; an expired Redis key is simply gone).
     took_over: bool = False
-    #: CLAIMED under ``MAX_KEYS_PER_PRINCIPAL`` by a store that counted the
-    #: principal's keys in the claim itself: what :meth:`BaseStore.count_keys`
-    #: would return, one round trip fewer. None: the caller asks it.
-    key_count: tuple[int, float | None] | None = None
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,6 @@ from django.db import (
 )
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from idempotency_django.conf import idempotency_settings
 from idempotency_django.encryption import seal
 from idempotency_django.fingerprint import same_request
 from idempotency_django.models import IdempotencyRecord
@@ -130,8 +129,8 @@ class DatabaseStore(BaseStore):
                         raise
                     if row is None and _insert(connection, key, request, token, lock_timeout):
                         return Claim(Outcome.CLAIMED, token=token)
-                elif claimed := _claim(connection, key, request, token, lock_timeout, wait):
-                    return claimed
+                elif _insert(connection, key, request, token, lock_timeout, wait=wait):
+                    return Claim(Outcome.CLAIMED, token=token)
                 else:
                     row = _read(connection, sql.read, key)
                 if row is None:
@@ -286,41 +285,6 @@ def _scope(key: RecordKey) -> list[str]:
 def _lock_id(key: RecordKey) -> int:
     """A signed 64-bit number naming ``key`` for PostgreSQL's advisory locks."""
     return int.from_bytes(bytes.fromhex(key.digest[:16]), "big", signed=True)
-
-
-def _claim(
-    connection: BaseDatabaseWrapper,
-    key: RecordKey,
-    request: RequestInfo,
-    token: str,
-    lock_timeout: int,
-    wait: bool,
-) -> Claim | None:
-    """INSERT the reservation unless the key has a row: the claim if it did, else None.
-
-    On PostgreSQL under ``MAX_KEYS_PER_PRINCIPAL`` the same statement counts the
-    principal's keys (``count_on_insert``), so the limit costs no round trip.
-    """
-    sql = statements(connection)
-    if sql.count_on_insert is None or not idempotency_settings.MAX_KEYS_PER_PRINCIPAL:
-        inserted = _insert(connection, key, request, token, lock_timeout, wait=wait)
-        return Claim(Outcome.CLAIMED, token=token) if inserted else None
-    insert = sql.insert_or_nothing_no_wait if not wait else None
-    params = insert_values(connection, key, request, token, lock_timeout)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            (insert or sql.insert_or_nothing) + sql.count_on_insert, [*params, *count_values(key)]
-        )
-        counted = cursor.fetchone()
-    if counted is None:
-        return None
-    count, first_expiry, now = counted
-    # The new row is not in the INSERT's own snapshot: count it here.
-    return Claim(
-        Outcome.CLAIMED,
-        token=token,
-        key_count=key_count(connection, count + 1, first_expiry, now),
-    )
 
 
 def _insert(

@@ -109,7 +109,7 @@ def insert_values(
 
 
 def count_values(key: RecordKey) -> list[str]:
-    """The parameters of ``count_keys`` (or ``count_on_insert``) for ``key``'s principal."""
+    """The parameters of ``count_keys`` for ``key``'s principal."""
     principal = readable_value(key.principal)
     return [principal, principal, key.digest]
 

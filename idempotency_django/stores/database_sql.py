@@ -53,9 +53,6 @@ class Statements:
     release: str
     #: A principal's live keys, the first expiry among the others, and the time now.
     count_keys: str
-    #: PostgreSQL: ``count_keys``'s answer as the INSERT's RETURNING clause (the
-    #: new row is not in the statement's snapshot: the count is one short).
-    count_on_insert: str | None
     #: A live record's state, status and expiry, and the time now.
     lookup: str
 
@@ -148,15 +145,6 @@ def statements(connection: BaseDatabaseWrapper) -> Statements:
         f"AND {column('token')} = %s AND {column('state')} = %s "
         f"AND {column('expires_at')} <= {now}"
     )
-    # Both walk the (principal, expires_at) index: the count reads no column
-    # outside it, the first expiry of the others stops at the first entry
-    # that is not this key's (this key is in the count, unless not yet visible).
-    count_columns = (
-        f"(SELECT COUNT(*) FROM {table} WHERE {live_of_principal}), "
-        f"(SELECT {column('expires_at')} FROM {table} "
-        f"WHERE {live_of_principal} AND {column('digest')} <> %s "
-        f"ORDER BY {column('expires_at')} LIMIT 1), {now}"
-    )
     insert_no_wait = take_over_no_wait = None
     if vendor == "postgresql":
         # Any later synchronous commit on the server flushes the log up to it.
@@ -188,8 +176,15 @@ def statements(connection: BaseDatabaseWrapper) -> Statements:
             f"SELECT {column('state')}, {column('status_code')}, {column('expires_at')}, {now} "
             f"FROM {table} WHERE {key_is} AND {column('expires_at')} > {now}"
         ),
-        count_keys=f"SELECT {count_columns}",
-        count_on_insert=f" RETURNING {count_columns}" if vendor == "postgresql" else None,
+        # Both walk the (principal, expires_at) index: the count reads no column
+        # outside it, the first expiry of the others stops at the first entry
+        # that is not this key's (this key is in the count).
+        count_keys=(
+            f"SELECT (SELECT COUNT(*) FROM {table} WHERE {live_of_principal}), "
+            f"(SELECT {column('expires_at')} FROM {table} "
+            f"WHERE {live_of_principal} AND {column('digest')} <> %s "
+            f"ORDER BY {column('expires_at')} LIMIT 1), {now}"
+        ),
     )
     _statements_by_vendor[connection.display_name] = built
     return built
