@@ -256,9 +256,13 @@ def test_a_body_without_a_key_is_left_alone(browser: Browser) -> None:
     assert not IdempotencyRecord.objects.exists()
 
 
-@pytest.mark.parametrize("multipart", [False, True], ids=["json", "multipart"])
+@pytest.mark.parametrize(
+    ("url", "multipart"),
+    [("/api/bookings/", False), ("/api/bookings/", True), ("/api/form/", False)],
+    ids=["viewset-json", "viewset-multipart", "api_view-json"],
+)
 def test_a_drf_view_readies_the_body_without_the_middleware(
-    browser: Browser, settings: Any, multipart: bool
+    browser: Browser, settings: Any, multipart: bool, url: str
 ) -> None:
     """A project without IdempotencyMiddleware: the view readies the body itself, before
     SessionAuthentication's CSRF check parses (and consumes) the stream."""
@@ -275,9 +279,9 @@ def test_a_drf_view_readies_the_body_without_the_middleware(
     def send(boundary: str):  # type: ignore[no-untyped-def]
         if multipart:
             form["attachment"] = upload()
-            return post_multipart(browser, "/api/bookings/", boundary, form, "no-mw-1")
+            return post_multipart(browser, url, boundary, form, "no-mw-1")
         return browser.client.post(
-            "/api/bookings/",
+            url,
             json.dumps(form),
             content_type="application/json",
             HTTP_IDEMPOTENCY_KEY="no-mw-1",
@@ -312,3 +316,25 @@ def test_a_drf_view_under_the_middleware_readies_the_body_once(
     )
     assert response.status_code == 201, response.content[:300]
     assert looked_up == ["/api/bookings/"]
+
+
+def test_without_the_middleware_an_api_view_refuses_a_multipart_body_it_cannot_fingerprint(
+    browser: Browser, settings: Any
+) -> None:
+    """``@idempotent`` below ``@api_view`` and no middleware: SessionAuthentication's CSRF
+    check parses the upload first. The request is refused, and nothing runs
+    (docs/drf.md says to keep the middleware)."""
+    logged_in = browser.client
+    settings.MIDDLEWARE = [
+        name
+        for name in settings.MIDDLEWARE
+        if name != "idempotency_django.middleware.IdempotencyMiddleware"
+    ]
+    browser.client = Client(enforce_csrf_checks=True)
+    browser.client.cookies = logged_in.cookies
+    form: dict[str, Any] = {"slot": "2026-08-01T09:00:00Z", "attachment": upload()}
+    response = post_multipart(browser, "/api/form/", "a-boundary", form, "no-mw-form")
+    assert response.status_code == 400
+    assert response.json()["code"] == "idempotency_body_unavailable"
+    assert not Booking.objects.exists()
+    assert not IdempotencyRecord.objects.exists()
