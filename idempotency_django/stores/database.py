@@ -104,6 +104,7 @@ class DatabaseStore(BaseStore):
         token = uuid.uuid4().hex
         in_transaction = _in_request_transaction(connection)
         wait = in_transaction or not self.async_claim_commit
+        read_first = sql.read_first and not in_transaction
         with _unavailable_on_error():
             if in_transaction and sql.lock is not None:
                 with connection.cursor() as cursor:
@@ -129,10 +130,13 @@ class DatabaseStore(BaseStore):
                         raise
                     if row is None and _insert(connection, key, request, token, lock_timeout):
                         return Claim(Outcome.CLAIMED, token=token)
-                elif _insert(connection, key, request, token, lock_timeout, wait=wait):
-                    return Claim(Outcome.CLAIMED, token=token)
                 else:
-                    row = _read(connection, sql.read, key)
+                    # SQLite outside a transaction reads first: a replay need not write.
+                    row = _read(connection, sql.read, key) if read_first else None
+                    if row is None:
+                        if _insert(connection, key, request, token, lock_timeout, wait=wait):
+                            return Claim(Outcome.CLAIMED, token=token)
+                        row = _read(connection, sql.read, key)
                 if row is None:
                     continue  # released or purged since our INSERT: try again
                 if row.expired:
