@@ -98,9 +98,10 @@ def child_env(store: str, code: Path = ROOT, **extra: str) -> dict[str, str]:
     }
     env.update(STORES[store])
     if code != ROOT:  # another checkout: databases of its own (its migrations differ)
-        # The SQLite path first: it may contain the PostgreSQL database's name.
         env["DATABASE_URL"] = env["DATABASE_URL"].replace(str(SQLITE_PATH), f"{SQLITE_PATH}-before")
-        env = {name: value.replace(PG_DB, f"{PG_DB}_before") for name, value in env.items()}
+        # The PostgreSQL URLs alone: the SQLite path may contain the database's name.
+        before_url = PG_URL.replace(PG_DB, f"{PG_DB}_before")
+        env = {name: value.replace(PG_URL, before_url) for name, value in env.items()}
         if "REDIS_URL" in env:
             env["REDIS_URL"] = REDIS_BEFORE_URL
     env.update(
