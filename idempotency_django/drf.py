@@ -96,10 +96,13 @@ class IdempotentMixin:
     def handler_idempotency_options(self, request: Request) -> ViewOptions | None:
         """The options of the handler that will serve ``request``; None if it is not protected."""
         method = str(request.method).lower()
-        allowed = method in self.http_method_names  # type: ignore[attr-defined]
-        handler = getattr(self, method, None) if allowed else None
-        if request.method not in idempotency_settings.METHODS or handler is None:
-            return None  # a safe method, or a 405: nothing to protect
+        if request.method not in idempotency_settings.METHODS:
+            return None
+        if method not in self.http_method_names:  # type: ignore[attr-defined]
+            return None
+        handler = getattr(self, method, None)
+        if handler is None:
+            return None  # 405: nothing to protect
         return self.idempotency_options_of(handler)
 
     def idempotency_options_of(self, handler: Callable[..., Any]) -> ViewOptions | None:

@@ -46,6 +46,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from idempotency_django.encryption import seal
 from idempotency_django.fingerprint import same_request
+from idempotency_django.keys import readable_value
 from idempotency_django.models import IdempotencyRecord
 from idempotency_django.stores.base import (
     BaseStore,
@@ -62,10 +63,8 @@ from idempotency_django.stores.database_rows import (
     COMPLETED,
     IN_PROGRESS,
     Row,
-    count_values,
     headers_json,
     insert_values,
-    key_count,
     read_datetime,
     request_values,
 )
@@ -249,9 +248,14 @@ class DatabaseStore(BaseStore):
 
     def count_keys(self, key: RecordKey, lifetime: int) -> tuple[int, float | None]:
         connection = connections[self.alias]
+        principal = readable_value(key.principal)
         with _unavailable_on_error(), connection.cursor() as cursor:
-            cursor.execute(statements(connection).count_keys, count_values(key))
-            return key_count(connection, *cursor.fetchone())
+            cursor.execute(statements(connection).count_keys, [principal, principal, key.digest])
+            count, first_expiry, now = cursor.fetchone()
+        if first_expiry is None:
+            return max(int(count), 1), None
+        first_expiry, now = read_datetime(connection, first_expiry), read_datetime(connection, now)
+        return int(count), (first_expiry - now).total_seconds()
 
     def clear(self) -> None:
         with _unavailable_on_error():

@@ -106,19 +106,3 @@ def insert_values(
         1 if completed is not None else 0,  # completed_at: the database's now, or NULL
         *later_params(connection, seconds),
     ]
-
-
-def count_values(key: RecordKey) -> list[str]:
-    """The parameters of ``count_keys`` for ``key``'s principal."""
-    principal = readable_value(key.principal)
-    return [principal, principal, key.digest]
-
-
-def key_count(
-    connection: BaseDatabaseWrapper, count: int, first_expiry: Any, now: Any
-) -> tuple[int, float | None]:
-    """``count_keys``'s answer from the count, the first other expiry and the time now."""
-    if first_expiry is None:
-        return max(int(count), 1), None
-    first_expiry, now = read_datetime(connection, first_expiry), read_datetime(connection, now)
-    return int(count), (first_expiry - now).total_seconds()
