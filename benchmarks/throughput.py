@@ -60,6 +60,7 @@ def target_servers() -> list[Server]:
     atomic = {"EXAMPLE_ATOMIC_REQUESTS": "1", **no_limit}
     return [
         Server("database store (PostgreSQL)", "postgres", no_limit),
+        Server("the same, async_claim_commit", "postgres_async_claim", no_limit),
         Server("database store (PostgreSQL), ATOMIC_REQUESTS", "postgres", atomic),
         Server("Redis store, sessions in Redis", "redis", {"BENCH_SESSIONS": "cache", **no_limit}),
     ]
