@@ -23,6 +23,8 @@ ROOT = BENCH_DIR.parent
 
 PG_DB = os.environ.get("BENCH_PG_DB", "bench_idempotency")
 PG_URL = f"postgres://postgres@127.0.0.1:5432/{PG_DB}"
+#: MariaDB: a database of the same name on 127.0.0.1:3306 (root, no password).
+MARIADB_URL = f"mysql://root@127.0.0.1:3306/{PG_DB}"
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/11")
 REDIS_BEFORE_URL = REDIS_URL.rsplit("/", 1)[0] + f"/{int(REDIS_URL.rsplit('/', 1)[1]) + 1}"
 SQLITE_PATH = Path(os.environ.get("BENCH_SQLITE", "/tmp/bench_idempotency.sqlite3"))
@@ -44,6 +46,7 @@ def _example_env(database_url: str, backend: str = "db", **more: str) -> dict[st
 STORES = {
     "sqlite": _example_env(f"sqlite:///{SQLITE_PATH}"),
     "postgres": _example_env(PG_URL),
+    "mariadb": _example_env(MARIADB_URL),
     # A database of its own: its keys must not count against "postgres"'s MAX_KEYS_PER_PRINCIPAL.
     "postgres_async_claim": _example_env(
         PG_URL.replace(PG_DB, f"{PG_DB}_async_claim"), EXAMPLE_ASYNC_CLAIM_COMMIT="1"
@@ -63,6 +66,7 @@ REDIS_ENCRYPTED_URL = REDIS_URL.rsplit("/", 1)[0] + f"/{int(REDIS_URL.rsplit('/'
 def _encrypted(env: dict[str, str]) -> dict[str, str]:
     moved = {
         name: value.replace(PG_URL, PG_URL.replace(PG_DB, ENCRYPTED_PG_DB))
+        .replace(MARIADB_URL, MARIADB_URL.replace(PG_DB, ENCRYPTED_PG_DB))
         .replace(str(SQLITE_PATH), ENCRYPTED_SQLITE_PATH)
         .replace(REDIS_URL, REDIS_ENCRYPTED_URL)
         for name, value in env.items()
@@ -74,6 +78,7 @@ STORES.update({f"{name}_encrypted": _encrypted(env) for name, env in list(STORES
 STORE_LABELS = {
     "sqlite": "database store, SQLite",
     "postgres": "database store, PostgreSQL",
+    "mariadb": "database store, MariaDB",
     "postgres_async_claim": "the same, async_claim_commit",
     "redis": "Redis store (PostgreSQL for the app)",
     "memory": "in-memory store (the library's own Python)",
@@ -99,9 +104,12 @@ def child_env(store: str, code: Path = ROOT, **extra: str) -> dict[str, str]:
     env.update(STORES[store])
     if code != ROOT:  # another checkout: databases of its own (its migrations differ)
         env["DATABASE_URL"] = env["DATABASE_URL"].replace(str(SQLITE_PATH), f"{SQLITE_PATH}-before")
-        # The PostgreSQL URLs alone: the SQLite path may contain the database's name.
-        before_url = PG_URL.replace(PG_DB, f"{PG_DB}_before")
-        env = {name: value.replace(PG_URL, before_url) for name, value in env.items()}
+        # The servers' URLs alone: the SQLite path may contain the database's name.
+        before = {url: url.replace(PG_DB, f"{PG_DB}_before") for url in (PG_URL, MARIADB_URL)}
+        env = {
+            name: value.replace(PG_URL, before[PG_URL]).replace(MARIADB_URL, before[MARIADB_URL])
+            for name, value in env.items()
+        }
         if "REDIS_URL" in env:
             env["REDIS_URL"] = REDIS_BEFORE_URL
     env.update(
@@ -125,6 +133,19 @@ def recreate_postgres(*names: str) -> None:
             conn.execute(f'CREATE DATABASE "{name}"')
 
 
+def recreate_mariadb(*names: str) -> None:
+    import MySQLdb
+
+    connection = MySQLdb.connect(host="127.0.0.1", port=3306, user="root")
+    try:
+        cursor = connection.cursor()
+        for name in names:
+            cursor.execute(f"DROP DATABASE IF EXISTS `{name}`")
+            cursor.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
+    finally:
+        connection.close()
+
+
 def remove_sqlite(path: Path | str) -> None:
     for suffix in ("", "-wal", "-shm", "-journal"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
@@ -141,6 +162,7 @@ def reset_databases() -> None:
         f"{PG_DB}_async_claim",
         f"{PG_DB}_before_async_claim",
     )
+    recreate_mariadb(PG_DB, f"{PG_DB}_before", ENCRYPTED_PG_DB)
     remove_sqlite(SQLITE_PATH)
     remove_sqlite(f"{SQLITE_PATH}-before")
     remove_sqlite(ENCRYPTED_SQLITE_PATH)

@@ -1,6 +1,6 @@
 """What does one request cost in process, how close to the floor, what is the library's own Python?
 
-    python benchmarks/inprocess.py                      # SQLite, PostgreSQL, Redis, memory
+    python benchmarks/inprocess.py                      # SQLite, PostgreSQL, MariaDB, Redis, memory
     python benchmarks/inprocess.py --stores postgres,postgres_encrypted   # ENCRYPTION_KEY's cost
     python benchmarks/inprocess.py --before /tmp/old --before-python /tmp/venv/bin/python
 
@@ -205,7 +205,7 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=3, help="processes per store")
     parser.add_argument(
         "--stores",
-        default="sqlite,postgres,redis,memory,memory_quiet,"
+        default="sqlite,postgres,mariadb,redis,memory,memory_quiet,"
         "sqlite_encrypted,postgres_encrypted,redis_encrypted,memory_encrypted",
     )
     parser.add_argument("--before", help="another checkout of the library to compare with")
