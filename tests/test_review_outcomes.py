@@ -239,17 +239,6 @@ def test_on_two_databases_a_part_that_does_not_commit_keeps_no_answer(
     assert sorted(Booking.objects.values_list("slot", flat=True)) == ["default-part", "other-part"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "middleware.view_transaction enters the store's database first, so its atomic block "
-        "is outside the other database's. A non-robust on_commit hook of the view that raises "
-        "after 'other' committed propagates out of that inner block's __exit__ into the outer "
-        "one, which rolls back: the claim (database store) goes with it, or Protection.exit's "
-        "commit_failed releases the deferred Redis reservation. The key is free, the part "
-        "on 'other' committed, and the retry books there again."
-    ),
-)
 @pytest.mark.usefixtures("two_databases")
 @pytest.mark.parametrize("store_name", STORES)
 def test_on_two_databases_a_failing_hook_after_one_commit_frees_no_key(
