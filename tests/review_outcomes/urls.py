@@ -13,4 +13,6 @@ urlpatterns = [
     path("drf-booking/", views.drf_booking),
     path("drf-plain-booking/", views.drf_plain_booking),
     path("two-databases/", views.two_databases),
+    path("no-response-atomic/", views.NoResponseAtomicViewSet.as_view({"post": "create"})),
+    path("no-response/", views.NoResponseViewSet.as_view({"post": "create"})),
 ]

@@ -111,3 +111,20 @@ def two_databases(request: HttpRequest) -> HttpResponse:
 
         transaction.on_commit(send_confirmation, using="other")
     return JsonResponse({"id": booked.pk}, status=201)
+
+
+# -- a DRF handler that answers with no Response ------------------------------------
+
+
+@idempotent(atomic=True)
+class NoResponseAtomicViewSet(viewsets.ViewSet):
+    """Books, then returns a dict: DRF's ``finalize_response`` refuses it (an assertion)."""
+
+    def create(self, request: Request) -> Any:
+        return {"id": _book(request, "no-response-atomic").pk}
+
+
+@idempotent
+class NoResponseViewSet(viewsets.ViewSet):
+    def create(self, request: Request) -> Any:
+        return {"id": _book(request, "no-response").pk}
