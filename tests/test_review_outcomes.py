@@ -270,16 +270,6 @@ def no_transaction_left_open() -> Iterator[None]:
             block.__exit__(RuntimeError, RuntimeError("left open"), None)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "IdempotentMixin.finalize_response calls DRF's finalize_response before "
-        "Protection.exit; DRF's assertion that the handler returned a response raises "
-        "there, so neither exit nor fail runs: the atomic block Protection.enter opened "
-        "stays open on the connection, and without a transaction the reservation stays "
-        "in progress until LOCK_TIMEOUT."
-    ),
-)
 @pytest.mark.parametrize("store_name", STORES)
 @pytest.mark.parametrize(
     ("path", "booked"),
