@@ -15,9 +15,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from django.conf import settings as django_settings
 from django.contrib.auth.models import User
 from django.db import connection, connections
-from django.test import Client
+from django.test import Client, override_settings
 
 from idempotency_django.models import IdempotencyRecord
 from tests.real_stack.middleware import IDEMPOTENCY, QUEUEING, with_middleware
@@ -94,6 +95,25 @@ def test_a_201_whose_transaction_rolled_back_is_not_kept(
         first = post(client, path, "rolled-back-1")
         kept = records(store_name)
         retry = post(client, path, "rolled-back-1")
+    assert first.status_code == 201
+    assert kept == []
+    assert (retry.status_code, retry.get("Idempotency-Replayed")) == (201, None)
+    assert Booking.objects.count() == 0
+
+
+@pytest.mark.parametrize("store_name", STORES)
+def test_under_the_middleware_with_the_atomic_setting_a_rolled_back_201_is_not_kept(
+    client: Client, store_name: str
+) -> None:
+    """``IDEMPOTENCY["ATOMIC"]`` without ``ATOMIC_REQUESTS``: the middleware's transaction
+    is the view's only one, so the view's ``set_rollback`` marks it and the key is given
+    back (contrast with the xfail below, where Django adds a savepoint of its own)."""
+    with store(store_name):
+        idempotency = getattr(django_settings, "IDEMPOTENCY", {})
+        with override_settings(IDEMPOTENCY={**idempotency, "ATOMIC": True}):
+            first = post(client, "/rolled-back/", "rolled-back-3")
+            kept = records(store_name)
+            retry = post(client, "/rolled-back/", "rolled-back-3")
     assert first.status_code == 201
     assert kept == []
     assert (retry.status_code, retry.get("Idempotency-Replayed")) == (201, None)
