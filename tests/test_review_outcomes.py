@@ -314,3 +314,57 @@ def test_a_drf_handler_that_returns_no_response_leaves_no_transaction_nor_key(
     assert not left_open, "the mixin's transaction is still open after the request"
     assert kept == []
     assert Booking.objects.count() == booked
+
+
+# -- a transaction the database aborted --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "store_name",
+    [
+        "database",
+        pytest.param(
+            "redis",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason=(
+                    "Attempt.finish_before_commit checks only Django's needs_rollback, which "
+                    "a swallowed error does not set; the deferred answer is stored by the "
+                    "robust on_commit hook, which Django runs after a COMMIT that "
+                    "PostgreSQL turned into a ROLLBACK."
+                ),
+            ),
+        ),
+    ],
+)
+@pytest.mark.parametrize(
+    ("path", "under_atomic_requests"),
+    [
+        pytest.param("/swallowed-error/", False, id="idempotent-atomic"),
+        pytest.param("/drf-swallowed-error/", True, id="drf-ATOMIC_REQUESTS"),
+    ],
+)
+def test_a_transaction_postgresql_aborted_keeps_no_answer(
+    request: pytest.FixtureRequest,
+    client: Client,
+    path: str,
+    under_atomic_requests: bool,
+    store_name: str,
+) -> None:
+    """The view swallowed a database error inside its transaction and answers 201. On
+    PostgreSQL the transaction is aborted: its COMMIT is a ROLLBACK that raises nothing,
+    and Django runs the ``on_commit`` hooks as after a commit. No 201 may be kept for the
+    booking that rolled back. (The database store's completion fails in the aborted
+    transaction: ``503 idempotency_unavailable``, nothing kept.)"""
+    if connection.vendor != "postgresql":
+        pytest.skip("only PostgreSQL aborts a transaction on an error: elsewhere it commits")
+    if under_atomic_requests:
+        request.getfixturevalue("atomic_requests")
+    with store(store_name):
+        first = post(client, path, "aborted-1")
+        kept = records(store_name)
+        retry = post(client, path, "aborted-1")
+    assert first.status_code in (201, 503)
+    assert Booking.objects.count() == 0
+    assert kept == []
+    assert retry.get("Idempotency-Replayed") is None, "a replay of work that rolled back"

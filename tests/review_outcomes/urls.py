@@ -13,6 +13,8 @@ urlpatterns = [
     path("drf-booking/", views.drf_booking),
     path("drf-plain-booking/", views.drf_plain_booking),
     path("two-databases/", views.two_databases),
+    path("swallowed-error/", views.swallowed_error),
+    path("drf-swallowed-error/", views.drf_swallowed_error),
     path("no-response-atomic/", views.NoResponseAtomicViewSet.as_view({"post": "create"})),
     path("no-response/", views.NoResponseViewSet.as_view({"post": "create"})),
 ]

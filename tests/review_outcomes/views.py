@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import transaction
+from django.db import DatabaseError, connection, transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from rest_framework import viewsets
 from rest_framework.decorators import api_view
@@ -128,3 +128,31 @@ class NoResponseAtomicViewSet(viewsets.ViewSet):
 class NoResponseViewSet(viewsets.ViewSet):
     def create(self, request: Request) -> Any:
         return {"id": _book(request, "no-response").pk}
+
+
+# -- a database error the view swallows inside its transaction ----------------------
+
+
+def _swallow_a_database_error(request: HttpRequest, slot: str) -> dict[str, Any]:
+    """Books, then swallows a database error without a savepoint of its own (what
+    Django's docs warn against). PostgreSQL aborts the transaction: its COMMIT rolls
+    back without an error, and Django runs the ``on_commit`` hooks all the same."""
+    booked = _book(request, slot)
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT * FROM no_such_table_at_all")
+    except DatabaseError:
+        pass
+    return {"id": booked.pk}
+
+
+@idempotent(atomic=True)
+def swallowed_error(request: HttpRequest) -> HttpResponse:
+    return JsonResponse(_swallow_a_database_error(request, "swallowed"), status=201)
+
+
+@api_view(["POST"])
+@idempotent
+def drf_swallowed_error(request: Request) -> Response:
+    """No transaction of its own: under ``ATOMIC_REQUESTS``, Django's around the view."""
+    return Response(_swallow_a_database_error(request, "drf-swallowed"), status=201)
