@@ -319,24 +319,7 @@ def test_a_drf_handler_that_returns_no_response_leaves_no_transaction_nor_key(
 # -- a transaction the database aborted --------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "store_name",
-    [
-        "database",
-        pytest.param(
-            "redis",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason=(
-                    "Attempt.finish_before_commit checks only Django's needs_rollback, which "
-                    "a swallowed error does not set; the deferred answer is stored by the "
-                    "robust on_commit hook, which Django runs after a COMMIT that "
-                    "PostgreSQL turned into a ROLLBACK."
-                ),
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("store_name", STORES)
 @pytest.mark.parametrize(
     ("path", "under_atomic_requests"),
     [
