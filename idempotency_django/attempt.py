@@ -16,7 +16,7 @@ import logging
 import math
 from typing import Any
 
-from django.db import connections, transaction
+from django.db import transaction
 from django.http import FileResponse, HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
 
@@ -233,7 +233,7 @@ class Attempt(Reservation):
         the commit, and store the response once every one of them has
         committed. A request that lost its reservation rolls its work back.
         """
-        if any(connections[alias].needs_rollback for alias in work):
+        if any(transactions.will_roll_back(alias) for alias in work):
             self.release(response.status_code, "rollback")
             return response
         try:

@@ -138,8 +138,15 @@ class IdempotentMixin:
     def finalize_response(
         self, request: Request, response: Response, *args: Any, **kwargs: Any
     ) -> Response:
-        response = super().finalize_response(request, response, *args, **kwargs)  # type: ignore[misc]
         protection, self._idempotency_protection = self._idempotency_protection, None
+        try:
+            response = super().finalize_response(request, response, *args, **kwargs)  # type: ignore[misc]
+        except BaseException as error:
+            # DRF refuses what the handler returned (not a response): abort like any
+            # exception, and close the transaction enter() opened, or it stays open.
+            if protection is not None:
+                protection.fail(error)
+            raise
         if protection is not None:
             response = cast(Response, protection.exit(response))
         problem = getattr(response, PROBLEM_ATTRIBUTE, None)

@@ -188,6 +188,11 @@ def view_transaction(view: Callable[..., Any]) -> contextlib.ExitStack:
     the store's database under ``IDEMPOTENCY["ATOMIC"]``. The store's
     database is opened first, so that it commits last: a stored response
     never commits before the work it answers for.
+
+    A database that committed stays committed: an ``on_commit`` hook of the
+    view that raises after one of the inner commits must not roll back the
+    transactions around it (the store's, with the claim). They commit as
+    they would have, then the hook's error goes on (:class:`CommittedThenRaise`).
     """
     non_atomic: set[str] = getattr(view, "_non_atomic_requests", set())
     aliases = [
@@ -200,6 +205,52 @@ def view_transaction(view: Callable[..., Any]) -> contextlib.ExitStack:
         aliases.append(store_alias or DEFAULT_DB_ALIAS)
     aliases.sort(key=lambda alias: alias != store_alias)
     stack = contextlib.ExitStack()
-    for alias in dict.fromkeys(aliases):
-        stack.enter_context(transaction.atomic(using=alias))
+    raised_after_commit: list[BaseException] = []
+    stack.push(functools.partial(_raise_after_all, raised_after_commit))  # exited last
+    for position, alias in enumerate(dict.fromkeys(aliases)):
+        block = transaction.atomic(using=alias)
+        if position == 0:
+            stack.enter_context(block)  # the outermost: nothing around it to roll back
+        else:
+            stack.enter_context(CommittedThenRaise(alias, block, raised_after_commit))
     return stack
+
+
+class CommittedThenRaise:
+    """A transaction inside others: an error raised after its COMMIT succeeded (by an
+    ``on_commit`` hook that is not robust) is kept for later, not raised into them.
+
+    Without it the error would reach the outer transactions' exits, which roll back:
+    the store's, with the claim, would free the key of work already committed here,
+    and a retry would run it again. The outer ones commit instead, as they would have
+    without the hook, the answer is stored, and the error goes on after them.
+    """
+
+    def __init__(self, alias: str, block: Any, raised_after_commit: list[BaseException]) -> None:
+        self.alias = alias
+        self.block = block
+        self.raised_after_commit = raised_after_commit
+        self.committed = False
+
+    def __enter__(self) -> None:
+        self.block.__enter__()
+        # Robust and hooked first: it runs first when (and only when) this commits.
+        transaction.on_commit(self.mark_committed, using=self.alias, robust=True)
+
+    def mark_committed(self) -> None:
+        self.committed = True
+
+    def __exit__(self, *exc_info: Any) -> bool:
+        try:
+            return bool(self.block.__exit__(*exc_info))
+        except Exception as error:
+            if exc_info[0] is not None or not self.committed:
+                raise  # the view failed, or the COMMIT did: the outer ones roll back
+            self.raised_after_commit.append(error)
+            return False
+
+
+def _raise_after_all(raised_after_commit: list[BaseException], exc_type: Any, *_: Any) -> None:
+    """Once every transaction is closed: the first error a hook raised after a commit."""
+    if exc_type is None and raised_after_commit:
+        raise raised_after_commit[0]

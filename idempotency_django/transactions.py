@@ -43,6 +43,27 @@ def open_transactions() -> list[str]:
     ]
 
 
+#: libpq's PQTransactionStatus for a transaction an error aborted (psycopg 2 and 3 alike).
+PQTRANS_INERROR = 3
+
+
+def will_roll_back(alias: str) -> bool:
+    """The transaction open on ``alias`` cannot commit: marked for rollback, or aborted.
+
+    PostgreSQL aborts a transaction at its first error; a view that swallowed one
+    without a savepoint leaves Django unaware (``needs_rollback`` stays False). Its
+    COMMIT then rolls back without raising, and Django runs the ``on_commit`` hooks
+    as after a commit. libpq knows: its status is read locally, without a query.
+    """
+    connection = connections[alias]
+    if connection.needs_rollback:
+        return True
+    if connection.vendor != "postgresql" or connection.connection is None:
+        return False
+    info = getattr(connection.connection, "info", None)
+    return info is not None and int(info.transaction_status) == PQTRANS_INERROR
+
+
 def roll_back(aliases: list[str]) -> None:
     for alias in aliases:
         transaction.set_rollback(True, using=alias)
