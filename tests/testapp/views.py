@@ -35,9 +35,14 @@ from tests.testapp.models import Booking
 
 
 def _apply_test_controls(request: HttpRequest) -> HttpResponse | None:
+    from tests import checkpoints
+
     delay = float(request.GET.get("delay", 0))
     if delay:
         time.sleep(delay)
+    # X-Pause-At: NAME: wait there while a test holds that checkpoint (tests/checkpoints.py);
+    # a header, so a duplicate without it is still the same request.
+    checkpoints.reach(request.headers.get("X-Pause-At", ""))
     if request.GET.get("raise"):
         raise RuntimeError("the view failed")
     return None
