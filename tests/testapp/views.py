@@ -6,6 +6,7 @@ import asyncio
 import json
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -43,6 +44,12 @@ def _apply_test_controls(request: HttpRequest) -> HttpResponse | None:
     # X-Pause-At: NAME: wait there while a test holds that checkpoint (tests/checkpoints.py);
     # a header, so a duplicate without it is still the same request.
     checkpoints.reach(request.headers.get("X-Pause-At", ""))
+    # X-Gate: PATH: the same across processes (a test's server): wait until that file
+    # exists, at most 30 s.
+    gate = request.headers.get("X-Gate", "")
+    deadline = time.monotonic() + 30
+    while gate and not Path(gate).exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
     if request.GET.get("raise"):
         raise RuntimeError("the view failed")
     return None
