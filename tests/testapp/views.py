@@ -275,9 +275,12 @@ async def async_booking(request: HttpRequest) -> HttpResponse:
     booking = await Booking.objects.acreate(
         slot=payload.get("slot", ""), owner=user if user.is_authenticated else None
     )
+    from tests import checkpoints
+
     delay = float(request.GET.get("delay", 0))
     if delay:
         await asyncio.sleep(delay)
+    await checkpoints.reach_async(request.headers.get("X-Pause-At", ""))  # as in a sync view
     return JsonResponse({"id": booking.pk, "slot": booking.slot}, status=201)
 
 
