@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 
 import pytest
 from django.contrib.auth.models import User
@@ -36,25 +35,8 @@ def keyed_post(client: Client, url: str, key: str = "storm", body: str = BODY, p
     )
 
 
-def wait_until(condition: Callable[[], bool], timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.01)
-
-
 def reservation_exists() -> bool:
     return IdempotencyRecord.objects.filter(state=IdempotencyRecord.State.IN_PROGRESS).exists()
-
-
-def key_claimed() -> bool:
-    """A committed reservation, or (inside a transaction on PostgreSQL) the key's lock."""
-    if reservation_exists():
-        return True
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted")
-        return bool(cursor.fetchone()[0])
 
 
 def assert_storm_outcome(responses: list, expected_bookings: int = 1) -> None:  # type: ignore[type-arg]
@@ -95,11 +77,11 @@ def test_storm_under_atomic_requests(alice: User, url: str) -> None:
 def test_duplicate_gets_409_at_once_while_the_first_runs_in_a_transaction(
     alice: User, url: str
 ) -> None:
-    with Checkpoint("running"):  # the first's view waits there until the block ends
+    with Checkpoint("running") as running:  # the first's view waits there until the block ends
         first = Background(
             lambda: keyed_post(logged_in_client(alice), url, pause_at="running")
         ).start()
-        wait_until(key_claimed)
+        running.wait_until_reached()  # its key claimed, inside its transaction
         duplicate = keyed_post(logged_in_client(alice), url)
         # Answered while the first is still inside its transaction: no waiting on its locks.
         assert first.is_running()
