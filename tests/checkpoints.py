@@ -6,6 +6,7 @@ reaches the point, does what must happen in between, and lets the view go on.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
 from collections.abc import Callable, Iterator
@@ -51,6 +52,15 @@ def reach(name: str, **info: Any) -> None:
         checkpoint.info.update(info)
         checkpoint.reached.set()
         checkpoint.proceed.wait(TIMEOUT)
+
+
+async def reach_async(name: str, **info: Any) -> None:
+    """``reach`` for an async view: waits without blocking the event loop."""
+    checkpoint = _armed.get(name)
+    if checkpoint is not None:
+        checkpoint.info.update(info)
+        checkpoint.reached.set()
+        await asyncio.to_thread(checkpoint.proceed.wait, TIMEOUT)
 
 
 @contextlib.contextmanager

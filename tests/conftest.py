@@ -30,7 +30,7 @@ SERVICE_PATHS = (
     "test_task_workers.py",  # Celery workers, the tasks framework's db_worker
 )
 #: Fixtures that start a real server (test_async.py, test_client.py).
-SERVICE_FIXTURES = frozenset({"uvicorn_server", "server", "slow_server", "storeless_server"})
+SERVICE_FIXTURES = frozenset({"uvicorn_server", "server", "storeless_server"})
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

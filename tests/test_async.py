@@ -14,13 +14,19 @@ from django.test import AsyncClient
 
 from idempotency_django.models import IdempotencyRecord
 from tests import servers
+from tests.checkpoints import Checkpoint
 from tests.testapp.models import Booking
 
 BODY = json.dumps({"slot": "2026-07-30T09:00:00Z"})
 
 
-async def apost(client: AsyncClient, url: str, key: str | None = "async-1", body: str = BODY):  # type: ignore[no-untyped-def]
+async def apost(  # type: ignore[no-untyped-def]
+    client: AsyncClient, url: str, key: str | None = "async-1", body: str = BODY, pause_at: str = ""
+):
+    """``pause_at``: the view waits at that checkpoint (tests/checkpoints.py)."""
     headers = {"Idempotency-Key": key} if key is not None else {}
+    if pause_at:
+        headers["X-Pause-At"] = pause_at
     return await client.post(url, body, content_type="application/json", headers=headers)
 
 
@@ -86,10 +92,20 @@ def test_async_view_under_wsgi(alice_client) -> None:  # type: ignore[no-untyped
 
 @pytest.mark.django_db
 def test_concurrent_async_requests_run_once(aclient: AsyncClient) -> None:
+    """Ten at once on one event loop; the one that claims the key waits in its view
+    until the nine others have their answers."""
+
     async def storm():  # type: ignore[no-untyped-def]
-        return await asyncio.gather(
-            *(apost(aclient, "/async/bookings/?delay=0.3", key="storm") for _ in range(10))
-        )
+        with Checkpoint("storm"):
+            sent = [
+                asyncio.ensure_future(apost(aclient, "/async/bookings/", "storm", pause_at="storm"))
+                for _ in range(10)
+            ]
+            deadline = asyncio.get_running_loop().time() + 30
+            while sum(request.done() for request in sent) < 9:
+                assert asyncio.get_running_loop().time() < deadline, "the duplicates waited"
+                await asyncio.sleep(0.01)
+        return await asyncio.gather(*sent)  # the first goes on
 
     responses = async_to_sync(storm)()
     statuses = sorted(r.status_code for r in responses)

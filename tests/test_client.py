@@ -19,6 +19,7 @@ import json
 import logging
 import sqlite3
 import threading
+import time
 import uuid
 from base64 import b64encode
 from collections.abc import Iterator
@@ -46,15 +47,14 @@ from tests.fault_proxy import DROP, FORWARD, HOLD, Answer, Step, fault_proxy
 from tests.servers import free_port
 from tests.test_example_project import (
     PASSWORD,
+    booking_gate,
     example_server,
-    start_then_duplicate,
+    held_at_the_gate,
 )
 
 ALICE = ("alice", PASSWORD)
 BASIC = "Basic " + b64encode(f"alice:{PASSWORD}".encode()).decode()
 STALE = "Basic " + b64encode(b"alice:stale-password").decode()
-#: Long enough for a duplicate to find the first request in progress.
-SLOW_DELAY_MS = 1000
 
 # -- the client knows the server
 
@@ -113,14 +113,7 @@ def booking(slot: str) -> dict[str, str]:
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     directory = tmp_path_factory.mktemp("client-server")
     kind = "gunicorn" if importlib.util.find_spec("gunicorn") else "runserver"
-    with example_server(directory, 0, server=kind) as base:
-        yield Server(base, directory)
-
-
-@pytest.fixture(scope="module")
-def slow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    directory = tmp_path_factory.mktemp("client-slow-server")
-    with example_server(directory, SLOW_DELAY_MS) as base:
+    with example_server(directory, server=kind) as base:
         yield Server(base, directory)
 
 
@@ -129,9 +122,7 @@ def storeless_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve
     """Keys are kept in a Redis that is not there: every key claim fails (503)."""
     directory = tmp_path_factory.mktemp("client-storeless-server")
     nowhere = f"redis://127.0.0.1:{free_port()}/0"
-    with example_server(
-        directory, 0, REDIS_URL=nowhere, EXAMPLE_IDEMPOTENCY_BACKEND="redis"
-    ) as base:
+    with example_server(directory, REDIS_URL=nowhere, EXAMPLE_IDEMPOTENCY_BACKEND="redis") as base:
         yield Server(base, directory)
 
 
@@ -220,26 +211,34 @@ def test_a_gateways_429_and_502_are_retried(kind: str, server: Server) -> None:
     assert server.bookings_at(slot) == 1
 
 
-def test_in_progress_is_waited_out_and_ends_with_the_replay(kind: str, slow_server: Server) -> None:
-    """Two workers run the same operation at once (the same key and body)."""
+def test_in_progress_is_waited_out_and_ends_with_the_replay(kind: str, server: Server) -> None:
+    """Two workers run the same operation at once (the same key and body).
+
+    The first is held at the server's booking gate until the second has been
+    answered 409 in progress: the gate opens as the second starts its wait.
+    """
     slot, key = new_slot(), f"client-{uuid.uuid4()}"
-    url = slow_server.base + "/api/bookings/"
-    first_api, second_api = Api(kind), Api(kind)
+    url = server.base + "/api/bookings/"
     answers = []
+
+    def open_the_gate_and_sleep(seconds: float) -> None:
+        booking_gate(server.directory).touch()  # the second has its 409: the first goes on
+        time.sleep(seconds)
+
+    first_api, second_api = Api(kind), Api(kind, sleep=open_the_gate_and_sleep)
 
     def run_first() -> None:
         answers.append(first_api.post(url, json=booking(slot), key=key, location="portland"))
 
-    first = start_then_duplicate(slow_server.directory, run_first)
-    second = second_api.post(url, json=booking(slot), key=key, location="portland")
-    first.join()
+    with held_at_the_gate(server.directory, run_first):
+        second = second_api.post(url, json=booking(slot), key=key, location="portland")
 
     assert second.status_code == 201
     assert second.headers["Idempotency-Replayed"] == "true"
     assert second.json() == answers[0].json()
     assert second_api.sleeps and set(second_api.sleeps) == {1.0}  # the server's Retry-After
     assert first_api.sleeps == []
-    assert slow_server.bookings_at(slot) == 1
+    assert server.bookings_at(slot) == 1
 
 
 @pytest.mark.parametrize("case", ["reused key", "invalid body", "no such booking"])

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 
 import pytest
 from django.contrib.auth.models import User
@@ -13,6 +12,7 @@ from django.test import Client
 
 from idempotency_django.models import IdempotencyRecord
 from idempotency_django.stores import RequestInfo, StoredResponse
+from tests.checkpoints import Checkpoint
 from tests.concurrency import Background, in_threads, logged_in_client
 from tests.testapp.models import Booking
 
@@ -26,29 +26,17 @@ on_postgres = pytest.mark.skipif(
 )
 
 
-def keyed_post(client: Client, url: str, key: str = "storm", body: str = BODY):  # type: ignore[no-untyped-def]
-    return client.post(url, body, content_type="application/json", HTTP_IDEMPOTENCY_KEY=key)
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.01)
+def keyed_post(client: Client, url: str, key: str = "storm", body: str = BODY, pause_at: str = ""):  # type: ignore[no-untyped-def]
+    """``pause_at``: the view waits at that checkpoint (a header: not part of the request's
+    fingerprint, so the same request without it is a duplicate)."""
+    headers = {"X-Pause-At": pause_at} if pause_at else {}
+    return client.post(
+        url, body, content_type="application/json", HTTP_IDEMPOTENCY_KEY=key, headers=headers
+    )
 
 
 def reservation_exists() -> bool:
     return IdempotencyRecord.objects.filter(state=IdempotencyRecord.State.IN_PROGRESS).exists()
-
-
-def key_claimed() -> bool:
-    """A committed reservation, or (inside a transaction on PostgreSQL) the key's lock."""
-    if reservation_exists():
-        return True
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted")
-        return bool(cursor.fetchone()[0])
 
 
 def assert_storm_outcome(responses: list, expected_bookings: int = 1) -> None:  # type: ignore[type-arg]
@@ -89,11 +77,14 @@ def test_storm_under_atomic_requests(alice: User, url: str) -> None:
 def test_duplicate_gets_409_at_once_while_the_first_runs_in_a_transaction(
     alice: User, url: str
 ) -> None:
-    first = Background(lambda: keyed_post(logged_in_client(alice), url + "?delay=3")).start()
-    wait_until(key_claimed)
-    duplicate = keyed_post(logged_in_client(alice), url + "?delay=3")
-    # Answered while the first is still inside its transaction: no waiting on its locks.
-    assert first.is_running()
+    with Checkpoint("running") as running:  # the first's view waits there until the block ends
+        first = Background(
+            lambda: keyed_post(logged_in_client(alice), url, pause_at="running")
+        ).start()
+        running.wait_until_reached()  # its key claimed, inside its transaction
+        duplicate = keyed_post(logged_in_client(alice), url)
+        # Answered while the first is still inside its transaction: no waiting on its locks.
+        assert first.is_running()
     assert duplicate.status_code == 409
     assert duplicate.json()["code"] == "idempotency_key_in_progress"
     assert first.join().status_code == 201
@@ -103,13 +94,14 @@ def test_duplicate_gets_409_at_once_while_the_first_runs_in_a_transaction(
 @on_postgres
 @pytest.mark.usefixtures("atomic_requests")
 def test_work_is_invisible_until_it_commits_with_its_record(alice: User) -> None:
-    first = Background(
-        lambda: keyed_post(logged_in_client(alice), "/plain/atomic/?delay=1")
-    ).start()
-    wait_until(key_claimed)
-    # Neither the reservation nor the work is visible before they commit together.
-    assert Booking.objects.count() == 0
-    assert not reservation_exists()
+    with Checkpoint("running") as running:  # the view waits there until the block ends
+        first = Background(
+            lambda: keyed_post(logged_in_client(alice), "/plain/atomic/", pause_at="running")
+        ).start()
+        running.wait_until_reached()  # the view has made its booking, uncommitted
+        # Neither the reservation nor the work is visible before they commit together.
+        assert Booking.objects.count() == 0
+        assert not reservation_exists()
     assert first.join().status_code == 201
     record = IdempotencyRecord.objects.get()
     assert record.state == IdempotencyRecord.State.COMPLETED

@@ -26,11 +26,11 @@ from tests.test_example_project import (
     PASSWORD,
     call,
     example_server,
+    gate_closed,
     reserved_count,
     wait_until_reserved,
 )
 
-DELAY_MS = 800
 PHONE = {"width": 390, "height": 844}
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is missing")
@@ -51,7 +51,7 @@ def server_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def base(server_dir: Path) -> Iterator[str]:
-    with example_server(server_dir, DELAY_MS) as url:
+    with example_server(server_dir) as url:
         yield url
 
 
@@ -82,12 +82,17 @@ def shown_key(page: Any) -> str:
 
 
 def book_and_reload_while_it_runs(page: Any, server_dir: Path) -> str:
-    """Press Book, wait until the server claimed the key, reload; the key it sent."""
-    claimed = reserved_count(server_dir)
-    with page.expect_request("**/api/bookings/") as sent:
-        page.click("#book")
-    wait_until_reserved(server_dir, claimed)  # the server has the key and is working
-    page.reload()
+    """Press Book, wait until the server claimed the key, reload; the key it sent.
+
+    The booking is held at the server's gate until the reload is done, so the page
+    that sent it never sees its answer.
+    """
+    with gate_closed(server_dir):
+        claimed = reserved_count(server_dir)
+        with page.expect_request("**/api/bookings/") as sent:
+            page.click("#book")
+        wait_until_reserved(server_dir, claimed)  # the server has the key and is working
+        page.reload()
     return str(sent.value.headers["idempotency-key"])
 
 
@@ -96,10 +101,12 @@ def test_double_click_and_reload_make_one_booking_each(
 ) -> None:
     page = logged_in_page(browser, base, {"width": 900, "height": 760})
 
-    # A double-click: two submits with one key. One runs; the other gets
-    # 409 in progress, waits Retry-After, and is answered with the replay.
+    # A double-click: two submits with one key. One runs (held at the gate); the other
+    # gets 409 in progress, waits Retry-After, and is answered with the replay.
     assert shown_key(page) == ""  # no key yet: it is made for the contents at Book
-    page.dblclick("#book")
+    with gate_closed(server_dir), page.expect_response(lambda r: r.status == 409) as busy:
+        page.dblclick("#book")
+    assert busy.value.json()["code"] == "idempotency_key_in_progress"
     page.wait_for_selector('#result[data-replayed="true"]')
     assert "Idempotency-Replayed: true" in (page.text_content("#result") or "")
     assert len(bookings_in(base, "portland")) == 1

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.skipif(
 
 
 def test_schema_documents_keys_and_schemathesis_finds_no_server_error(tmp_path: Path) -> None:
-    with example_server(tmp_path, delay_ms=0) as base:
+    with example_server(tmp_path) as base:
         request = urllib.request.Request(
             base + "/api/schema/?format=json", headers={"Authorization": BASIC}
         )

@@ -5,6 +5,10 @@ over HTTP with urllib; and ``manage.py demo``, which does all of that in one com
 The example has its own settings, so it cannot run inside this suite's Django
 (tests/settings.py); everything here talks to 127.0.0.1 only.
 
+A duplicate "sent while the first request runs" is sent while the first is held at
+the example's EXAMPLE_BOOKING_GATE (``held_at_the_gate``), never within a delay that a
+loaded machine could outlast: the first goes on only once the duplicate is answered.
+
 The ``curl`` blocks in example_project/README.md and docs/*.md make the same
 requests as these tests (create, replay, reuse 409, in progress 409, missing slot
 400, list, PATCH, DELETE, the plain view, a webhook delivery twice): keep them in step.
@@ -43,7 +47,6 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 MANAGE = REPO_ROOT / "example_project" / "manage.py"
 PASSWORD = "password"
 BASIC = "Basic " + b64encode(f"alice:{PASSWORD}".encode()).decode()
-DELAY_MS = 1500
 BOOKING = {"slot": "2026-07-30T09:00:00Z", "customer": "Dana Whitfield"}
 GUNICORN = [sys.executable, "-m", "gunicorn"]
 #: A Redis database of its own: the store tests use (and flush) 15.
@@ -51,6 +54,7 @@ EXAMPLE_REDIS_URL = os.environ.get("TESTS_EXAMPLE_REDIS_URL", "redis://127.0.0.1
 
 
 def example_env(tmp_dir: Path, **extra: str) -> dict[str, str]:
+    """The example's environment: this test's SQLite file and booking gate, and ``extra``."""
     env = {
         name: value
         for name, value in os.environ.items()
@@ -58,6 +62,7 @@ def example_env(tmp_dir: Path, **extra: str) -> dict[str, str]:
         and name not in {"DJANGO_SETTINGS_MODULE", "DATABASE_URL", "REDIS_URL"}
     }
     env["DATABASE_URL"] = f"sqlite:///{tmp_dir / 'example.sqlite3'}"
+    env["EXAMPLE_BOOKING_GATE"] = str(booking_gate(tmp_dir))
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra)
     return env
@@ -82,15 +87,18 @@ def gunicorn_recipe() -> list[str]:
     return [*GUNICORN, *shlex.split(line)[1:]]
 
 
+def booking_gate(tmp_dir: Path) -> Path:
+    """The server's EXAMPLE_BOOKING_GATE: creating a booking waits until this file exists."""
+    return tmp_dir / "booking-gate"
+
+
 @contextlib.contextmanager
-def example_server(
-    tmp_dir: Path, delay_ms: int, *, server: str = "runserver", **extra_env: str
-) -> Iterator[str]:
+def example_server(tmp_dir: Path, *, server: str = "runserver", **extra_env: str) -> Iterator[str]:
     """Migrate a fresh SQLite database, create alice, serve; yields the base URL.
 
     ``server`` is "runserver" (threaded) or "gunicorn" (the README's recipe).
     """
-    env = example_env(tmp_dir, EXAMPLE_BOOKING_DELAY_MS=str(delay_ms), **extra_env)
+    env = example_env(tmp_dir, **extra_env)
     for args in (
         ("check",),
         ("migrate", "--noinput"),
@@ -115,7 +123,11 @@ def example_server(
 
 @contextlib.contextmanager
 def serving(command: list[str], env: dict[str, str], tmp_dir: Path, port: int) -> Iterator[str]:
-    """Run ``command`` (logging to tmp_dir/server.log) until it listens on ``port``."""
+    """Run ``command`` (logging to tmp_dir/server.log) until it listens on ``port``.
+
+    Its booking gate is open: held_at_the_gate closes it for a while.
+    """
+    booking_gate(tmp_dir).touch()
     log = (tmp_dir / "server.log").open("w")
     process = subprocess.Popen(
         command,
@@ -218,31 +230,53 @@ def reserved_count(tmp_dir: Path) -> int:
 
 
 def wait_until_reserved(tmp_dir: Path, more_than: int) -> None:
-    """Until the server claimed another key: then a duplicate finds it in progress."""
+    """Until the server claimed another key (it logs the claim once it is stored)."""
     deadline = time.monotonic() + 30
     while reserved_count(tmp_dir) <= more_than:
         assert time.monotonic() < deadline, "the first request never claimed its key"
         time.sleep(0.02)
-    time.sleep(0.05)
 
 
-def start_then_duplicate(tmp_dir: Path, first: Callable[[], object]) -> threading.Thread:
-    """Start ``first`` in a thread; return once the server has claimed its key."""
-    before = reserved_count(tmp_dir)
+@contextlib.contextmanager
+def gate_closed(tmp_dir: Path) -> Iterator[None]:
+    """During the block, a booking being created waits at the server's gate."""
+    gate = booking_gate(tmp_dir)
+    gate.unlink()
+    try:
+        yield
+    finally:
+        gate.touch()
+
+
+@contextlib.contextmanager
+def held_at_the_gate(tmp_dir: Path, first: Callable[[], object]) -> Iterator[None]:
+    """Send ``first`` (a booking) from a thread and hold it in progress for the block.
+
+    The block starts once the server has claimed the key: whatever it sends finds
+    that key in progress, however slow the machine. Then the gate opens and
+    ``first`` finishes.
+    """
     thread = threading.Thread(target=first)
-    thread.start()
-    wait_until_reserved(tmp_dir, before)
-    return thread
+    try:
+        with gate_closed(tmp_dir):
+            before = reserved_count(tmp_dir)
+            thread.start()
+            wait_until_reserved(tmp_dir, before)
+            yield
+    finally:
+        thread.join()
 
 
 def book_with_a_concurrent_duplicate(base: str, tmp_dir: Path, key: str) -> tuple[Reply, Reply]:
     """A booking, and the same request sent while it runs: (the first's reply, the duplicate's)."""
     replies: list[Reply] = []
-    first = start_then_duplicate(
+    with held_at_the_gate(
         tmp_dir, lambda: replies.append(call(base, "POST", "/api/bookings/", BOOKING, key=key))
-    )
-    duplicate = call(base, "POST", "/api/bookings/", BOOKING, key=key)
-    first.join()
+    ):
+        try:
+            duplicate = call(base, "POST", "/api/bookings/", BOOKING, key=key)
+        except TimeoutError:
+            pytest.fail("the duplicate waited for the first request: served one at a time")
     return replies[0], duplicate
 
 
@@ -253,7 +287,7 @@ def server_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(server_dir: Path) -> Iterator[str]:
-    with example_server(server_dir, DELAY_MS) as base:
+    with example_server(server_dir) as base:
         yield base
 
 
@@ -286,12 +320,11 @@ def test_the_ninja_operation_runs_once_after_ninjas_auth(server: str, server_dir
     """/ninja/bookings (django-ninja, HTTP Basic checked by ninja): in progress, then a replay."""
     payload = {**BOOKING, "slot": "2026-08-01T09:00:00Z"}
     replies: list[Reply] = []
-    first = start_then_duplicate(
+    with held_at_the_gate(
         server_dir,
         lambda: replies.append(call(server, "POST", "/ninja/bookings", payload, key="ninja-7001")),
-    )
-    duplicate = call(server, "POST", "/ninja/bookings", payload, key="ninja-7001")
-    first.join()
+    ):
+        duplicate = call(server, "POST", "/ninja/bookings", payload, key="ninja-7001")
     assert duplicate.status == 409
     assert duplicate.json()["code"] == "idempotency_key_in_progress"
     assert replies[0].status == 201, replies[0].body
@@ -315,9 +348,8 @@ def test_concurrent_duplicate_is_in_progress_then_replays(server: str, server_di
     def post() -> None:
         replies.append(call(server, "POST", "/api/bookings/", payload, key="booking-8892"))
 
-    first = start_then_duplicate(server_dir, post)  # claimed, now sleeping DELAY_MS
-    post()
-    first.join()
+    with held_at_the_gate(server_dir, post):  # the first claimed its key and waits
+        post()  # the duplicate
     by_status = {reply.status: reply for reply in replies}
     assert sorted(by_status) == [201, 409]
     assert by_status[409].json()["code"] == "idempotency_key_in_progress"
@@ -439,7 +471,7 @@ def test_served_by_the_gunicorn_recipe(tmp_path: Path) -> None:
     if importlib.util.find_spec("gunicorn") is None:
         pytest.skip("gunicorn is not installed (pip install -e '.[example]')")
     assert {"--workers", "--threads"} & set(gunicorn_recipe()), "the recipe serves one at a time"
-    with example_server(tmp_path, DELAY_MS, server="gunicorn") as base:
+    with example_server(tmp_path, server="gunicorn") as base:
         first, busy = book_with_a_concurrent_duplicate(base, tmp_path, "gunicorn-1")
         assert first.status == 201, first.body
         assert busy.status == 409, busy.body
@@ -450,8 +482,12 @@ def test_served_by_the_gunicorn_recipe(tmp_path: Path) -> None:
 
 def test_demo_command(tmp_path: Path) -> None:
     """``manage.py demo`` alone: migrate, the demo user, a server with a visible
-    in-progress window. Run twice: the second run finds everything as the first left it."""
-    env = example_env(tmp_path)  # no EXAMPLE_BOOKING_DELAY_MS: the demo's own default
+    in-progress window. Run twice: the second run finds everything as the first left it.
+
+    The demo's window is its own delay (no EXAMPLE_BOOKING_DELAY_MS: the default); the
+    duplicate is sent within it while the first request is also held at the gate.
+    """
+    env = example_env(tmp_path)
     booked: list[int] = []
     for run in ("first", "second"):
         port = servers.free_port()
@@ -463,6 +499,7 @@ def test_demo_command(tmp_path: Path) -> None:
             assert f"Demo user: alice / {PASSWORD}" in printed
             assert ("(created)" if run == "first" else "(already there)") in printed
             assert f"Booking page: {base}/" in printed
+            assert "Creating a booking takes 1500 ms" in printed  # the window people see
 
             opener, _ = session_login(base)  # the printed name and password log in
             with opener.open(base + "/", timeout=30) as page:
@@ -496,18 +533,12 @@ def test_redis_backend(tmp_path: Path) -> None:
         pytest.skip(reason)
     redis_env = {"REDIS_URL": EXAMPLE_REDIS_URL, "EXAMPLE_IDEMPOTENCY_BACKEND": "redis"}
     key = f"redis-{uuid.uuid4()}"  # the database is shared between runs
-    with example_server(tmp_path, DELAY_MS, **redis_env) as base:
-        replies: list[Reply] = []
-        first = start_then_duplicate(
-            tmp_path,
-            lambda: replies.append(call(base, "POST", "/api/bookings/", BOOKING, key=key)),
-        )
-        busy = call(base, "POST", "/api/bookings/", BOOKING, key=key)
-        first.join()
+    with example_server(tmp_path, **redis_env) as base:
+        first, busy = book_with_a_concurrent_duplicate(base, tmp_path, key)
         assert busy.status == 409 and busy.json()["code"] == "idempotency_key_in_progress"
-        assert replies[0].status == 201
+        assert first.status == 201
         again = call(base, "POST", "/api/bookings/", BOOKING, key=key)
-        assert again.status == 201 and again.replayed and again.body == replies[0].body
+        assert again.status == 201 and again.replayed and again.body == first.body
         assert len(call(base, "GET", "/api/bookings/").json()) == 1
     assert not list(records_in_sqlite(tmp_path))  # the records went to Redis
 

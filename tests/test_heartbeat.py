@@ -1,8 +1,8 @@
 """HEARTBEAT: a running request keeps its key past a short LOCK_TIMEOUT, a settled one does not.
 
 Real threads, the real clock and a real store (the test database; Redis with
-``--all``): the first request's view sleeps past LOCK_TIMEOUT while a
-duplicate arrives; the heartbeat thread is the only thing renewing its
+``--all``): the first request's view runs past LOCK_TIMEOUT, held at a
+checkpoint until a duplicate has been answered; the heartbeat thread is the only thing renewing its
 reservation. The same test without the heartbeat shows the takeover it
 prevents.
 """
@@ -22,6 +22,7 @@ from django.test import Client, override_settings
 from idempotency_django.heartbeat import heartbeat
 from idempotency_django.stores import RecordKey, RequestInfo
 from idempotency_django.stores.memory import MemoryStore
+from tests.checkpoints import Checkpoint
 from tests.concurrency import Background, logged_in_client
 from tests.redis_helpers import redis_store_settings
 from tests.testapp.models import Booking
@@ -29,13 +30,17 @@ from tests.testapp.models import Booking
 pytestmark = pytest.mark.django_db(transaction=True)
 
 BODY = json.dumps({"slot": "2026-07-30T09:00:00Z"})
-#: The view outlives LOCK_TIMEOUT (1 s) by far; the duplicate comes after 2 s.
-SLOW = "/plain/bookings/?delay=3"
+URL = "/plain/bookings/"
 SHORT_LOCK: dict[str, Any] = {"LOCK_TIMEOUT": 1, "HEARTBEAT": 0.2}
 
 
-def keyed_post(client: Client, url: str, key: str = "booking-hb"):  # type: ignore[no-untyped-def]
-    return client.post(url, BODY, content_type="application/json", HTTP_IDEMPOTENCY_KEY=key)
+def keyed_post(client: Client, url: str, key: str = "booking-hb", pause_at: str = ""):  # type: ignore[no-untyped-def]
+    """``pause_at``: the view waits at that checkpoint (a header: not part of the request's
+    fingerprint, so the same request without it is a duplicate)."""
+    headers = {"X-Pause-At": pause_at} if pause_at else {}
+    return client.post(
+        url, BODY, content_type="application/json", HTTP_IDEMPOTENCY_KEY=key, headers=headers
+    )
 
 
 @pytest.fixture(params=["database", "redis"])
@@ -48,13 +53,16 @@ def store(request: pytest.FixtureRequest) -> Iterator[str]:
             yield request.param
 
 
-def duplicate_during_the_first(
-    alice: User, url: str = SLOW, after: float = 2
-) -> tuple[int, int, str | None]:
-    """The first request and a duplicate ``after`` s in: their statuses, the duplicate's code."""
-    first = Background(lambda: keyed_post(logged_in_client(alice), url)).start()
-    time.sleep(after)
-    duplicate = keyed_post(logged_in_client(alice), url)
+def duplicate_during_the_first(alice: User, after: float = 2) -> tuple[int, int, str | None]:
+    """The first request and a duplicate ``after`` s into its view: their statuses, the
+    duplicate's code. The first goes on only once the duplicate has been answered."""
+    with Checkpoint("first-running") as running:  # the first's view waits there
+        first = Background(
+            lambda: keyed_post(logged_in_client(alice), URL, pause_at="first-running")
+        ).start()
+        running.wait_until_reached()
+        time.sleep(after)  # past LOCK_TIMEOUT (1 s)
+        duplicate = keyed_post(logged_in_client(alice), URL)
     code = duplicate.json().get("code") if duplicate.status_code == 409 else None
     return first.join().status_code, duplicate.status_code, code
 
@@ -63,7 +71,7 @@ def test_a_slow_view_keeps_its_key_past_lock_timeout(alice: User, store: str) ->
     first, duplicate, code = duplicate_during_the_first(alice)
     assert (first, duplicate, code) == (201, 409, "idempotency_key_in_progress")
     assert Booking.objects.count() == 1
-    replay = keyed_post(logged_in_client(alice), SLOW)
+    replay = keyed_post(logged_in_client(alice), URL)
     assert replay.status_code == 201 and replay["Idempotency-Replayed"] == "true"
 
 
@@ -80,9 +88,9 @@ def test_a_request_past_max_run_time_is_no_longer_renewed(alice: User) -> None:
     """MAX_RUN_TIME bounds a stuck request: renewed 1 s, then lost LOCK_TIMEOUT later.
 
     The last renewal is at most 1 s after the claim, so the key is free by 2 s;
-    the duplicate comes at 2.8 s, the first request still running (4 s).
+    the duplicate comes at 2.8 s, the first request still running.
     """
-    first, duplicate, _ = duplicate_during_the_first(alice, "/plain/bookings/?delay=4", 2.8)
+    first, duplicate, _ = duplicate_during_the_first(alice, 2.8)
     assert (first, duplicate) == (201, 201)
 
 

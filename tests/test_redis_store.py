@@ -22,6 +22,7 @@ from idempotency_django.checks import check_settings
 from idempotency_django.models import IdempotencyRecord
 from idempotency_django.stores import get_store
 from idempotency_django.stores.redis import RedisStore
+from tests.checkpoints import Checkpoint
 from tests.redis_helpers import (
     ALIAS,
     REDIS_URL,
@@ -250,7 +251,8 @@ def test_concurrent_duplicates_run_once(alice: User) -> None:
     def worker(client: Client) -> None:
         try:
             barrier.wait(timeout=10)
-            response = post(client, key="concurrent-1", url=URL + "?delay=0.3")
+            # The one that claims the key waits in the view until the others are answered.
+            response = post(client, key="concurrent-1", HTTP_X_PAUSE_AT="running")
             body = json.loads(response.content)
             with lock:
                 results.append(
@@ -263,8 +265,14 @@ def test_concurrent_duplicates_run_once(alice: User) -> None:
 
     with redis_store_settings():
         threads = [threading.Thread(target=worker, args=(c,)) for c in clients]
-        for thread in threads:
-            thread.start()
+        with Checkpoint("running") as running:
+            for thread in threads:
+                thread.start()
+            running.wait_until_reached()
+            deadline = time.monotonic() + 30
+            while len(results) + len(errors) < threads_count - 1:  # all but the first
+                assert time.monotonic() < deadline, "the duplicates were not answered"
+                time.sleep(0.01)
         for thread in threads:
             thread.join(timeout=30)
 

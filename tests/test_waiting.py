@@ -168,24 +168,27 @@ def test_an_async_duplicate_waits_without_blocking_the_event_loop(
     client.force_login(alice)
 
     async def scenario():  # type: ignore[no-untyped-def]
-        async def book():  # type: ignore[no-untyped-def]
+        async def book(pause_at: str = ""):  # type: ignore[no-untyped-def]
+            headers = {"Idempotency-Key": "async-wait"}
+            if pause_at:  # the view waits at that checkpoint (not part of the fingerprint)
+                headers["X-Pause-At"] = pause_at
             return await client.post(
-                "/async/bookings/?delay=1",
-                BODY,
-                content_type="application/json",
-                headers={"Idempotency-Key": "async-wait"},
+                "/async/bookings/", BODY, content_type="application/json", headers=headers
             )
 
-        first = asyncio.ensure_future(book())
-        await asyncio.sleep(0.2)  # the first is inside its view by now
+        first = asyncio.ensure_future(book(pause_at="first"))
+        await asyncio.to_thread(first_request.wait_until_reached)  # inside its view
         duplicate = asyncio.ensure_future(book())
         ticks = 0
         while not duplicate.done():  # the loop keeps turning while the duplicate waits
             ticks += 1
+            if ticks >= 5 and waiting.started.is_set():
+                first_request.release()
             await asyncio.sleep(0.05)
         return await first, await duplicate, ticks
 
-    with override_settings(IDEMPOTENCY={"WAIT_FOR_IN_PROGRESS": 10}):
+    waits = override_settings(IDEMPOTENCY={"WAIT_FOR_IN_PROGRESS": 10})
+    with waits, Checkpoint("first") as first_request:  # the first's view waits there
         first, duplicate, ticks = async_to_sync(scenario)()
     assert first.status_code == 201
     assert duplicate.status_code == 201 and duplicate["Idempotency-Replayed"] == "true"

@@ -2,6 +2,7 @@
 
 import json
 import time
+from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
@@ -22,8 +23,19 @@ def location_of(request: HttpRequest) -> str:
     return str(request.headers.get("X-Location-Id", "")).strip()
 
 
+#: How long a booking waits at EXAMPLE_BOOKING_GATE at most: a test that never opens
+#: it holds a request for a minute, not for ever.
+GATE_TIMEOUT_S = 60
+
+
 def simulate_slow_work() -> None:
-    """Creating a booking takes EXAMPLE_BOOKING_DELAY_MS (0 by default)."""
+    """Creating a booking takes EXAMPLE_BOOKING_DELAY_MS (0 by default), and waits
+    until the file EXAMPLE_BOOKING_GATE names exists (when set; at most GATE_TIMEOUT_S)."""
+    if settings.EXAMPLE_BOOKING_GATE:
+        gate = Path(settings.EXAMPLE_BOOKING_GATE)
+        deadline = time.monotonic() + GATE_TIMEOUT_S
+        while not gate.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
     if settings.EXAMPLE_BOOKING_DELAY_MS > 0:
         time.sleep(settings.EXAMPLE_BOOKING_DELAY_MS / 1000)
 

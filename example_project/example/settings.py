@@ -4,6 +4,10 @@
 ``REDIS_URL``                 a django-redis cache as "default" (default: local memory)
 ``EXAMPLE_IDEMPOTENCY_BACKEND`` "db" (default) or "redis" (needs REDIS_URL)
 ``EXAMPLE_BOOKING_DELAY_MS``  creating a booking sleeps that long (to see 409 in progress)
+``EXAMPLE_BOOKING_GATE``      a file path: creating a booking first waits until the file
+                              exists (at most 60 s). The tests open this gate once a
+                              duplicate has been answered, where a delay could run out
+                              first on a loaded machine
 ``EXAMPLE_PAUSE_AFTER_WRITE``  a file path: while the file exists, a request waits right
                               after its booking's INSERT (the reliability suite kills a
                               worker there)
@@ -147,6 +151,10 @@ if "EXAMPLE_MAX_KEYS_PER_PRINCIPAL" in os.environ:
 
 #: Milliseconds creating a booking takes (simulated work), to see "409 in progress".
 EXAMPLE_BOOKING_DELAY_MS = env_int("EXAMPLE_BOOKING_DELAY_MS", 0)
+#: A file path: creating a booking waits until that file exists (at most 60 s, then it
+#: goes on), so that a test decides when the work ends: after the duplicate it sends
+#: meanwhile has been answered 409 in progress, however slow the machine.
+EXAMPLE_BOOKING_GATE = os.environ.get("EXAMPLE_BOOKING_GATE", "")
 #: A file path: while that file exists, a request waits right after a booking's INSERT,
 #: before the rest of the request (its stored response, its commit). The reliability
 #: suite kills a worker there.

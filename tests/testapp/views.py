@@ -6,6 +6,7 @@ import asyncio
 import json
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -35,9 +36,20 @@ from tests.testapp.models import Booking
 
 
 def _apply_test_controls(request: HttpRequest) -> HttpResponse | None:
+    from tests import checkpoints
+
     delay = float(request.GET.get("delay", 0))
     if delay:
         time.sleep(delay)
+    # X-Pause-At: NAME: wait there while a test holds that checkpoint (tests/checkpoints.py);
+    # a header, so a duplicate without it is still the same request.
+    checkpoints.reach(request.headers.get("X-Pause-At", ""))
+    # X-Gate: PATH: the same across processes (a test's server): wait until that file
+    # exists, at most 30 s.
+    gate = request.headers.get("X-Gate", "")
+    deadline = time.monotonic() + 30
+    while gate and not Path(gate).exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
     if request.GET.get("raise"):
         raise RuntimeError("the view failed")
     return None
@@ -263,9 +275,12 @@ async def async_booking(request: HttpRequest) -> HttpResponse:
     booking = await Booking.objects.acreate(
         slot=payload.get("slot", ""), owner=user if user.is_authenticated else None
     )
+    from tests import checkpoints
+
     delay = float(request.GET.get("delay", 0))
     if delay:
         await asyncio.sleep(delay)
+    await checkpoints.reach_async(request.headers.get("X-Pause-At", ""))  # as in a sync view
     return JsonResponse({"id": booking.pk, "slot": booking.slot}, status=201)
 
 
