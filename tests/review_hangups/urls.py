@@ -1,0 +1,10 @@
+from django.urls import path
+
+from tests.hangup.urls import urlpatterns as hangup_urlpatterns
+from tests.review_hangups import views
+
+urlpatterns = [
+    *hangup_urlpatterns,
+    path("form/", views.form_booking),
+    path("ninja/", views.api.urls),
+]
