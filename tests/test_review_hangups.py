@@ -146,11 +146,13 @@ def views_for(atomic_requests: bool) -> dict[str, tuple[str, str, bool]]:
     }
 
 
-def retry_until_settled(browser: Browser, path: str, key: str, **headers: str) -> Answer:
+def retry_until_settled(
+    browser: Browser, path: str, key: str, payload: object, headers: dict[str, str]
+) -> Answer:
     """Retry as the docs tell clients to: again after ``Retry-After`` while in progress."""
     deadline = time.monotonic() + 20
     while True:
-        response = browser.post(path, key=key, **headers)
+        response = browser.post(path, key, payload, **headers)
         if response.status != 409 or time.monotonic() > deadline:
             return response
         time.sleep(float(response.headers.get("retry-after", 1)))
@@ -173,7 +175,7 @@ def test_a_hang_up_mid_view_books_once_and_the_retry_replays(
         skip_without_redis()
         raw_client().flushdb()
         environment |= {"HANGUP_STORE": "redis", "HANGUP_REDIS_URL": REDIS_URL}
-    bearer = {"Authorization": f"Bearer {Token.objects.create(user=alice).key}"}
+    bearer: dict[str, Any] = {"Authorization": f"Bearer {Token.objects.create(user=alice).key}"}
     views = views_for(atomic_requests)
     try:
         with serve(server, **environment) as port:
@@ -195,8 +197,8 @@ def test_a_hang_up_mid_view_books_once_and_the_retry_replays(
                     browser,
                     f"{path}?delay={VIEW_SECONDS}",
                     f"hang-up-{slot}",
-                    payload={"slot": slot},
-                    **(bearer if ninja else {}),
+                    {"slot": slot},
+                    bearer if ninja else {},
                 )
                 for name, (path, slot, ninja) in views.items()
             }
