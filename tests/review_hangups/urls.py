@@ -6,5 +6,8 @@ from tests.review_hangups import views
 urlpatterns = [
     *hangup_urlpatterns,
     path("form/", views.form_booking),
+    path("keyed/sync/", views.keyed_sync),
+    path("keyed/async/", views.keyed_async),
+    path("keyed/drf/", views.keyed_drf),
     path("ninja/", views.api.urls),
 ]

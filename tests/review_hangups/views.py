@@ -6,9 +6,15 @@ import asyncio
 import time
 from typing import Any
 
+from django.db import transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from ninja import NinjaAPI, Schema
+from rest_framework import status
+from rest_framework.decorators import api_view
+from rest_framework.request import Request
+from rest_framework.response import Response
 
+from idempotency_django import idempotent as drf_idempotent
 from idempotency_django.ninja import idempotent
 from tests.testapp.models import Booking
 from tests.testapp.ninja_api import AsyncBearerAuth, BearerAuth
@@ -24,6 +30,42 @@ def form_booking(request: HttpRequest) -> HttpResponse:
     )
 
 
+def _delay(request: HttpRequest) -> float:
+    return float(request.GET.get("delay", 0))
+
+
+def _key(request: HttpRequest) -> str:
+    return str(request.META.get("HTTP_IDEMPOTENCY_KEY", ""))
+
+
+# Each of these books a row named after the request's key, then takes ``?delay=``
+# seconds: counting the rows of a key counts the runs of that key.
+
+
+def keyed_sync(request: HttpRequest) -> HttpResponse:
+    """A plain sync view (the middleware); atomic under ``ATOMIC_REQUESTS``."""
+    booking = Booking.objects.create(slot="sync", customer=_key(request))
+    time.sleep(_delay(request))
+    return JsonResponse({"id": booking.pk, "slot": booking.slot}, status=201)
+
+
+@transaction.non_atomic_requests
+async def keyed_async(request: HttpRequest) -> HttpResponse:
+    """An async view (the middleware)."""
+    booking = await Booking.objects.acreate(slot="async", customer=_key(request))
+    await asyncio.sleep(_delay(request))
+    return JsonResponse({"id": booking.pk, "slot": booking.slot}, status=201)
+
+
+@api_view(["POST"])
+@drf_idempotent
+def keyed_drf(request: Request) -> Response:
+    """A DRF view (``@idempotent`` below ``@api_view``)."""
+    booking = Booking.objects.create(slot="drf", customer=_key(request))
+    time.sleep(_delay(request))
+    return Response({"id": booking.pk, "slot": booking.slot}, status=status.HTTP_201_CREATED)
+
+
 api = NinjaAPI(urls_namespace="review-hangups")
 
 
@@ -36,14 +78,10 @@ class BookingOut(Schema):
     slot: str
 
 
-def _delay(request: HttpRequest) -> float:
-    return float(request.GET.get("delay", 0))
-
-
 @api.post("/bookings", response={201: BookingOut}, auth=BearerAuth())
 @idempotent
 def ninja_booking(request: HttpRequest, payload: BookingIn) -> Any:
-    booking = Booking.objects.create(slot="ninja-sync", customer=payload.slot)
+    booking = Booking.objects.create(slot="ninja-sync", customer=_key(request))
     time.sleep(_delay(request))
     return 201, booking
 
@@ -51,7 +89,7 @@ def ninja_booking(request: HttpRequest, payload: BookingIn) -> Any:
 @api.post("/atomic-bookings", response={201: BookingOut}, auth=BearerAuth())
 @idempotent(atomic=True)
 def ninja_atomic_booking(request: HttpRequest, payload: BookingIn) -> Any:
-    booking = Booking.objects.create(slot="ninja-atomic", customer=payload.slot)
+    booking = Booking.objects.create(slot="ninja-atomic", customer=_key(request))
     time.sleep(_delay(request))
     return 201, booking
 
@@ -59,6 +97,6 @@ def ninja_atomic_booking(request: HttpRequest, payload: BookingIn) -> Any:
 @api.post("/async-bookings", response={201: BookingOut}, auth=AsyncBearerAuth())
 @idempotent
 async def ninja_async_booking(request: HttpRequest, payload: BookingIn) -> Any:
-    booking = await Booking.objects.acreate(slot="ninja-async", customer=payload.slot)
+    booking = await Booking.objects.acreate(slot="ninja-async", customer=_key(request))
     await asyncio.sleep(_delay(request))
     return 201, booking
