@@ -149,6 +149,8 @@ VIEWS = {
     "sync view": ("/keyed/sync/", False),
     "async view": ("/keyed/async/", False),
     "DRF view": ("/keyed/drf/", False),
+    "sync view, TemplateResponse": ("/keyed/template/", False),
+    "async @idempotent view, TemplateResponse": ("/keyed/async-template/", False),
     "ninja sync operation": ("/ninja/bookings", True),
     "ninja atomic=True operation": ("/ninja/atomic-bookings", True),
     "ninja async operation": ("/ninja/async-bookings", True),

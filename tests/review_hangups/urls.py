@@ -9,5 +9,7 @@ urlpatterns = [
     path("keyed/sync/", views.keyed_sync),
     path("keyed/async/", views.keyed_async),
     path("keyed/drf/", views.keyed_drf),
+    path("keyed/template/", views.keyed_template),
+    path("keyed/async-template/", views.keyed_async_template),
     path("ninja/", views.api.urls),
 ]

@@ -8,13 +8,14 @@ from typing import Any
 
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.template.response import TemplateResponse
 from ninja import NinjaAPI, Schema
 from rest_framework import status
 from rest_framework.decorators import api_view
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from idempotency_django import idempotent as drf_idempotent
+from idempotency_django import idempotent as core_idempotent
 from idempotency_django.ninja import idempotent
 from tests.testapp.models import Booking
 from tests.testapp.ninja_api import AsyncBearerAuth, BearerAuth
@@ -58,12 +59,29 @@ async def keyed_async(request: HttpRequest) -> HttpResponse:
 
 
 @api_view(["POST"])
-@drf_idempotent
+@core_idempotent
 def keyed_drf(request: Request) -> Response:
     """A DRF view (``@idempotent`` below ``@api_view``)."""
     booking = Booking.objects.create(slot="drf", customer=_key(request))
     time.sleep(_delay(request))
     return Response({"id": booking.pk, "slot": booking.slot}, status=status.HTTP_201_CREATED)
+
+
+def keyed_template(request: HttpRequest) -> HttpResponse:
+    """A sync view answering with a lazily rendered response (the middleware)."""
+    booking = Booking.objects.create(slot="template", customer=_key(request))
+    time.sleep(_delay(request))
+    return TemplateResponse(request, "hangup/booked.html", {"booking": booking}, status=201)
+
+
+@transaction.non_atomic_requests
+@core_idempotent
+async def keyed_async_template(request: HttpRequest) -> HttpResponse:
+    """An async ``@idempotent`` view answering with a lazily rendered response, which
+    the decorator renders before it stores it."""
+    booking = await Booking.objects.acreate(slot="async-template", customer=_key(request))
+    await asyncio.sleep(_delay(request))
+    return TemplateResponse(request, "hangup/booked.html", {"booking": booking}, status=201)
 
 
 api = NinjaAPI(urls_namespace="review-hangups")
