@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import BadRequest
 from django.core.handlers.wsgi import LimitedStream
 from django.http import HttpRequest
 from django.http.response import HttpResponseBase
@@ -52,7 +53,8 @@ def prepare_body(request: HttpRequest) -> None:
         raise BodyTooLarge(cap)
     limit: int | None = settings.DATA_UPLOAD_MAX_MEMORY_SIZE  # None in Django, not in its stubs
     if limit is None or length <= limit:
-        request.body  # noqa: B018  (Django reads it once and keeps it)
+        if len(request.body) < length:  # Django reads it once and keeps it
+            raise BodyCutShort(length)
         return
     stream: Any = request._stream
     # Deleted when closed, at the latest when the request is garbage-collected.
@@ -66,9 +68,12 @@ def prepare_body(request: HttpRequest) -> None:
             break
         copy.write(chunk)
         remaining -= len(chunk)
+    if remaining > 0:
+        copy.close()
+        raise BodyCutShort(length)
     copy.flush()
     copy.seek(0)
-    replacement: Any = LimitedStream(copy, length - remaining)  # type: ignore[arg-type]
+    replacement: Any = LimitedStream(copy, length)  # type: ignore[arg-type]
     request._stream = replacement
     setattr(request, BODY_COPY_ATTRIBUTE, copy)
     _close_with_request(request, copy)
@@ -88,6 +93,24 @@ def _close_with_request(request: HttpRequest, copy: Any) -> None:
         closes_request()
 
     request.close = close  # type: ignore[method-assign]
+
+
+class BodyCutShort(BadRequest):
+    """Fewer bytes arrived than ``Content-Length`` announced: the client hung up mid-upload.
+
+    Under WSGI the server calls the application once the headers are in, and
+    gunicorn (like Django's ``LimitedStream``) hands over what arrived of a
+    body cut short without an error. That request was never received whole:
+    fingerprinting it, claiming its key and running the view on part of the
+    body would keep an answer to a request nobody sent, and the client's
+    retry (the whole request) would get ``409 idempotency_key_reused``. It is
+    refused before the key is claimed: ``400`` (Django's ``BadRequest``),
+    which the client, gone, never reads; its retry runs. ASGI servers never
+    call the application with a partial body.
+    """
+
+    def __init__(self, length: int) -> None:
+        super().__init__(f"The request body ended before its Content-Length ({length} bytes).")
 
 
 class BodyTooLarge(Exception):

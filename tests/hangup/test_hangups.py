@@ -12,7 +12,7 @@ from django.contrib.auth.models import User
 from django.db import connection
 
 from tests.hangup.servers import ASGI_SERVERS, Browser, serve
-from tests.redis_helpers import raw_client, skip_without_redis
+from tests.redis_helpers import REDIS_URL, raw_client, skip_without_redis
 from tests.testapp.models import Booking
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -149,7 +149,7 @@ def test_a_view_that_lost_its_key_to_a_retry_commits_nothing(server: str, alice:
     if connection.vendor == "sqlite":
         pytest.skip("SQLite serializes writers: the retry waits for the first one's commit")
     skip_without_redis()
-    redis_url = "redis://127.0.0.1:6379/13"
+    redis_url = REDIS_URL
     raw = raw_client().from_url(redis_url)
     raw.flushdb()
     try:
@@ -204,7 +204,7 @@ def test_a_failing_on_commit_hook_of_the_view_skips_no_completion(
     environment = {"HANGUP_ATOMIC": "1", "HANGUP_STORE": store}
     if store == "redis":
         skip_without_redis()
-        environment["HANGUP_REDIS_URL"] = "redis://127.0.0.1:6379/13"
+        environment["HANGUP_REDIS_URL"] = REDIS_URL
         raw_client().from_url(environment["HANGUP_REDIS_URL"]).flushdb()
     with serve(server, **environment) as port:
         browser = Browser(port).login("alice", "alice-password")
