@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from typing import Any
 
 from django.conf import settings
-from django.core.exceptions import BadRequest
 from django.core.handlers.wsgi import LimitedStream
 from django.http import HttpRequest
 from django.http.response import HttpResponseBase
@@ -43,18 +42,20 @@ def prepare_body(request: HttpRequest) -> None:
     nothing when the body was read already.
     """
     request = django_request_of(request)
-    if hasattr(request, "_body") or hasattr(request, BODY_COPY_ATTRIBUTE):
+    if hasattr(request, BODY_COPY_ATTRIBUTE):
+        return
+    length = _content_length(request)
+    if hasattr(request, "_body"):
+        _check_whole(request._body, length)  # read by us before, or by someone else
         return
     if getattr(request, "_read_started", False):
         return  # consumed by someone else: request.body will say so
-    length = _content_length(request)
     cap = idempotency_settings.MAX_FINGERPRINTED_BODY
     if cap is not None and length > cap:
         raise BodyTooLarge(cap)
     limit: int | None = settings.DATA_UPLOAD_MAX_MEMORY_SIZE  # None in Django, not in its stubs
     if limit is None or length <= limit:
-        if len(request.body) < length:  # Django reads it once and keeps it
-            raise BodyCutShort(length)
+        _check_whole(request.body, length)  # Django reads it once and keeps it
         return
     stream: Any = request._stream
     # Deleted when closed, at the latest when the request is garbage-collected.
@@ -79,6 +80,11 @@ def prepare_body(request: HttpRequest) -> None:
     _close_with_request(request, copy)
 
 
+def _check_whole(body: bytes, length: int) -> None:
+    if len(body) < length:
+        raise BodyCutShort(length)
+
+
 def _close_with_request(request: HttpRequest, copy: Any) -> None:
     """Delete the copy when the response is closed, not when the request is collected.
 
@@ -95,25 +101,14 @@ def _close_with_request(request: HttpRequest, copy: Any) -> None:
     request.close = close  # type: ignore[method-assign]
 
 
-class BodyCutShort(BadRequest):
-    """Fewer bytes arrived than ``Content-Length`` announced: the client hung up mid-upload.
+class BodyRefused(Exception):
+    """A keyed request's body cannot be fingerprinted: refused before the key is claimed."""
 
-    Under WSGI the server calls the application once the headers are in, and
-    gunicorn (like Django's ``LimitedStream``) hands over what arrived of a
-    body cut short without an error. That request was never received whole:
-    fingerprinting it, claiming its key and running the view on part of the
-    body would keep an answer to a request nobody sent, and the client's
-    retry (the whole request) would get ``409 idempotency_key_reused``. It is
-    refused before the key is claimed: ``400`` (Django's ``BadRequest``),
-    which the client, gone, never reads; its retry runs. ASGI servers never
-    call the application with a partial body.
-    """
-
-    def __init__(self, length: int) -> None:
-        super().__init__(f"The request body ended before its Content-Length ({length} bytes).")
+    def answer(self, request: HttpRequest) -> HttpResponseBase:
+        raise NotImplementedError
 
 
-class BodyTooLarge(Exception):
+class BodyTooLarge(BodyRefused):
     """A keyed request's body is over ``MAX_FINGERPRINTED_BODY``: nothing of it was read."""
 
     def __init__(self, limit: int) -> None:
@@ -122,6 +117,28 @@ class BodyTooLarge(Exception):
 
     def answer(self, request: HttpRequest) -> HttpResponseBase:
         return problems.refuse(request, problems.BODY_TOO_LARGE, limit=self.limit)
+
+
+class BodyCutShort(BodyRefused):
+    """Fewer bytes arrived than ``Content-Length`` announced: the client hung up mid-upload.
+
+    Under WSGI the server calls the application once the headers are in, and
+    gunicorn (like Django's ``LimitedStream``) hands over what arrived of a
+    body cut short without an error. That request was never received whole:
+    fingerprinting it, claiming its key and running the view on part of the
+    body would keep an answer to a request nobody sent, and the client's
+    retry (the whole request) would get ``409 idempotency_key_reused``. It is
+    refused before the key is claimed, ``400 idempotency_body_incomplete``,
+    which the client, gone, never reads; its retry runs. ASGI servers never
+    call the application with a partial body.
+    """
+
+    def __init__(self, length: int) -> None:
+        super().__init__(length)
+        self.length = length
+
+    def answer(self, request: HttpRequest) -> HttpResponseBase:
+        return problems.refuse(request, problems.BODY_INCOMPLETE, length=self.length)
 
 
 def ready_body(request: HttpRequest) -> HttpResponseBase | None:
@@ -152,7 +169,7 @@ def ready_body(request: HttpRequest) -> HttpResponseBase | None:
         return None
     try:
         prepare_body(request)
-    except BodyTooLarge as exc:
+    except BodyRefused as exc:
         return exc.answer(request)
     return None
 

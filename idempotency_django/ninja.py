@@ -45,7 +45,7 @@ from django.http.response import HttpResponseBase
 from ninja.decorators import decorate_view
 from ninja.operation import AsyncOperation, Operation
 
-from idempotency_django.bodies import BodyTooLarge, prepare_body
+from idempotency_django.bodies import BodyRefused, prepare_body
 from idempotency_django.conf import header, idempotency_settings
 from idempotency_django.decorators import IdempotentOptions
 from idempotency_django.marks import (
@@ -274,6 +274,6 @@ def _keyed(request: HttpRequest) -> bool:
 def _ready(request: HttpRequest) -> HttpResponseBase | None:
     try:
         prepare_body(request)
-    except BodyTooLarge as exc:
+    except BodyRefused as exc:
         return exc.answer(request)
     return None

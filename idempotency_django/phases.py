@@ -60,7 +60,7 @@ from django.utils.translation import gettext
 
 from idempotency_django import problems
 from idempotency_django.attempt import Attempt
-from idempotency_django.bodies import BodyTooLarge, prepare_body
+from idempotency_django.bodies import BodyRefused, prepare_body
 from idempotency_django.conf import header, idempotency_settings
 from idempotency_django.keys import InvalidKey, parse_key
 from idempotency_django.logs import log, request_id, route_of
@@ -336,7 +336,7 @@ def begin(
         fingerprint = function(options.fingerprint, settings.FINGERPRINT_FUNCTION)(request)
     except RawPostDataException:
         return refuse(request, problems.BODY_UNAVAILABLE)
-    except BodyTooLarge as exc:
+    except BodyRefused as exc:
         return exc.answer(request)
     info = RequestInfo(
         method=str(request.method),

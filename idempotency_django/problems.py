@@ -96,6 +96,7 @@ AUTHENTICATION_REQUIRED = "idempotency_authentication_required"
 RESPONSE_NOT_STORED = "idempotency_response_not_stored"
 TOO_MANY_KEYS = "idempotency_too_many_keys"
 BODY_TOO_LARGE = "idempotency_body_too_large"
+BODY_INCOMPLETE = "idempotency_body_incomplete"
 
 #: Every refusal of the key contract, by code (the webhooks' are in ``webhooks.REFUSALS``).
 REFUSALS: dict[str, Refusal] = {
@@ -113,6 +114,11 @@ REFUSALS: dict[str, Refusal] = {
             BODY_UNAVAILABLE,
             400,
             gettext_noop("The request body was consumed before it could be fingerprinted."),
+        ),
+        Refusal(
+            BODY_INCOMPLETE,
+            400,
+            gettext_noop("The request body ended before its Content-Length of %(length)d bytes."),
         ),
         Refusal(
             AUTHENTICATION_REQUIRED,

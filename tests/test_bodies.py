@@ -7,6 +7,7 @@ the key is the only difference between these requests and a browser's.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import re
 from typing import Any
@@ -256,6 +257,17 @@ def test_a_body_without_a_key_is_left_alone(browser: Browser) -> None:
     assert not IdempotencyRecord.objects.exists()
 
 
+def without_the_middleware(browser: Browser, settings: Any) -> None:
+    logged_in = browser.client
+    settings.MIDDLEWARE = [
+        name
+        for name in settings.MIDDLEWARE
+        if name != "idempotency_django.middleware.IdempotencyMiddleware"
+    ]
+    browser.client = Client(enforce_csrf_checks=True)  # a handler built with these MIDDLEWARE
+    browser.client.cookies = logged_in.cookies
+
+
 @pytest.mark.parametrize(
     ("url", "multipart"),
     [("/api/bookings/", False), ("/api/bookings/", True)],
@@ -266,14 +278,7 @@ def test_a_drf_view_readies_the_body_without_the_middleware(
 ) -> None:
     """A project without IdempotencyMiddleware: the view readies the body itself, before
     SessionAuthentication's CSRF check parses (and consumes) the stream."""
-    logged_in = browser.client
-    settings.MIDDLEWARE = [
-        name
-        for name in settings.MIDDLEWARE
-        if name != "idempotency_django.middleware.IdempotencyMiddleware"
-    ]
-    browser.client = Client(enforce_csrf_checks=True)  # a handler built with these MIDDLEWARE
-    browser.client.cookies = logged_in.cookies
+    without_the_middleware(browser, settings)
     form: dict[str, Any] = {"slot": "2026-08-01T09:00:00Z", "customer": "alice"}
 
     def send(boundary: str):  # type: ignore[no-untyped-def]
@@ -324,17 +329,86 @@ def test_without_the_middleware_an_api_view_refuses_a_multipart_body_it_cannot_f
     """``@idempotent`` below ``@api_view`` and no middleware: SessionAuthentication's CSRF
     check parses the upload first. The request is refused, and nothing runs
     (docs/drf.md says to keep the middleware)."""
-    logged_in = browser.client
-    settings.MIDDLEWARE = [
-        name
-        for name in settings.MIDDLEWARE
-        if name != "idempotency_django.middleware.IdempotencyMiddleware"
-    ]
-    browser.client = Client(enforce_csrf_checks=True)
-    browser.client.cookies = logged_in.cookies
+    without_the_middleware(browser, settings)
     form: dict[str, Any] = {"slot": "2026-08-01T09:00:00Z", "attachment": upload()}
     response = post_multipart(browser, "/api/form/", "a-boundary", form, "no-mw-form")
     assert response.status_code == 400
     assert response.json()["code"] == "idempotency_body_unavailable"
     assert not Booking.objects.exists()
     assert not IdempotencyRecord.objects.exists()
+
+
+@override_settings(DATA_UPLOAD_MAX_MEMORY_SIZE=MEMORY_LIMIT)
+@pytest.mark.parametrize(
+    ("url", "kind"),
+    [
+        ("/plain/bookings/", "json"),
+        ("/api/bookings/", "json"),
+        ("/plain/form/", "upload"),
+        ("/api/form/", "upload"),
+    ],
+)
+def test_a_body_cut_short_is_refused_before_the_key_is_claimed(
+    browser: Browser, url: str, kind: str
+) -> None:
+    """Fewer bytes than ``Content-Length``, as a WSGI server hands over the body of a
+    client that hung up mid-upload: refused ``400 idempotency_body_incomplete``, nothing
+    claimed or run; the whole request then runs once. A JSON body is read in memory, an
+    upload over the memory limit copied to a file: both are checked. (The real hang-up,
+    under gunicorn: tests/test_review_hangups.py.)"""
+    if kind == "json":
+        body = json.dumps({"slot": "2026-08-03T09:00:00Z", "customer": "alice"}).encode()
+        content_type = "application/json"
+    else:
+        body = encode_multipart(
+            "b0undary", {"slot": "2026-08-03T09:00:00Z", "attachment": upload()}
+        )
+        content_type = "multipart/form-data; boundary=b0undary"
+    headers: dict[str, Any] = {"HTTP_IDEMPOTENCY_KEY": "cut-1", "HTTP_X_CSRFTOKEN": browser.csrf}
+    arrived = io.BytesIO(body[: len(body) // 2])  # what came before the connection dropped
+    cut = browser.client.post(
+        url, body, content_type=content_type, **{"wsgi.input": arrived}, **headers
+    )
+    assert cut.status_code == 400, cut.content[:300]
+    assert cut["Content-Type"] == "application/problem+json", cut.content[:300]
+    assert cut.json()["code"] == "idempotency_body_incomplete"
+    assert cut.json()["detail"] == (
+        f"The request body ended before its Content-Length of {len(body)} bytes."
+    )
+    assert not Booking.objects.exists()
+    assert not IdempotencyRecord.objects.exists()
+
+    whole = browser.client.post(url, body, content_type=content_type, **headers)
+    assert whole.status_code == 201, whole.content[:300]
+    assert "Idempotency-Replayed" not in whole
+    assert Booking.objects.count() == 1
+
+
+@pytest.mark.parametrize("kind", ["json", "upload"])
+def test_without_the_middleware_a_drf_view_runs_nothing_on_a_body_cut_short(
+    browser: Browser, settings: Any, kind: str
+) -> None:
+    """No IdempotencyMiddleware: SessionAuthentication's CSRF check has DRF parse the body
+    before the key is claimed, and DRF refuses the part that arrived (its own 400). Nothing
+    is claimed or run either way; keep the middleware for the problem answer."""
+    without_the_middleware(browser, settings)
+    if kind == "json":
+        url, body = "/api/bookings/", json.dumps({"slot": "2026-08-04T09:00:00Z", "customer": "a"})
+        content_type = "application/json"
+        encoded = body.encode()
+    else:
+        url, content_type = "/api/bookings/", "multipart/form-data; boundary=b0undary"
+        encoded = encode_multipart(
+            "b0undary", {"slot": "2026-08-04T09:00:00Z", "customer": "a", "attachment": upload()}
+        )
+    headers: dict[str, Any] = {"HTTP_IDEMPOTENCY_KEY": "cut-2", "HTTP_X_CSRFTOKEN": browser.csrf}
+    arrived = io.BytesIO(encoded[: len(encoded) // 2])
+    cut = browser.client.post(
+        url, encoded, content_type=content_type, **{"wsgi.input": arrived}, **headers
+    )
+    assert cut.status_code == 400, cut.content[:300]
+    assert not Booking.objects.exists()
+    assert not IdempotencyRecord.objects.exists()
+    whole = browser.client.post(url, encoded, content_type=content_type, **headers)
+    assert whole.status_code == 201, whole.content[:300]
+    assert Booking.objects.count() == 1

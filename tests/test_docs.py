@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import importlib.util
+import io
 import json
 import re
 import subprocess
@@ -504,6 +505,14 @@ def test_errors_page_shows_what_the_library_answers(
         actual[webhooks.ID_MISSING] = client.post(
             "/hooks/trg_1/", body, content_type="application/json"
         )
+    cut = json.dumps({"slot": "2026-08-05T09:00:00Z", "customer": "Dana Whitfield"}).encode()
+    actual[problems.BODY_INCOMPLETE] = alice_client.post(
+        "/plain/bookings/",
+        cut,
+        content_type="application/json",
+        HTTP_IDEMPOTENCY_KEY="cut",
+        **{"wsgi.input": io.BytesIO(cut[:20])},  # the connection dropped after 20 bytes
+    )
     with override_settings(IDEMPOTENCY={"MAX_FINGERPRINTED_BODY": 10485760}):
         actual[problems.BODY_TOO_LARGE] = alice_client.post(
             "/plain/bookings/",
