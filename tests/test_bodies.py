@@ -367,7 +367,7 @@ def test_a_body_cut_short_is_refused_before_the_key_is_claimed(
     headers: dict[str, Any] = {"HTTP_IDEMPOTENCY_KEY": "cut-1", "HTTP_X_CSRFTOKEN": browser.csrf}
     arrived = io.BytesIO(body[: len(body) // 2])  # what came before the connection dropped
     cut = browser.client.post(
-        url, body, content_type=content_type, **{"wsgi.input": arrived}, **headers
+        url, body, content_type=content_type, **{**headers, "wsgi.input": arrived}
     )
     assert cut.status_code == 400, cut.content[:300]
     assert cut["Content-Type"] == "application/problem+json", cut.content[:300]
@@ -404,7 +404,7 @@ def test_without_the_middleware_a_drf_view_runs_nothing_on_a_body_cut_short(
     headers: dict[str, Any] = {"HTTP_IDEMPOTENCY_KEY": "cut-2", "HTTP_X_CSRFTOKEN": browser.csrf}
     arrived = io.BytesIO(encoded[: len(encoded) // 2])
     cut = browser.client.post(
-        url, encoded, content_type=content_type, **{"wsgi.input": arrived}, **headers
+        url, encoded, content_type=content_type, **{**headers, "wsgi.input": arrived}
     )
     assert cut.status_code == 400, cut.content[:300]
     assert not Booking.objects.exists()

@@ -506,12 +506,13 @@ def test_errors_page_shows_what_the_library_answers(
             "/hooks/trg_1/", body, content_type="application/json"
         )
     cut = json.dumps({"slot": "2026-08-05T09:00:00Z", "customer": "Dana Whitfield"}).encode()
+    dropped: dict[str, Any] = {"wsgi.input": io.BytesIO(cut[:20])}  # after 20 bytes
     actual[problems.BODY_INCOMPLETE] = alice_client.post(
         "/plain/bookings/",
         cut,
         content_type="application/json",
         HTTP_IDEMPOTENCY_KEY="cut",
-        **{"wsgi.input": io.BytesIO(cut[:20])},  # the connection dropped after 20 bytes
+        **dropped,
     )
     with override_settings(IDEMPOTENCY={"MAX_FINGERPRINTED_BODY": 10485760}):
         actual[problems.BODY_TOO_LARGE] = alice_client.post(
