@@ -157,7 +157,12 @@ def sessions_in_a_transaction() -> set[int]:
                 "WHERE datname = current_database() AND state LIKE 'idle in transaction%%'"
             )
         else:
-            cursor.execute("SELECT trx_mysql_thread_id FROM information_schema.innodb_trx")
+            # This database's sessions only: the server is shared with other runs.
+            cursor.execute(
+                "SELECT trx.trx_mysql_thread_id FROM information_schema.innodb_trx trx "
+                "JOIN information_schema.processlist session "
+                "ON session.id = trx.trx_mysql_thread_id WHERE session.db = DATABASE()"
+            )
         return {int(row[0]) for row in cursor.fetchall()}
 
 
