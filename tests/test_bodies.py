@@ -355,7 +355,7 @@ def test_a_body_cut_short_is_refused_before_the_key_is_claimed(
     client that hung up mid-upload: refused ``400 idempotency_body_incomplete``, nothing
     claimed or run; the whole request then runs once. A JSON body is read in memory, an
     upload over the memory limit copied to a file: both are checked. (The real hang-up,
-    under gunicorn: tests/test_review_hangups.py.)"""
+    under gunicorn: tests/test_hangup_matrix.py.)"""
     if kind == "json":
         body = json.dumps({"slot": "2026-08-03T09:00:00Z", "customer": "alice"}).encode()
         content_type = "application/json"

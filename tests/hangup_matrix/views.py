@@ -1,4 +1,4 @@
-"""Views of the hang-up review: each run books one ``Booking`` row, counting runs."""
+"""Views of the hang-up matrix: each run books one ``Booking`` row, counting runs."""
 
 from __future__ import annotations
 

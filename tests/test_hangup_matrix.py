@@ -1,4 +1,4 @@
-"""An adversarial review of "exactly once when the client hangs up", on real servers.
+"""Exactly once when the client hangs up: every server, store and kind of view.
 
 Each test starts gunicorn (WSGI), uvicorn or daphne (ASGI) on the test database and
 talks to it over a raw socket that really closes: no part of the race is mocked. They
@@ -27,7 +27,7 @@ from tests.testapp.models import Booking
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.services]
 
-SETTINGS = {"DJANGO_SETTINGS_MODULE": "tests.review_hangups.settings"}
+SETTINGS = {"DJANGO_SETTINGS_MODULE": "tests.hangup_matrix.settings"}
 SERVERS = ["gunicorn", "uvicorn", "daphne"]
 
 #: The view takes this long; the client hangs up after 0.3 s and retries this much later.

@@ -1,11 +1,11 @@
-"""``tests.hangup.settings`` (its ``HANGUP_*`` variants), with the review's views added."""
+"""``tests.hangup.settings`` (its ``HANGUP_*`` variants), with the matrix's views added."""
 
 from __future__ import annotations
 
 from tests.hangup.settings import *  # noqa: F403
 from tests.hangup.settings import DATABASES
 
-ROOT_URLCONF = "tests.review_hangups.urls"
+ROOT_URLCONF = "tests.hangup_matrix.urls"
 
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     # Up to 16 writers at once queue for SQLite's one write lock: wait for it as long as

@@ -1,7 +1,7 @@
 from django.urls import path
 
 from tests.hangup.urls import urlpatterns as hangup_urlpatterns
-from tests.review_hangups import views
+from tests.hangup_matrix import views
 
 urlpatterns = [
     *hangup_urlpatterns,

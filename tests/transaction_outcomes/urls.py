@@ -1,6 +1,6 @@
 from django.urls import path
 
-from tests.review_outcomes import views
+from tests.transaction_outcomes import views
 
 urlpatterns = [
     path("rolled-back/", views.rolled_back),

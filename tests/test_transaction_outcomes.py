@@ -1,11 +1,11 @@
 """What is stored is decided by the transaction's real outcome, not by the response.
 
-A review of that guarantee with real transactions on the test database (SQLite,
+That guarantee, with real transactions on the test database (SQLite,
 PostgreSQL, MariaDB) and both stores: a view that rolls its transaction back behind a
 2xx, work whose COMMIT fails (a deferred foreign key; on MariaDB the INSERT fails, the
 same rollback one statement earlier), and ``ATOMIC_REQUESTS`` on two databases where
 one commits and a hook of the view then raises. The views are
-``tests/review_outcomes/views.py``'s.
+``tests/transaction_outcomes/views.py``'s.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from tests.testapp.models import Booking
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
-    pytest.mark.urls("tests.review_outcomes.urls"),
+    pytest.mark.urls("tests.transaction_outcomes.urls"),
 ]
 
 STORES = ["database", "redis"]

@@ -1,0 +1,1 @@
+"""The project the hang-up matrix (tests/test_hangup_matrix.py) serves."""

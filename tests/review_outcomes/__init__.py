@@ -1,2 +1,0 @@
-"""Views and settings of tests/test_review_outcomes.py: what is stored is decided by the
-transaction's real outcome, not by the response."""
