@@ -52,7 +52,7 @@ def prepare_body(request: HttpRequest) -> None:
         return  # consumed by someone else: request.body will say so
     cap = idempotency_settings.MAX_FINGERPRINTED_BODY
     if cap is not None and length > cap:
-        raise BodyTooLarge(cap)
+        raise BodyTooLarge(limit=cap)
     limit: int | None = settings.DATA_UPLOAD_MAX_MEMORY_SIZE  # None in Django, not in its stubs
     if limit is None or length <= limit:
         _check_whole(request.body, length)  # Django reads it once and keeps it
@@ -71,7 +71,7 @@ def prepare_body(request: HttpRequest) -> None:
         remaining -= len(chunk)
     if remaining > 0:
         copy.close()
-        raise BodyCutShort(length)
+        raise BodyCutShort(length=length)
     copy.flush()
     copy.seek(0)
     replacement: Any = LimitedStream(copy, length)  # type: ignore[arg-type]
@@ -82,7 +82,7 @@ def prepare_body(request: HttpRequest) -> None:
 
 def _check_whole(body: bytes, length: int) -> None:
     if len(body) < length:
-        raise BodyCutShort(length)
+        raise BodyCutShort(length=length)
 
 
 def _close_with_request(request: HttpRequest, copy: Any) -> None:
@@ -102,21 +102,23 @@ def _close_with_request(request: HttpRequest, copy: Any) -> None:
 
 
 class BodyRefused(Exception):
-    """A keyed request's body cannot be fingerprinted: refused before the key is claimed."""
+    """A keyed request's body cannot be fingerprinted: refused with ``code`` before the
+    key is claimed. ``details`` fill the problem's detail."""
+
+    code = ""
+
+    def __init__(self, **details: int) -> None:
+        super().__init__(details)
+        self.details = details
 
     def answer(self, request: HttpRequest) -> HttpResponseBase:
-        raise NotImplementedError
+        return problems.refuse(request, self.code, **self.details)
 
 
 class BodyTooLarge(BodyRefused):
     """A keyed request's body is over ``MAX_FINGERPRINTED_BODY``: nothing of it was read."""
 
-    def __init__(self, limit: int) -> None:
-        super().__init__(limit)
-        self.limit = limit
-
-    def answer(self, request: HttpRequest) -> HttpResponseBase:
-        return problems.refuse(request, problems.BODY_TOO_LARGE, limit=self.limit)
+    code = problems.BODY_TOO_LARGE
 
 
 class BodyCutShort(BodyRefused):
@@ -133,12 +135,7 @@ class BodyCutShort(BodyRefused):
     call the application with a partial body.
     """
 
-    def __init__(self, length: int) -> None:
-        super().__init__(length)
-        self.length = length
-
-    def answer(self, request: HttpRequest) -> HttpResponseBase:
-        return problems.refuse(request, problems.BODY_INCOMPLETE, length=self.length)
+    code = problems.BODY_INCOMPLETE
 
 
 def ready_body(request: HttpRequest) -> HttpResponseBase | None:
