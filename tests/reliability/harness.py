@@ -392,6 +392,8 @@ class PgCluster:
     def __init__(self, **settings: str) -> None:
         #: Server settings of this cluster's own, as ``-c name=value``.
         self.settings = settings
+        #: The WAL writer's pid while ``wal_writer_held`` holds it.
+        self.held_wal_writer: int | None = None
         self.root = Path(tempfile.mkdtemp(prefix="reliability-pgcluster-"))
         self.data = self.root / "data"
         self.port = free_port()
@@ -432,7 +434,40 @@ class PgCluster:
 
     def crash(self) -> None:
         """Stop as a crash would: no checkpoint, WAL still in the server's buffers is lost."""
+        if self.held_wal_writer is not None:
+            # A held process would delay the immediate stop by 5 s (then SIGKILL);
+            # killed, PostgreSQL takes its death for a crash of the server at once.
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.held_wal_writer, signal.SIGKILL)
+            self.held_wal_writer = None
         self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
+
+    @contextlib.contextmanager
+    def wal_writer_held(self) -> Iterator[None]:
+        """Hold the WAL writer (SIGSTOP) until the block ends or a crash kills it.
+
+        An asynchronous commit is written by the WAL writer within
+        3 x wal_writer_delay, sooner when its WAL crosses a page: a crash then
+        loses some of them or none, by timing. Held, the WAL writer writes none,
+        so a crash loses every asynchronous commit no synchronous one flushed.
+        ``crash`` kills the held process.
+        """
+        with psycopg.connect(
+            host="127.0.0.1", port=self.port, user="postgres", dbname="postgres", autocommit=True
+        ) as conn:
+            row = conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'"
+            ).fetchone()
+        if row is None:
+            raise InfrastructureError("the cluster has no WAL writer process")
+        self.held_wal_writer = int(row[0])
+        os.kill(self.held_wal_writer, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            if self.held_wal_writer is not None:
+                os.kill(self.held_wal_writer, signal.SIGCONT)
+                self.held_wal_writer = None
 
     def destroy(self) -> None:
         with contextlib.suppress(RuntimeError, subprocess.TimeoutExpired):

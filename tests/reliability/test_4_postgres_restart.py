@@ -117,32 +117,20 @@ def test_postgres_crash_under_atomic_requests_books_each_key_once(
 PARKED = 8
 
 
-@pytest.fixture(scope="module")
-def lazy_cluster() -> Iterator[harness.PgCluster]:
-    """A cluster whose WAL writer runs every 10 s: only a synchronous commit flushes sooner."""
-    cluster = harness.PgCluster(wal_writer_delay="10s")
-    try:
-        cluster.init()
-        cluster.start()
-        yield cluster
-    finally:
-        cluster.destroy()
-
-
 def test_postgres_crash_between_claims_and_completions_books_each_key_once(
-    lazy_cluster: harness.PgCluster,
+    cluster: harness.PgCluster,
 ) -> None:
     """A crash (immediate stop) while 8 autocommit requests sit between claim and completion.
 
     Without ATOMIC_REQUESTS, with ``async_claim_commit``, a claim commits on its
     own without waiting for the disk (docs/stores.md, "The claim's commit"). Every
     request is parked in the view (a 2 s booking, before its INSERT) when
-    PostgreSQL crashes; with the WAL writer asleep, claims no later commit flushed
-    are lost. The parked requests then fail on their dead connection, and the
-    retries book: a lost claim lets its retry in at once, a kept one after
+    PostgreSQL crashes; the WAL writer is held (``wal_writer_held``), so the
+    crash loses every claim no synchronous commit flushed (left to run, it wrote
+    all eight in one CI run). The parked requests then fail on their dead
+    connection, and the retries book: a lost claim lets its retry in at once, a kept one after
     LOCK_TIMEOUT. Each key books once.
     """
-    cluster = lazy_cluster
     db = harness.PgDatabase(port=cluster.port)
     db.create()
     prefix = f"claims-{uuid.uuid4().hex[:6]}"
@@ -175,10 +163,11 @@ def test_postgres_crash_between_claims_and_completions_books_each_key_once(
             )
             for key in keys
         ]
-        for thread in first:
-            thread.start()
-        harness.wait_until(lambda: reservations() == PARKED, 10, what="every claim")
-        cluster.crash()
+        with cluster.wal_writer_held():
+            for thread in first:
+                thread.start()
+            harness.wait_until(lambda: reservations() == PARKED, 10, what="every claim")
+            cluster.crash()
         cluster.start()
         kept = reservations()
         for thread in first:
@@ -211,7 +200,7 @@ def test_postgres_crash_between_claims_and_completions_books_each_key_once(
 
 @pytest.mark.parametrize("async_claim", [False, True], ids=["claims-wait", "async-claims"])
 def test_postgres_crash_behind_a_transaction_pooler(
-    lazy_cluster: harness.PgCluster, async_claim: bool
+    cluster: harness.PgCluster, async_claim: bool
 ) -> None:
     """Why ``async_claim_commit`` is off by default: pgbouncer in transaction mode.
 
@@ -223,7 +212,6 @@ def test_postgres_crash_behind_a_transaction_pooler(
     """
     from tests.real_stack.pgbouncer import pgbouncer
 
-    cluster = lazy_cluster
     db = harness.PgDatabase(port=cluster.port)
     db.create()
     key = f"pooled-{uuid.uuid4().hex[:8]}"
@@ -246,11 +234,12 @@ def test_postgres_crash_behind_a_transaction_pooler(
             thread = threading.Thread(
                 target=lambda: first.append(harness.post_booking(stack, user, key)), daemon=True
             )
-            thread.start()
-            harness.wait_until(
-                lambda: stack.record_exists("alice", "L1", key), 10, what="the claim"
-            )
-            cluster.crash()
+            with cluster.wal_writer_held():
+                thread.start()
+                harness.wait_until(
+                    lambda: stack.record_exists("alice", "L1", key), 10, what="the claim"
+                )
+                cluster.crash()
             cluster.start()
             kept = stack.record_exists("alice", "L1", key)
             duplicate = harness.post_booking(stack, user, key)
