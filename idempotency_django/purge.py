@@ -12,9 +12,9 @@ delete (it is live again) is left alone, and a row another purge deleted
 first just counts nothing: counts are the rows each DELETE reports. Several
 purges may therefore run at once, e.g. from cron on every app server.
 
-The rows to purge come in three kinds (:data:`KINDS`): completed request
-records, accepted webhook deliveries and abandoned reservations, each
-counted on its own.
+The rows to purge come in three kinds (:data:`KINDS`): completed records
+(requests' and background tasks' stored answers), accepted webhook
+deliveries and abandoned reservations, each counted on its own.
 
 :func:`purge_principal` is the other purge: every record of one principal,
 live or not, e.g. when a user's account is deleted.
@@ -77,8 +77,10 @@ def _completed_and_dead(now: datetime, cutoff: datetime | None) -> Q:
 
 
 def completed_filter(now: datetime, cutoff: datetime | None) -> Q:
-    """Completed request records past their retention, or older than ``cutoff`` when given."""
-    return Q(kind=IdempotencyRecord.Kind.REQUEST) & _completed_and_dead(now, cutoff)
+    """Completed records of requests and tasks past their retention, or older than ``cutoff``."""
+    # Every kind but webhook deliveries, which are counted apart: a task's
+    # stored result (kind "task") expires after its retention like a response.
+    return ~Q(kind=IdempotencyRecord.Kind.WEBHOOK) & _completed_and_dead(now, cutoff)
 
 
 def deliveries_filter(now: datetime, cutoff: datetime | None) -> Q:

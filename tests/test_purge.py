@@ -19,7 +19,14 @@ from idempotency_django.management.commands.purge_idempotency_records import (
     Command as PurgeCommand,
 )
 from idempotency_django.models import IdempotencyRecord
-from idempotency_django.purge import KINDS, parse_duration, purge, purge_principal
+from idempotency_django.purge import (
+    KINDS,
+    database_now,
+    parse_duration,
+    purge,
+    purge_principal,
+)
+from idempotency_django.tasks import idempotent_task
 from tests.factories import IdempotencyRecordFactory
 from tests.redis_helpers import REDIS_URL
 
@@ -320,6 +327,24 @@ def test_webhook_deliveries_are_purged_and_counted_apart() -> None:
     IdempotencyRecordFactory.create(key="old-request", expired=True)
     assert purge() == {"completed": 1, "abandoned": 0, "deliveries": 1}
     assert remaining() == {"live-delivery"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_task_result_past_its_retention_is_purged() -> None:
+    """A background task's stored result (kind "task") goes like a request's response."""
+
+    @idempotent_task(name="purged-task", retention=60)
+    def book(room: int) -> dict[str, int]:
+        return {"room": room}
+
+    assert book(7, idempotency_key="booking-7") == {"room": 7}
+    assert purge() == {"completed": 0, "abandoned": 0, "deliveries": 0}
+    assert remaining() == {"booking-7"}
+    # Two minutes on (the database's clock, as the store sees it): past its retention.
+    later = database_now("default") + timedelta(minutes=2)
+    assert purge(now=later, dry_run=True)["completed"] == 1
+    assert purge(now=later) == {"completed": 1, "abandoned": 0, "deliveries": 0}
+    assert remaining() == set()
 
 
 # -- one principal's records --------------------------------------------------------
