@@ -39,6 +39,7 @@ from idempotency_django.models import IdempotencyRecord
 __all__ = [
     "DEFAULT_BATCH_SIZE",
     "KINDS",
+    "MAX_DURATION",
     "PurgeKind",
     "dead_rows",
     "default_database",
@@ -102,6 +103,10 @@ KINDS: tuple[PurgeKind, ...] = (
 
 _DURATION = re.compile(r"^\s*(\d+)\s*([smhdw])\s*$", re.IGNORECASE)
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+#: The longest duration :func:`parse_duration` takes: a century. Anything longer
+#: reaches back before any record (and, past about 2,000 years, before the year 1,
+#: which no datetime can hold).
+MAX_DURATION = timedelta(days=36525)
 
 
 def parse_duration(value: str) -> timedelta:
@@ -115,9 +120,12 @@ def parse_duration(value: str) -> timedelta:
     if amount <= 0:
         raise ValueError(f"Invalid duration {value!r}: it must be more than zero.")
     try:
-        return timedelta(**{_UNITS[match.group(2).lower()]: amount})
+        duration = timedelta(**{_UNITS[match.group(2).lower()]: amount})
     except OverflowError as exc:
         raise ValueError(f"Invalid duration {value!r}: too large.") from exc
+    if duration > MAX_DURATION:
+        raise ValueError(f"Invalid duration {value!r}: too large, at most 100 years (36525d).")
+    return duration
 
 
 def default_database() -> str:
@@ -196,7 +204,12 @@ def dead_rows(
     kind: PurgeKind, using: str, now: datetime, older_than: timedelta | None
 ) -> models.QuerySet[IdempotencyRecord]:
     """The rows of ``kind`` that a purge at ``now`` deletes."""
-    cutoff = now - older_than if older_than is not None else None
+    cutoff = None
+    if older_than is not None:
+        try:
+            cutoff = now - older_than
+        except OverflowError:
+            raise ValueError(f"older_than={older_than} reaches back before the year 1.") from None
     return IdempotencyRecord._base_manager.using(using).filter(kind.filter(now, cutoff))
 
 

@@ -158,7 +158,7 @@ def test_invalid_pause(value: str) -> None:
         run("--pause", value)
 
 
-@pytest.mark.parametrize("value", ["0", "-3", "ten", ""])
+@pytest.mark.parametrize("value", ["0", "-3", "ten", "", "1000001", "100000000000000000000"])
 def test_invalid_batch_size(value: str) -> None:
     with pytest.raises(CommandError, match="batch-size"):
         run("--batch-size", value)
@@ -226,12 +226,22 @@ def test_parse_duration(value: str, expected: timedelta) -> None:
     assert parse_duration(value) == expected
 
 
-@pytest.mark.parametrize("value", ["", "7", "7y", "-1d", "0s", "1.5h", "d", "h2", "99999999999d"])
+@pytest.mark.parametrize(
+    "value", ["", "7", "7y", "-1d", "0s", "1.5h", "d", "h2", "99999999999d", "1000000w", "36526d"]
+)
 def test_invalid_older_than(value: str) -> None:
     with pytest.raises(ValueError, match="Invalid duration"):
         parse_duration(value)
     with pytest.raises(CommandError, match="older-than"):
         run("--older-than", value)
+
+
+def test_the_longest_older_than_is_a_century() -> None:
+    assert parse_duration("36525d") == timedelta(days=36525)
+    assert "Deleted 0 completed records" in run("--older-than", "5200w")
+    # From code, a duration reaching back before the year 1 is a ValueError, not an overflow.
+    with pytest.raises(ValueError, match="before the year 1"):
+        purge(older_than=timedelta(days=10**6))
 
 
 def test_unknown_database() -> None:
