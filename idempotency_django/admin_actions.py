@@ -22,13 +22,17 @@ from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
-from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from idempotency_django.admin_display import principal_usernames, render_principal
 from idempotency_django.models import IdempotencyRecord
-from idempotency_django.purge import default_database, purge_principal, send_evicted
+from idempotency_django.purge import (
+    database_now,
+    default_database,
+    purge_principal,
+    send_evicted,
+)
 
 State = IdempotencyRecord.State
 
@@ -96,7 +100,10 @@ class ReleaseMixin(_AdminMixin):
                 messages.WARNING,
             )
             return None
-        now = timezone.now()
+        # The database's clock, which the store's claims and takeovers use: an app
+        # server whose clock runs ahead must not call a running request's
+        # reservation abandoned, and so not warn before it is released.
+        now = database_now(default_database())
         context = {
             **self._action_context(request, _("Release stuck reservations?")),
             "reservations": [(obj, obj.expires_at <= now) for obj in selected],

@@ -7,6 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+import time_machine
 from django.contrib.admin.models import DELETION, LogEntry
 from django.contrib.admin.templatetags.admin_list import result_headers
 from django.contrib.auth.models import Permission, User
@@ -28,6 +29,7 @@ from idempotency_django.admin_display import (
 )
 from idempotency_django.admin_filters import EstimatedCountPaginator, LocationFilter, expiry_state
 from idempotency_django.models import IdempotencyRecord
+from idempotency_django.stores import Outcome, RecordKey, RequestInfo, get_store
 from tests.factories import IdempotencyRecordFactory
 
 pytestmark = pytest.mark.django_db
@@ -353,6 +355,20 @@ def test_release_asks_for_confirmation_then_releases(
         (str(records["abandoned"].pk), admin_user.pk),
     }
     assert all(e.change_message == "Released stuck reservation." for e in entries)
+
+
+def test_release_warns_of_a_live_reservation_by_the_databases_clock(admin_client: Client) -> None:
+    """An app server whose clock runs ten minutes ahead of the database's still warns
+    that the request may be running: the store's takeovers go by the database's clock."""
+    key = RecordKey("svc:slow", "", "still-running")
+    request = RequestInfo(method="POST", path="/slow/", fingerprint="f" * 64)
+    assert get_store().claim(key, request, 300).outcome is Outcome.CLAIMED
+    record = IdempotencyRecord.objects.get(digest=key.digest)
+    data = {"action": "release_reservations", "_selected_action": [record.pk]}
+    with time_machine.travel(timezone.now() + timedelta(minutes=10)):
+        content = admin_client.post(reverse(CHANGELIST), data).content.decode()
+    assert "1 of them is still within its takeover window" in content
+    assert "abandoned (takeover time passed)" not in content
 
 
 def test_release_keeps_a_record_completed_after_confirmation(admin_client: Client) -> None:
