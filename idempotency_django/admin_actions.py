@@ -51,6 +51,20 @@ def _log_deletions(request: HttpRequest, objects: Sequence[models.Model], messag
     )
 
 
+def live_reservation_count(records: models.Model | QuerySet[Any]) -> int:
+    """How many of ``records`` (a record, or a queryset of them) are reservations within
+    their takeover window by the database's clock: their requests may still be running.
+
+    Django's delete pages (evicting keys) show it, as the release confirmation does.
+    """
+    using = default_database()
+    if isinstance(records, models.Model):
+        records = type(records)._base_manager.using(using).filter(pk=records.pk)
+    # The selection's own query (a COUNT), never a list of its keys: "select all"
+    # on a big table is a selection of millions.
+    return records.filter(state=State.IN_PROGRESS, expires_at__gt=database_now(using)).count()
+
+
 class ReleaseMixin(_AdminMixin):
     """The "release selected stuck reservations" action, and the confirmation pages' context."""
 

@@ -418,6 +418,25 @@ def test_delete_one_from_its_page(admin_client: Client) -> None:
     assert LogEntry.objects.get().action_flag == DELETION
 
 
+def test_evicting_a_live_reservation_warns_as_releasing_does(
+    admin_client: Client, records: dict[str, IdempotencyRecord]
+) -> None:
+    """Deleting a reservation is releasing it: a retry may then run a request still running."""
+    warning = "still within its takeover window"
+    live, abandoned = records["reserved"], records["abandoned"]
+    assert warning in admin_client.get(delete_url(live)).content.decode()
+    assert warning not in admin_client.get(delete_url(abandoned)).content.decode()
+    assert warning not in admin_client.get(delete_url(records["completed"])).content.decode()
+
+    selected = [live.pk, abandoned.pk, records["completed"].pk]
+    data = {"action": "delete_selected", "_selected_action": selected}
+    content = admin_client.post(reverse(CHANGELIST), data).content.decode()
+    assert "1 of them is a reservation still within its takeover window" in content
+    assert "Are you sure" in content
+    data["_selected_action"] = [abandoned.pk, records["completed"].pk]
+    assert warning not in admin_client.post(reverse(CHANGELIST), data).content.decode()
+
+
 # -- permissions ---------------------------------------------------------------
 
 
