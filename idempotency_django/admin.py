@@ -164,7 +164,8 @@ class ExpiringRecordAdmin(ReleaseMixin, _ModelAdmin):
 
 @admin.register(IdempotencyRecord)
 class IdempotencyRecordAdmin(RecordActionsMixin, ExpiringRecordAdmin):
-    """Requests' records: who sent them (the user a principal names), and their responses."""
+    """Requests' and tasks' records: who sent them (the user a principal names), and their
+    responses."""
 
     actions = ["release_reservations", "delete_principal_records"]
 
@@ -231,8 +232,10 @@ class IdempotencyRecordAdmin(RecordActionsMixin, ExpiringRecordAdmin):
         return super().render_change_form(request, context, add, change, form_url, obj)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
-        # Webhook deliveries share the table; they have their own page.
-        return super().get_queryset(request).filter(kind=IdempotencyRecord.Kind.REQUEST)
+        # Webhook deliveries share the table; they have their own page. Background
+        # tasks' records (principal "task:<name>", method TASK) are listed here: a
+        # worker that died mid-task leaves a reservation to see and release.
+        return super().get_queryset(request).exclude(kind=IdempotencyRecord.Kind.WEBHOOK)
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return RecordChangeList

@@ -418,6 +418,19 @@ def test_delete_one_from_its_page(admin_client: Client) -> None:
     assert LogEntry.objects.get().action_flag == DELETION
 
 
+def test_a_task_reservation_is_listed_and_released(admin_client: Client) -> None:
+    """A worker that died mid-task leaves its key reserved: staff can see and release it."""
+    key = RecordKey("task:billing.charge", "", "invoice-77")
+    task = RequestInfo(method="TASK", path="billing.charge", fingerprint="f" * 64, kind="task")
+    assert get_store().claim(key, task, 300).outcome is Outcome.CLAIMED
+    record = IdempotencyRecord.objects.get(digest=key.digest)
+    assert listed(admin_client.get(reverse(CHANGELIST))) == {"invoice-77"}
+    assert "billing.charge" in admin_client.get(change_url(record)).content.decode()
+    released = admin_client.post(release_url(record), {"post": "yes"}, follow=True)
+    assert "Released 1 reservation." in released.content.decode()
+    assert not IdempotencyRecord.objects.exists()
+
+
 def test_evicting_a_live_reservation_warns_as_releasing_does(
     admin_client: Client, records: dict[str, IdempotencyRecord]
 ) -> None:
