@@ -453,6 +453,54 @@ def test_evicting_a_live_reservation_warns_as_releasing_does(
 # -- permissions ---------------------------------------------------------------
 
 
+def logged_in_with_csrf_checks(username: str, password: str) -> tuple[Client, str]:
+    """A browser-like client: the login form, CSRF enforced; and its CSRF token."""
+    client = Client(enforce_csrf_checks=True)
+    login = reverse("admin:login")
+    token = re.search(
+        r'name="csrfmiddlewaretoken" value="([^"]+)"', client.get(login).content.decode()
+    )
+    assert token is not None
+    form = {"username": username, "password": password, "csrfmiddlewaretoken": token[1]}
+    assert client.post(login, {**form, "next": "/admin/"}).status_code == 302
+    return client, client.cookies["csrftoken"].value
+
+
+def test_actions_need_the_csrf_token_and_the_delete_permission_after_a_real_login(
+    admin_user: User,
+) -> None:
+    """No forged POST releases, evicts or erases; a viewer's valid POST does not either."""
+    record = IdempotencyRecordFactory.create(key="stuck", in_progress=True)
+    root, root_token = logged_in_with_csrf_checks("root", "root-password")
+    actions = ["release_reservations", "delete_principal_records", "delete_selected"]
+    for action in actions:
+        data = {"action": action, "_selected_action": [record.pk], "post": "yes"}
+        assert root.post(reverse(CHANGELIST), data).status_code == 403
+    assert root.post(release_url(record), {"post": "yes"}).status_code == 403
+    assert root.post(delete_url(record), {"post": "yes"}).status_code == 403
+    assert IdempotencyRecord.objects.filter(pk=record.pk).exists()
+
+    viewer = User.objects.create_user("viewer", password="viewer-password", is_staff=True)
+    viewer.user_permissions.add(Permission.objects.get(codename="view_idempotencyrecord"))
+    client, token = logged_in_with_csrf_checks("viewer", "viewer-password")
+    for action in actions:
+        data = {
+            "action": action,
+            "_selected_action": [record.pk],
+            "post": "yes",
+            "csrfmiddlewaretoken": token,
+        }
+        client.post(reverse(CHANGELIST), data)  # an action it does not have: nothing done
+    form = {"post": "yes", "csrfmiddlewaretoken": token}
+    assert client.post(release_url(record), form).status_code == 403
+    assert client.post(delete_url(record), form).status_code == 403
+    assert IdempotencyRecord.objects.filter(pk=record.pk).exists()
+
+    released = root.post(release_url(record), {"post": "yes", "csrfmiddlewaretoken": root_token})
+    assert released.status_code == 302
+    assert not IdempotencyRecord.objects.filter(pk=record.pk).exists()
+
+
 def test_view_only_staff_sees_but_cannot_evict_or_release(
     viewer_client: Client, records: dict[str, IdempotencyRecord]
 ) -> None:
