@@ -489,6 +489,13 @@ def test_principal_option_conflicts(args: list[str], message: str) -> None:
     assert IdempotencyRecord.objects.count() == 1
 
 
+@pytest.mark.parametrize("option", ["--principal", "--user"])
+def test_a_nul_in_the_principal_or_username_is_a_clear_error(option: str) -> None:
+    # PostgreSQL's DataError on the user lookup was a traceback.
+    with pytest.raises(CommandError, match=f"{option} must not contain a NUL character"):
+        run(option, "alice\x00")
+
+
 @override_settings(
     IDEMPOTENCY={"STORE": "redis", "STORE_OPTIONS": {"cache": "redis"}},
     CACHES={

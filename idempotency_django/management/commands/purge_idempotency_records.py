@@ -205,6 +205,10 @@ class Command(BaseCommand):
         return [kind.count(counts[kind.label]) for kind in KINDS]
 
     def _principal(self, options: dict[str, Any]) -> str | None:
+        for name in ("principal", "user"):
+            # PostgreSQL refuses NUL in any text: a DataError, not "no such principal".
+            if options[name] is not None and "\x00" in options[name]:
+                raise CommandError(f"--{name} must not contain a NUL character.")
         if options["principal"] is not None:
             principal: str = options["principal"].strip()
             if not principal:
