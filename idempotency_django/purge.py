@@ -86,8 +86,13 @@ def completed_filter(now: datetime, cutoff: datetime | None) -> Q:
 
 
 def deliveries_filter(now: datetime, cutoff: datetime | None) -> Q:
-    """Accepted webhook deliveries past their retention (7 days by default), or ``cutoff``."""
-    return Q(kind=IdempotencyRecord.Kind.WEBHOOK) & _completed_and_dead(now, cutoff)
+    """Accepted webhook deliveries past their retention (``WEBHOOK_RETENTION``, 7 days).
+
+    Never by ``cutoff``: ``older_than`` shrinks the stored responses (after
+    lowering ``RETENTION``), and must not shorten the window in which a
+    provider's redelivery is a duplicate: it would run the receiver's work again.
+    """
+    return Q(kind=IdempotencyRecord.Kind.WEBHOOK) & _completed_and_dead(now, None)
 
 
 def abandoned_filter(now: datetime, cutoff: datetime | None) -> Q:
@@ -160,8 +165,9 @@ def purge(
     """Delete dead rows of every kind; return the count deleted per kind label.
 
     With ``dry_run`` nothing is deleted and the counts are the rows that
-    would be. ``older_than`` also deletes completed records that finished
-    longer ago than that, even when still within their retention.
+    would be. ``older_than`` also deletes completed records of requests and
+    tasks that finished longer ago than that, even when still within their
+    retention (webhook deliveries keep theirs).
     ``on_batch(kind, deleted)`` is called after every batch. ``pause``
     seconds are slept between batches, to leave the database to traffic.
     """

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import io
+import json
 import re
 import threading
 from datetime import timedelta
@@ -29,6 +30,7 @@ from idempotency_django.purge import (
 from idempotency_django.tasks import idempotent_task
 from tests.factories import IdempotencyRecordFactory
 from tests.redis_helpers import REDIS_URL
+from tests.testapp.models import Booking
 
 pytestmark = pytest.mark.django_db
 
@@ -337,6 +339,27 @@ def test_webhook_deliveries_are_purged_and_counted_apart() -> None:
     IdempotencyRecordFactory.create(key="old-request", expired=True)
     assert purge() == {"completed": 1, "abandoned": 0, "deliveries": 1}
     assert remaining() == {"live-delivery"}
+
+
+def test_older_than_leaves_webhook_deliveries_their_own_retention(client: Any) -> None:
+    """Shrinking the responses' retention must not shorten the 7-day window in which a
+    provider's redelivery is a duplicate: it ran the webhook's work a second time."""
+    url, headers = "/hooks/trg-older-than/", {"HTTP_WEBHOOK_ID": "msg_2Lz8"}
+    body = json.dumps({"event": "order.paid", "order": 4471})
+    assert client.post(url, body, content_type="application/json", **headers).status_code == 202
+    IdempotencyRecordFactory.create(
+        key="old-request", completed_at=timezone.now() - timedelta(hours=3)
+    )
+    assert purge(
+        now=database_now("default") + timedelta(hours=2), older_than=timedelta(hours=1)
+    ) == {
+        "completed": 1,
+        "deliveries": 0,
+        "abandoned": 0,
+    }
+    again = client.post(url, body, content_type="application/json", **headers)
+    assert again.status_code == 202 and again.json() == {"status": "duplicate"}
+    assert Booking.objects.filter(slot="webhook-run").count() == 1
 
 
 @pytest.mark.django_db(transaction=True)

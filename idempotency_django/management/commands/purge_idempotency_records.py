@@ -103,7 +103,8 @@ class Command(BaseCommand):
             help=(
                 "Also delete completed records that finished longer ago than this "
                 "(e.g. 90s, 30m, 2h, 7d; at most 100 years), even within their retention. "
-                "Reservations are still only deleted once abandoned."
+                "Webhook deliveries keep their WEBHOOK_RETENTION, and reservations are "
+                "still only deleted once abandoned."
             ),
         )
         parser.add_argument(
