@@ -133,6 +133,22 @@ class ExpiringRecordAdmin(ReleaseMixin, _ModelAdmin):
         super().delete_queryset(request, queryset)
         send_evicted(evicted, reason="evict", user=request.user)
 
+    def get_paginator(
+        self,
+        request: HttpRequest,
+        queryset: QuerySet[Any],
+        per_page: int,
+        orphans: int = 0,
+        allow_empty_first_page: bool = True,
+    ) -> Any:
+        paginator = super().get_paginator(
+            request, queryset, per_page, orphans, allow_empty_first_page
+        )
+        if isinstance(paginator, EstimatedCountPaginator):
+            # The page without filters or search is this admin's own queryset.
+            paginator.unfiltered = self.get_queryset(request)
+        return paginator
+
     def lookup_allowed(self, lookup: str, value: str, request: HttpRequest) -> bool:
         if lookup.split("__", 1)[0] in UNFILTERABLE_FIELDS:
             return False
