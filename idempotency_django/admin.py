@@ -133,6 +133,22 @@ class ExpiringRecordAdmin(ReleaseMixin, _ModelAdmin):
         super().delete_queryset(request, queryset)
         send_evicted(evicted, reason="evict", user=request.user)
 
+    def get_paginator(
+        self,
+        request: HttpRequest,
+        queryset: QuerySet[Any],
+        per_page: int,
+        orphans: int = 0,
+        allow_empty_first_page: bool = True,
+    ) -> Any:
+        paginator = super().get_paginator(
+            request, queryset, per_page, orphans, allow_empty_first_page
+        )
+        if isinstance(paginator, EstimatedCountPaginator):
+            # The page without filters or search is this admin's own queryset.
+            paginator.unfiltered = self.get_queryset(request)
+        return paginator
+
     def lookup_allowed(self, lookup: str, value: str, request: HttpRequest) -> bool:
         if lookup.split("__", 1)[0] in UNFILTERABLE_FIELDS:
             return False
@@ -164,7 +180,8 @@ class ExpiringRecordAdmin(ReleaseMixin, _ModelAdmin):
 
 @admin.register(IdempotencyRecord)
 class IdempotencyRecordAdmin(RecordActionsMixin, ExpiringRecordAdmin):
-    """Requests' records: who sent them (the user a principal names), and their responses."""
+    """Requests' and tasks' records: who sent them (the user a principal names), and their
+    responses."""
 
     actions = ["release_reservations", "delete_principal_records"]
 
@@ -231,8 +248,10 @@ class IdempotencyRecordAdmin(RecordActionsMixin, ExpiringRecordAdmin):
         return super().render_change_form(request, context, add, change, form_url, obj)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
-        # Webhook deliveries share the table; they have their own page.
-        return super().get_queryset(request).filter(kind=IdempotencyRecord.Kind.REQUEST)
+        # Webhook deliveries share the table; they have their own page. Background
+        # tasks' records (principal "task:<name>", method TASK) are listed here: a
+        # worker that died mid-task leaves a reservation to see and release.
+        return super().get_queryset(request).exclude(kind=IdempotencyRecord.Kind.WEBHOOK)
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return RecordChangeList

@@ -22,13 +22,17 @@ from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
-from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from idempotency_django.admin_display import principal_usernames, render_principal
 from idempotency_django.models import IdempotencyRecord
-from idempotency_django.purge import default_database, purge_principal, send_evicted
+from idempotency_django.purge import (
+    database_now,
+    default_database,
+    purge_principal,
+    send_evicted,
+)
 
 State = IdempotencyRecord.State
 
@@ -45,6 +49,20 @@ def _log_deletions(request: HttpRequest, objects: Sequence[models.Model], messag
     LogEntry.objects.log_actions(
         user_id=user_id, queryset=objects, action_flag=DELETION, change_message=message
     )
+
+
+def live_reservation_count(records: models.Model | QuerySet[Any]) -> int:
+    """How many of ``records`` (a record, or a queryset of them) are reservations within
+    their takeover window by the database's clock: their requests may still be running.
+
+    Django's delete pages (evicting keys) show it, as the release confirmation does.
+    """
+    using = default_database()
+    if isinstance(records, models.Model):
+        records = type(records)._base_manager.using(using).filter(pk=records.pk)
+    # The selection's own query (a COUNT), never a list of its keys: "select all"
+    # on a big table is a selection of millions.
+    return records.filter(state=State.IN_PROGRESS, expires_at__gt=database_now(using)).count()
 
 
 class ReleaseMixin(_AdminMixin):
@@ -96,7 +114,10 @@ class ReleaseMixin(_AdminMixin):
                 messages.WARNING,
             )
             return None
-        now = timezone.now()
+        # The database's clock, which the store's claims and takeovers use: an app
+        # server whose clock runs ahead must not call a running request's
+        # reservation abandoned, and so not warn before it is released.
+        now = database_now(default_database())
         context = {
             **self._action_context(request, _("Release stuck reservations?")),
             "reservations": [(obj, obj.expires_at <= now) for obj in selected],

@@ -22,6 +22,7 @@ from idempotency_django.conf import (
     idempotency_settings,
 )
 from idempotency_django.marks import is_ninja_view, unprotected_ninja_methods
+from idempotency_django.options import MAX_SECONDS
 from idempotency_django.routes import walk_patterns
 
 MIDDLEWARE_PATH = "idempotency_django.middleware.IdempotencyMiddleware"
@@ -39,6 +40,8 @@ POSITIVE_INTEGERS = (
     "WEBHOOK_RETENTION",
     "WEBHOOK_FALLBACK_BUCKET",
 )
+#: Seconds that become a record's expiry: at most MAX_SECONDS, which the stores can write.
+EXPIRIES = ("LOCK_TIMEOUT", "RETENTION", "MAX_RUN_TIME", "WEBHOOK_RETENTION")
 #: Positive integers, or None for "no limit".
 OPTIONAL_LIMITS = (
     "MAX_STORED_BODY",
@@ -141,6 +144,9 @@ def check_settings(**kwargs: Any) -> list[checks.CheckMessage]:
         if not _is_number(value, int) or value <= 0:
             or_none = " or None" if name in OPTIONAL_LIMITS else ""
             message = f"{SETTING_NAME}[{name!r}] must be a positive integer{or_none}."
+            errors.append(_error(message, "E004"))
+        elif name in EXPIRIES and value > MAX_SECONDS:
+            message = f"{SETTING_NAME}[{name!r}] must be at most {MAX_SECONDS} (100 years)."
             errors.append(_error(message, "E004"))
     wait, lock_timeout = merged["WAIT_FOR_IN_PROGRESS"], merged["LOCK_TIMEOUT"]
     if not _is_number(wait) or wait < 0:

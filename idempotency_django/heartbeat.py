@@ -22,6 +22,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass
+from datetime import timedelta
 
 from django.db import close_old_connections
 
@@ -149,6 +150,23 @@ class Heartbeat:
             )
             beat.due = time.monotonic() + _interval()
             return True
+
+
+def renewal_grace() -> timedelta:
+    """How long past its takeover time a reservation may still be renewed by a heartbeat.
+
+    With ``HEARTBEAT`` on, a request whose process stalled for longer than
+    ``LOCK_TIMEOUT`` (a long GC pause, a CPU-bound thread holding the GIL, a
+    paused VM) renews its expired reservation once it runs again, unless a
+    retry took the key over meanwhile. Purged, the row is gone: the renewal
+    finds nothing (it never remakes a reservation), and every retry for the
+    rest of the run would run the work again. No beat renews past
+    ``MAX_RUN_TIME`` after its claim, so a reservation expired that long ago
+    is truly abandoned. Without the heartbeat nothing renews: no grace.
+    """
+    if not idempotency_settings.HEARTBEAT:
+        return timedelta(0)
+    return timedelta(seconds=int(idempotency_settings.MAX_RUN_TIME))
 
 
 #: The process's heartbeat.

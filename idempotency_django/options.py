@@ -23,6 +23,27 @@ from idempotency_django.scope import Scope, session_scope
 OptionT = TypeVar("OptionT")
 
 
+#: The longest expiry, in seconds, a setting or an option may ask for: a century.
+#: A record's expiry is the database's now plus it, and far beyond that it cannot
+#: be written (MariaDB, SQLite: past the year 9999) or read back (PostgreSQL).
+MAX_SECONDS = 100 * 365 * 24 * 3600
+
+
+def check_retention(value: Any, what: str = "retention") -> None:
+    """Refuse a ``retention`` that is not None or a whole number of seconds, 1 to a century.
+
+    0 or less would keep an answer for no time at all, so that every retry ran
+    the work again; past a century the store cannot write the expiry.
+    """
+    if value is None:
+        return
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 < value <= MAX_SECONDS:
+        raise ValueError(
+            f"{what} must be a whole number of seconds from 1 to {MAX_SECONDS} (100 years), "
+            f"not {value!r}."
+        )
+
+
 #: ``RETAIN_FUNCTION``: whether an answer is kept for replay, given the request,
 #: the response and the exception DRF or ninja turned into it (None if none).
 RetainFunction = Callable[[HttpRequest, HttpResponseBase, Exception | None], bool]
@@ -44,6 +65,9 @@ class ViewOptions:
     scope: Callable[[HttpRequest], Scope | None] | str | None = None
     #: A function (or its dotted path) used instead of ``RETAIN_FUNCTION``.
     retain: RetainFunction | str | None = None
+
+    def __post_init__(self) -> None:
+        check_retention(self.retention)
 
 
 def scope_of(request: HttpRequest, options: ViewOptions) -> Scope | None:

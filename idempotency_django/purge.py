@@ -12,9 +12,9 @@ delete (it is live again) is left alone, and a row another purge deleted
 first just counts nothing: counts are the rows each DELETE reports. Several
 purges may therefore run at once, e.g. from cron on every app server.
 
-The rows to purge come in three kinds (:data:`KINDS`): completed request
-records, accepted webhook deliveries and abandoned reservations, each
-counted on its own.
+The rows to purge come in three kinds (:data:`KINDS`): completed records
+(requests' and background tasks' stored answers), accepted webhook
+deliveries and abandoned reservations, each counted on its own.
 
 :func:`purge_principal` is the other purge: every record of one principal,
 live or not, e.g. when a user's account is deleted.
@@ -33,12 +33,14 @@ from django.db import DEFAULT_DB_ALIAS, connections, models, router, transaction
 from django.db.models import Q
 
 from idempotency_django import signals
+from idempotency_django.heartbeat import renewal_grace
 from idempotency_django.keys import readable_value
 from idempotency_django.models import IdempotencyRecord
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
     "KINDS",
+    "MAX_DURATION",
     "PurgeKind",
     "dead_rows",
     "default_database",
@@ -77,18 +79,26 @@ def _completed_and_dead(now: datetime, cutoff: datetime | None) -> Q:
 
 
 def completed_filter(now: datetime, cutoff: datetime | None) -> Q:
-    """Completed request records past their retention, or older than ``cutoff`` when given."""
-    return Q(kind=IdempotencyRecord.Kind.REQUEST) & _completed_and_dead(now, cutoff)
+    """Completed records of requests and tasks past their retention, or older than ``cutoff``."""
+    # Every kind but webhook deliveries, which are counted apart: a task's
+    # stored result (kind "task") expires after its retention like a response.
+    return ~Q(kind=IdempotencyRecord.Kind.WEBHOOK) & _completed_and_dead(now, cutoff)
 
 
 def deliveries_filter(now: datetime, cutoff: datetime | None) -> Q:
-    """Accepted webhook deliveries past their retention (7 days by default), or ``cutoff``."""
-    return Q(kind=IdempotencyRecord.Kind.WEBHOOK) & _completed_and_dead(now, cutoff)
+    """Accepted webhook deliveries past their retention (``WEBHOOK_RETENTION``, 7 days).
+
+    Never by ``cutoff``: ``older_than`` shrinks the stored responses (after
+    lowering ``RETENTION``), and must not shorten the window in which a
+    provider's redelivery is a duplicate: it would run the receiver's work again.
+    """
+    return Q(kind=IdempotencyRecord.Kind.WEBHOOK) & _completed_and_dead(now, None)
 
 
 def abandoned_filter(now: datetime, cutoff: datetime | None) -> Q:
-    """Reservations past their takeover time. A live reservation is never matched."""
-    return Q(state=IdempotencyRecord.State.IN_PROGRESS, expires_at__lte=now)
+    """Reservations past their takeover time (and
+    :func:`~idempotency_django.heartbeat.renewal_grace`). A live reservation is never matched."""
+    return Q(state=IdempotencyRecord.State.IN_PROGRESS, expires_at__lte=now - renewal_grace())
 
 
 #: What a purge deletes, in order.
@@ -100,6 +110,10 @@ KINDS: tuple[PurgeKind, ...] = (
 
 _DURATION = re.compile(r"^\s*(\d+)\s*([smhdw])\s*$", re.IGNORECASE)
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+#: The longest duration :func:`parse_duration` takes: a century. Anything longer
+#: reaches back before any record (and, past about 2,000 years, before the year 1,
+#: which no datetime can hold).
+MAX_DURATION = timedelta(days=36525)
 
 
 def parse_duration(value: str) -> timedelta:
@@ -113,9 +127,12 @@ def parse_duration(value: str) -> timedelta:
     if amount <= 0:
         raise ValueError(f"Invalid duration {value!r}: it must be more than zero.")
     try:
-        return timedelta(**{_UNITS[match.group(2).lower()]: amount})
+        duration = timedelta(**{_UNITS[match.group(2).lower()]: amount})
     except OverflowError as exc:
         raise ValueError(f"Invalid duration {value!r}: too large.") from exc
+    if duration > MAX_DURATION:
+        raise ValueError(f"Invalid duration {value!r}: too large, at most 100 years (36525d).")
+    return duration
 
 
 def default_database() -> str:
@@ -148,8 +165,9 @@ def purge(
     """Delete dead rows of every kind; return the count deleted per kind label.
 
     With ``dry_run`` nothing is deleted and the counts are the rows that
-    would be. ``older_than`` also deletes completed records that finished
-    longer ago than that, even when still within their retention.
+    would be. ``older_than`` also deletes completed records of requests and
+    tasks that finished longer ago than that, even when still within their
+    retention (webhook deliveries keep theirs).
     ``on_batch(kind, deleted)`` is called after every batch. ``pause``
     seconds are slept between batches, to leave the database to traffic.
     """
@@ -194,7 +212,12 @@ def dead_rows(
     kind: PurgeKind, using: str, now: datetime, older_than: timedelta | None
 ) -> models.QuerySet[IdempotencyRecord]:
     """The rows of ``kind`` that a purge at ``now`` deletes."""
-    cutoff = now - older_than if older_than is not None else None
+    cutoff = None
+    if older_than is not None:
+        try:
+            cutoff = now - older_than
+        except OverflowError:
+            raise ValueError(f"older_than={older_than} reaches back before the year 1.") from None
     return IdempotencyRecord._base_manager.using(using).filter(kind.filter(now, cutoff))
 
 

@@ -41,7 +41,7 @@ from django.dispatch import Signal
 from idempotency_django.conf import idempotency_settings
 from idempotency_django.heartbeat import start_beat
 from idempotency_django.keys import MAX_KEY_LENGTH
-from idempotency_django.options import option
+from idempotency_django.options import check_retention, option
 from idempotency_django.reservation import KeyReservation
 from idempotency_django.stores import (
     Outcome,
@@ -175,6 +175,7 @@ def idempotent_task(
     key = options.get("key")
     atomic = options.get("atomic", True)
     retention = options.get("retention")
+    check_retention(retention)
 
     def decorate(function: Callable[P, R]) -> Callable[P, R]:
         task_name = name or f"{function.__module__}.{function.__qualname__}"

@@ -36,7 +36,7 @@ from idempotency_django.conf import idempotency_settings
 from idempotency_django.keys import InvalidKey
 from idempotency_django.logs import request_id
 from idempotency_django.marks import PROTECTED_ATTRIBUTE, decide, find_request
-from idempotency_django.options import ViewOptions
+from idempotency_django.options import ViewOptions, check_retention
 from idempotency_django.phases import arun, run
 from idempotency_django.problems import Refusal
 from idempotency_django.stores import (
@@ -161,6 +161,7 @@ def deduplicate_webhook(
     """
     if id_header is not None and body_id is not None:
         raise TypeError("Name one delivery id: id_header or body_id, not both.")
+    check_retention(retention)
 
     def decorate(func: ViewT) -> ViewT:
         def delivery_phase(kwargs: dict[str, Any], request: HttpRequest, _: ViewOptions) -> Any:

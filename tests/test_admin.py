@@ -7,13 +7,14 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+import time_machine
 from django.contrib.admin.models import DELETION, LogEntry
 from django.contrib.admin.templatetags.admin_list import result_headers
 from django.contrib.auth.models import Permission, User
 from django.db import connection
 from django.test import Client, override_settings
 from django.test.utils import CaptureQueriesContext
-from django.urls import reverse
+from django.urls import reverse, reverse_lazy
 from django.utils import timezone
 from django.utils.text import capfirst
 
@@ -28,6 +29,7 @@ from idempotency_django.admin_display import (
 )
 from idempotency_django.admin_filters import EstimatedCountPaginator, LocationFilter, expiry_state
 from idempotency_django.models import IdempotencyRecord
+from idempotency_django.stores import Outcome, RecordKey, RequestInfo, get_store
 from tests.factories import IdempotencyRecordFactory
 
 pytestmark = pytest.mark.django_db
@@ -355,6 +357,20 @@ def test_release_asks_for_confirmation_then_releases(
     assert all(e.change_message == "Released stuck reservation." for e in entries)
 
 
+def test_release_warns_of_a_live_reservation_by_the_databases_clock(admin_client: Client) -> None:
+    """An app server whose clock runs ten minutes ahead of the database's still warns
+    that the request may be running: the store's takeovers go by the database's clock."""
+    key = RecordKey("svc:slow", "", "still-running")
+    request = RequestInfo(method="POST", path="/slow/", fingerprint="f" * 64)
+    assert get_store().claim(key, request, 300).outcome is Outcome.CLAIMED
+    record = IdempotencyRecord.objects.get(digest=key.digest)
+    data = {"action": "release_reservations", "_selected_action": [record.pk]}
+    with time_machine.travel(timezone.now() + timedelta(minutes=10)):
+        content = admin_client.post(reverse(CHANGELIST), data).content.decode()
+    assert "1 of them is still within its takeover window" in content
+    assert "abandoned (takeover time passed)" not in content
+
+
 def test_release_keeps_a_record_completed_after_confirmation(admin_client: Client) -> None:
     record = IdempotencyRecordFactory.create(in_progress=True)
     data = {"action": "release_reservations", "_selected_action": [record.pk]}
@@ -402,7 +418,87 @@ def test_delete_one_from_its_page(admin_client: Client) -> None:
     assert LogEntry.objects.get().action_flag == DELETION
 
 
+def test_a_task_reservation_is_listed_and_released(admin_client: Client) -> None:
+    """A worker that died mid-task leaves its key reserved: staff can see and release it."""
+    key = RecordKey("task:billing.charge", "", "invoice-77")
+    task = RequestInfo(method="TASK", path="billing.charge", fingerprint="f" * 64, kind="task")
+    assert get_store().claim(key, task, 300).outcome is Outcome.CLAIMED
+    record = IdempotencyRecord.objects.get(digest=key.digest)
+    assert listed(admin_client.get(reverse(CHANGELIST))) == {"invoice-77"}
+    assert "billing.charge" in admin_client.get(change_url(record)).content.decode()
+    released = admin_client.post(release_url(record), {"post": "yes"}, follow=True)
+    assert "Released 1 reservation." in released.content.decode()
+    assert not IdempotencyRecord.objects.exists()
+
+
+def test_evicting_a_live_reservation_warns_as_releasing_does(
+    admin_client: Client, records: dict[str, IdempotencyRecord]
+) -> None:
+    """Deleting a reservation is releasing it: a retry may then run a request still running."""
+    warning = "still within its takeover window"
+    live, abandoned = records["reserved"], records["abandoned"]
+    assert warning in admin_client.get(delete_url(live)).content.decode()
+    assert warning not in admin_client.get(delete_url(abandoned)).content.decode()
+    assert warning not in admin_client.get(delete_url(records["completed"])).content.decode()
+
+    selected = [live.pk, abandoned.pk, records["completed"].pk]
+    data = {"action": "delete_selected", "_selected_action": selected}
+    content = admin_client.post(reverse(CHANGELIST), data).content.decode()
+    assert "1 of them is a reservation still within its takeover window" in content
+    assert "Are you sure" in content
+    data["_selected_action"] = [abandoned.pk, records["completed"].pk]
+    assert warning not in admin_client.post(reverse(CHANGELIST), data).content.decode()
+
+
 # -- permissions ---------------------------------------------------------------
+
+
+def logged_in_with_csrf_checks(username: str, password: str) -> tuple[Client, str]:
+    """A browser-like client: the login form, CSRF enforced; and its CSRF token."""
+    client = Client(enforce_csrf_checks=True)
+    login = reverse("admin:login")
+    token = re.search(
+        r'name="csrfmiddlewaretoken" value="([^"]+)"', client.get(login).content.decode()
+    )
+    assert token is not None
+    form = {"username": username, "password": password, "csrfmiddlewaretoken": token[1]}
+    assert client.post(login, {**form, "next": "/admin/"}).status_code == 302
+    return client, client.cookies["csrftoken"].value
+
+
+def test_actions_need_the_csrf_token_and_the_delete_permission_after_a_real_login(
+    admin_user: User,
+) -> None:
+    """No forged POST releases, evicts or erases; a viewer's valid POST does not either."""
+    record = IdempotencyRecordFactory.create(key="stuck", in_progress=True)
+    root, root_token = logged_in_with_csrf_checks("root", "root-password")
+    actions = ["release_reservations", "delete_principal_records", "delete_selected"]
+    for action in actions:
+        data = {"action": action, "_selected_action": [record.pk], "post": "yes"}
+        assert root.post(reverse(CHANGELIST), data).status_code == 403
+    assert root.post(release_url(record), {"post": "yes"}).status_code == 403
+    assert root.post(delete_url(record), {"post": "yes"}).status_code == 403
+    assert IdempotencyRecord.objects.filter(pk=record.pk).exists()
+
+    viewer = User.objects.create_user("viewer", password="viewer-password", is_staff=True)
+    viewer.user_permissions.add(Permission.objects.get(codename="view_idempotencyrecord"))
+    client, token = logged_in_with_csrf_checks("viewer", "viewer-password")
+    for action in actions:
+        data = {
+            "action": action,
+            "_selected_action": [record.pk],
+            "post": "yes",
+            "csrfmiddlewaretoken": token,
+        }
+        client.post(reverse(CHANGELIST), data)  # an action it does not have: nothing done
+    form = {"post": "yes", "csrfmiddlewaretoken": token}
+    assert client.post(release_url(record), form).status_code == 403
+    assert client.post(delete_url(record), form).status_code == 403
+    assert IdempotencyRecord.objects.filter(pk=record.pk).exists()
+
+    released = root.post(release_url(record), {"post": "yes", "csrfmiddlewaretoken": root_token})
+    assert released.status_code == 302
+    assert not IdempotencyRecord.objects.filter(pk=record.pk).exists()
 
 
 def test_view_only_staff_sees_but_cannot_evict_or_release(
@@ -725,6 +821,28 @@ def test_estimated_count_paginator_uses_the_estimate_on_postgres() -> None:
     assert Estimating(queryset, 2)._estimate() is not None
     assert Estimating(queryset.filter(method="PUT"), 2)._estimate() is None
     assert Estimating(queryset.filter(method="PUT"), 2).count == 0
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's planner estimate")
+@pytest.mark.parametrize(
+    "url", [reverse_lazy(CHANGELIST), "/admin/idempotency_django/webhookdelivery/"]
+)
+def test_the_unfiltered_changelists_count_no_rows_on_postgres(
+    admin_client: Client, monkeypatch: pytest.MonkeyPatch, url: str
+) -> None:
+    """Each page lists one kind of row (a WHERE of its own): without a filter it is still
+    the planner's estimate, not a COUNT(*) through millions of rows."""
+    IdempotencyRecordFactory.create_batch(5)
+    IdempotencyRecordFactory.create_batch(3, kind="webhook")
+    with connection.cursor() as cursor:
+        cursor.execute(f"ANALYZE {IdempotencyRecord._meta.db_table}")
+    monkeypatch.setattr(EstimatedCountPaginator, "exact_below", 0)
+    with CaptureQueriesContext(connection) as queries:
+        assert admin_client.get(url).status_code == 200
+    assert not [q["sql"] for q in queries.captured_queries if "COUNT(" in q["sql"].upper()]
+    with CaptureQueriesContext(connection) as queries:
+        assert admin_client.get(url, {"q": "nothing-like-this"}).status_code == 200
+    assert [q["sql"] for q in queries.captured_queries if "COUNT(" in q["sql"].upper()]
 
 
 DELIVERIES = "/admin/idempotency_django/webhookdelivery/"

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 from collections.abc import Iterator
 from datetime import timedelta
+from typing import Any
+from unittest import mock
 
 import pytest
 import time_machine
@@ -20,8 +23,10 @@ from django.test import Client
 from django.utils import timezone
 
 from idempotency_django.models import IdempotencyRecord
+from idempotency_django.stores import Outcome, RecordKey, RequestInfo, StoreUnavailable, database
+from idempotency_django.stores.database import DatabaseStore
 from tests.checkpoints import Checkpoint, before_takeover
-from tests.concurrency import Background, logged_in_client
+from tests.concurrency import Background, in_threads, logged_in_client
 from tests.redis_helpers import redis_store_settings
 from tests.testapp.models import Booking
 
@@ -157,3 +162,38 @@ def test_under_atomic_requests_a_failed_completion_rolls_the_work_back(alice: Us
     retry = keyed_post(logged_in_client(alice), "/plain/paused/?at=booked")
     assert retry.status_code == 201
     assert Booking.objects.count() == 1
+
+
+def test_two_takeovers_of_one_expired_key_in_transactions_never_both_claim() -> None:
+    """Two retries of a key whose reservation expired, each in its transaction, read the
+    row before either takes it over. One claims; the other is told the key is in progress
+    (PostgreSQL: the advisory lock) or that the store could not decide (MariaDB: InnoDB
+    breaks the two share locks' deadlock, rolling the loser's transaction back; a 503 the
+    client retries). Never two claims, never a wait for the winner's whole transaction."""
+    store = DatabaseStore()
+    key = RecordKey("auth.user:7", "", "abandoned-then-retried-twice")
+    request = RequestInfo(method="POST", path="/bookings/", fingerprint="f" * 64)
+    assert store.claim(key, request, 300).outcome is Outcome.CLAIMED
+    abandoned = timezone.now() - timedelta(hours=1)
+    assert IdempotencyRecord.objects.update(expires_at=abandoned) == 1
+
+    both_read = threading.Barrier(2, timeout=3)  # PostgreSQL's loser never gets this far
+    take_over = database._take_over
+
+    def take_over_once_both_read(*args: Any, **kwargs: Any) -> bool:
+        with contextlib.suppress(threading.BrokenBarrierError):
+            both_read.wait()
+        return take_over(*args, **kwargs)
+
+    def retry(_index: int) -> str:
+        try:
+            with transaction.atomic():
+                return store.claim(key, request, 300).outcome.value
+        except StoreUnavailable:
+            return "unavailable"
+
+    with mock.patch.object(database, "_take_over", take_over_once_both_read):
+        outcomes = sorted(in_threads(2, retry))
+    assert outcomes[0] == "claimed", outcomes
+    assert outcomes[1] in {"in_progress", "unavailable"}, outcomes
+    assert IdempotencyRecord.objects.get().expires_at > timezone.now()

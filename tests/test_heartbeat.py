@@ -9,14 +9,21 @@ prevents.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.checks import run_checks
+from django.db import connection
 from django.test import Client, override_settings
 
 from idempotency_django.heartbeat import heartbeat
@@ -153,3 +160,66 @@ def test_a_store_error_ends_no_renewal_of_the_process() -> None:
         assert FailingOnce.failed and store.is_held(key)
     finally:
         beat.stop()
+
+
+@contextlib.contextmanager
+def purging_every_few_tenths_of_a_second() -> Iterator[None]:
+    """The purge in a loop, in a process of its own with the same IDEMPOTENCY settings (as
+    cron runs it on another server)."""
+    loop = (
+        "import django, json, os, time\n"
+        "django.setup()\n"
+        "from django.test.utils import override_settings\n"
+        "from idempotency_django.purge import purge\n"
+        "override_settings(IDEMPOTENCY=json.loads(os.environ['IDEMPOTENCY_JSON'])).enable()\n"
+        "while True:\n"
+        "    purge()\n"
+        "    time.sleep(0.3)\n"
+    )
+    environment = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "TESTS_DB_NAME": str(connection.settings_dict["NAME"]),
+        "IDEMPOTENCY_JSON": json.dumps(getattr(settings, "IDEMPOTENCY", {})),
+    }
+    root = Path(__file__).resolve().parent.parent
+    purger = subprocess.Popen([sys.executable, "-c", loop], cwd=root, env=environment)
+    try:
+        time.sleep(1.5)  # started: Django set up, purging
+        yield
+    finally:
+        purger.kill()
+        purger.wait()
+
+
+def stall_this_process(seconds: float) -> None:
+    """Hold the GIL for ``seconds``, as a CPU-bound thread, a long GC pause or a paused VM
+    does: no other thread of the process (the heartbeat's) runs meanwhile."""
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(seconds + 30)
+    try:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            pass
+    finally:
+        sys.setswitchinterval(switch)
+
+
+@override_settings(IDEMPOTENCY={"LOCK_TIMEOUT": 2, "HEARTBEAT": 0.5, "MAX_RUN_TIME": 60})
+def test_a_purge_during_a_stall_never_frees_a_running_requests_key(alice: User) -> None:
+    """The process stalls longer than LOCK_TIMEOUT while the purge runs; once it runs again,
+    its heartbeat renews the reservation. The purge deleted it as abandoned before (the
+    renewal then found nothing, and a retry ran the booking a second time)."""
+    with Checkpoint("first-running") as running:
+        first = Background(
+            lambda: keyed_post(logged_in_client(alice), URL, pause_at="first-running")
+        ).start()
+        running.wait_until_reached()
+        with purging_every_few_tenths_of_a_second():
+            stall_this_process(4)  # expired by its own clock for 2 s, purges every 0.3 s
+            time.sleep(1.5)  # the heartbeat runs again
+            duplicate = keyed_post(logged_in_client(alice), URL)
+    assert duplicate.status_code == 409
+    assert duplicate.json()["code"] == "idempotency_key_in_progress"
+    assert first.join().status_code == 201
+    assert Booking.objects.count() == 1

@@ -15,7 +15,11 @@ from rest_framework.authtoken.models import Token
 
 from idempotency_django import signals
 from idempotency_django.checks import check_middleware, check_settings
+from idempotency_django.decorators import idempotent
 from idempotency_django.models import IdempotencyRecord
+from idempotency_django.options import MAX_SECONDS, ViewOptions
+from idempotency_django.tasks import idempotent_task
+from idempotency_django.webhooks import deduplicate_webhook
 from tests.testapp.models import Booking
 
 BODY = json.dumps({"slot": "2026-07-30T09:00:00Z", "customer": "Dana Whitfield"})
@@ -168,6 +172,11 @@ def test_check_missing_middleware() -> None:
         ({"LOCK_TIMOUT": 3}, "idempotency_django.E003"),
         ({"LOCK_TIMEOUT": 0}, "idempotency_django.E004"),
         ({"RETENTION": "1d"}, "idempotency_django.E004"),
+        # Past a century the store cannot write the expiry (MariaDB, SQLite) or read
+        # it back (PostgreSQL): every completion failed and the work ran again.
+        ({"RETENTION": 10**11}, "idempotency_django.E004"),
+        ({"LOCK_TIMEOUT": 10**11}, "idempotency_django.E004"),
+        ({"WEBHOOK_RETENTION": 4 * 10**9}, "idempotency_django.E004"),
         ({"REUSE_STATUS": 400}, "idempotency_django.E005"),
         ({"ANONYMOUS": "allow"}, "idempotency_django.E006"),
         ({"TASK_DUPLICATES": "drop"}, "idempotency_django.E006"),
@@ -181,6 +190,29 @@ def test_check_missing_middleware() -> None:
 def test_check_invalid_settings(value: dict, code: str) -> None:  # type: ignore[type-arg]
     with override_settings(IDEMPOTENCY=value):
         assert code in [m.id for m in check_settings()]
+
+
+def test_the_longest_expiry_a_setting_may_ask_for_is_a_century() -> None:
+    with override_settings(IDEMPOTENCY={"RETENTION": MAX_SECONDS, "LOCK_TIMEOUT": MAX_SECONDS}):
+        assert "idempotency_django.E004" not in [m.id for m in check_settings()]
+
+
+@pytest.mark.parametrize("retention", [0, -60, 10**11, 1.5, "3600", True])
+def test_a_per_view_retention_out_of_range_is_refused_when_decorated(retention: Any) -> None:
+    """0 kept an answer for no time (every retry ran the work again), a huge one
+    could not be stored: refused where the view is decorated, as the setting is."""
+
+    def view(request: Any) -> None: ...
+
+    for decorate in (
+        lambda: idempotent(retention=retention)(view),
+        lambda: ViewOptions(retention=retention),  # DRF's idempotency_options, ninja's
+        lambda: deduplicate_webhook(retention=retention)(view),
+        lambda: idempotent_task(retention=retention)(view),
+    ):
+        with pytest.raises(ValueError, match="retention must be a whole number of seconds"):
+            decorate()
+    assert ViewOptions(retention=MAX_SECONDS).retention == MAX_SECONDS
 
 
 def test_check_warns_about_an_unshared_database() -> None:

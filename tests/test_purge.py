@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import io
+import json
 import re
 import threading
 from datetime import timedelta
@@ -19,9 +20,17 @@ from idempotency_django.management.commands.purge_idempotency_records import (
     Command as PurgeCommand,
 )
 from idempotency_django.models import IdempotencyRecord
-from idempotency_django.purge import KINDS, parse_duration, purge, purge_principal
+from idempotency_django.purge import (
+    KINDS,
+    database_now,
+    parse_duration,
+    purge,
+    purge_principal,
+)
+from idempotency_django.tasks import idempotent_task
 from tests.factories import IdempotencyRecordFactory
 from tests.redis_helpers import REDIS_URL
+from tests.testapp.models import Booking
 
 pytestmark = pytest.mark.django_db
 
@@ -151,7 +160,7 @@ def test_invalid_pause(value: str) -> None:
         run("--pause", value)
 
 
-@pytest.mark.parametrize("value", ["0", "-3", "ten", ""])
+@pytest.mark.parametrize("value", ["0", "-3", "ten", "", "1000001", "100000000000000000000"])
 def test_invalid_batch_size(value: str) -> None:
     with pytest.raises(CommandError, match="batch-size"):
         run("--batch-size", value)
@@ -219,12 +228,22 @@ def test_parse_duration(value: str, expected: timedelta) -> None:
     assert parse_duration(value) == expected
 
 
-@pytest.mark.parametrize("value", ["", "7", "7y", "-1d", "0s", "1.5h", "d", "h2", "99999999999d"])
+@pytest.mark.parametrize(
+    "value", ["", "7", "7y", "-1d", "0s", "1.5h", "d", "h2", "99999999999d", "1000000w", "36526d"]
+)
 def test_invalid_older_than(value: str) -> None:
     with pytest.raises(ValueError, match="Invalid duration"):
         parse_duration(value)
     with pytest.raises(CommandError, match="older-than"):
         run("--older-than", value)
+
+
+def test_the_longest_older_than_is_a_century() -> None:
+    assert parse_duration("36525d") == timedelta(days=36525)
+    assert "Deleted 0 completed records" in run("--older-than", "5200w")
+    # From code, a duration reaching back before the year 1 is a ValueError, not an overflow.
+    with pytest.raises(ValueError, match="before the year 1"):
+        purge(older_than=timedelta(days=10**6))
 
 
 def test_unknown_database() -> None:
@@ -320,6 +339,45 @@ def test_webhook_deliveries_are_purged_and_counted_apart() -> None:
     IdempotencyRecordFactory.create(key="old-request", expired=True)
     assert purge() == {"completed": 1, "abandoned": 0, "deliveries": 1}
     assert remaining() == {"live-delivery"}
+
+
+def test_older_than_leaves_webhook_deliveries_their_own_retention(client: Any) -> None:
+    """Shrinking the responses' retention must not shorten the 7-day window in which a
+    provider's redelivery is a duplicate: it ran the webhook's work a second time."""
+    url, headers = "/hooks/trg-older-than/", {"HTTP_WEBHOOK_ID": "msg_2Lz8"}
+    body = json.dumps({"event": "order.paid", "order": 4471})
+    assert client.post(url, body, content_type="application/json", **headers).status_code == 202
+    IdempotencyRecordFactory.create(
+        key="old-request", completed_at=timezone.now() - timedelta(hours=3)
+    )
+    assert purge(
+        now=database_now("default") + timedelta(hours=2), older_than=timedelta(hours=1)
+    ) == {
+        "completed": 1,
+        "deliveries": 0,
+        "abandoned": 0,
+    }
+    again = client.post(url, body, content_type="application/json", **headers)
+    assert again.status_code == 202 and again.json() == {"status": "duplicate"}
+    assert Booking.objects.filter(slot="webhook-run").count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_task_result_past_its_retention_is_purged() -> None:
+    """A background task's stored result (kind "task") goes like a request's response."""
+
+    @idempotent_task(name="purged-task", retention=60)
+    def book(room: int) -> dict[str, int]:
+        return {"room": room}
+
+    assert book(7, idempotency_key="booking-7") == {"room": 7}
+    assert purge() == {"completed": 0, "abandoned": 0, "deliveries": 0}
+    assert remaining() == {"booking-7"}
+    # Two minutes on (the database's clock, as the store sees it): past its retention.
+    later = database_now("default") + timedelta(minutes=2)
+    assert purge(now=later, dry_run=True)["completed"] == 1
+    assert purge(now=later) == {"completed": 1, "abandoned": 0, "deliveries": 0}
+    assert remaining() == set()
 
 
 # -- one principal's records --------------------------------------------------------
@@ -452,6 +510,13 @@ def test_principal_option_conflicts(args: list[str], message: str) -> None:
     with pytest.raises(CommandError, match=message):
         run(*args)
     assert IdempotencyRecord.objects.count() == 1
+
+
+@pytest.mark.parametrize("option", ["--principal", "--user"])
+def test_a_nul_in_the_principal_or_username_is_a_clear_error(option: str) -> None:
+    # PostgreSQL's DataError on the user lookup was a traceback.
+    with pytest.raises(CommandError, match=f"{option} must not contain a NUL character"):
+        run(option, "alice\x00")
 
 
 @override_settings(

@@ -42,6 +42,18 @@ def _positive_int(value: str) -> int:
     return number
 
 
+#: The largest --batch-size: one DELETE of a million keys is already a long lock,
+#: and a larger number overflows the databases' LIMIT (an SQL error, not a purge).
+MAX_BATCH_SIZE = 1_000_000
+
+
+def _batch_size(value: str) -> int:
+    number = _positive_int(value)
+    if number > MAX_BATCH_SIZE:
+        raise ArgumentTypeError(f"it must be at most {MAX_BATCH_SIZE:,}.")
+    return number
+
+
 def _pause(value: str) -> float:
     try:
         seconds = float(value)
@@ -75,9 +87,9 @@ class Command(BaseCommand):
     def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument(
             "--batch-size",
-            type=_positive_int,
+            type=_batch_size,
             default=DEFAULT_BATCH_SIZE,
-            help=f"Rows deleted per batch (default {DEFAULT_BATCH_SIZE}).",
+            help=f"Rows deleted per batch, at most 1,000,000 (default {DEFAULT_BATCH_SIZE}).",
         )
         parser.add_argument(
             "--dry-run",
@@ -90,8 +102,9 @@ class Command(BaseCommand):
             metavar="DURATION",
             help=(
                 "Also delete completed records that finished longer ago than this "
-                "(e.g. 90s, 30m, 2h, 7d), even within their retention. "
-                "Reservations are still only deleted once abandoned."
+                "(e.g. 90s, 30m, 2h, 7d; at most 100 years), even within their retention. "
+                "Webhook deliveries keep their WEBHOOK_RETENTION, and reservations are "
+                "still only deleted once abandoned."
             ),
         )
         parser.add_argument(
@@ -193,6 +206,10 @@ class Command(BaseCommand):
         return [kind.count(counts[kind.label]) for kind in KINDS]
 
     def _principal(self, options: dict[str, Any]) -> str | None:
+        for name in ("principal", "user"):
+            # PostgreSQL refuses NUL in any text: a DataError, not "no such principal".
+            if options[name] is not None and "\x00" in options[name]:
+                raise CommandError(f"--{name} must not contain a NUL character.")
         if options["principal"] is not None:
             principal: str = options["principal"].strip()
             if not principal:
