@@ -26,12 +26,13 @@ from typing import Any, TypedDict, TypeVar, Unpack, overload
 
 from asgiref.sync import iscoroutinefunction
 from django.conf import settings as django_settings
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, JsonResponse, RawPostDataException
 from django.http.response import HttpResponseBase
 from django.utils.translation import gettext, gettext_noop
 
 from idempotency_django import problems
 from idempotency_django.attempt import Attempt
+from idempotency_django.bodies import BodyRefused, prepare_body
 from idempotency_django.conf import idempotency_settings
 from idempotency_django.keys import InvalidKey
 from idempotency_django.logs import request_id
@@ -238,7 +239,17 @@ def begin_delivery(
     secrets = (django_settings.SECRET_KEY, *django_settings.SECRET_KEY_FALLBACKS)
     triggers = [trigger_digest(route, token, secret) for secret in secrets]
     try:
+        # Whole before anything is claimed: under WSGI a sender that hung up
+        # mid-body is handed what arrived, and a view that accepted that part
+        # would make the sender's retry (the whole delivery) a "duplicate".
+        prepare_body(request, capped=False)
         identity = delivery_identity(request, token, id_header=id_header, body_id=body_id)
+    except BodyRefused as exc:
+        return exc.answer(request)
+    except RawPostDataException:
+        # Parsed before (a verifier above read a multipart request.POST): the
+        # fallback has no raw body to hash. Name an id (body_id) for it.
+        return problems.refuse(request, problems.BODY_UNAVAILABLE)
     except InvalidKey as exc:
         return problems.refuse(request, problems.KEY_INVALID, detail=exc.translated(gettext))
     except DeliveryIdMissing as exc:

@@ -220,6 +220,43 @@ def test_invalid_idempotency_key_is_400(client: Client) -> None:
     assert runs() == 0
 
 
+@pytest.mark.django_db
+def test_a_delivery_over_the_memory_limit_is_deduplicated(client: Client, settings: Any) -> None:
+    """The fallback hashes a body larger than DATA_UPLOAD_MAX_MEMORY_SIZE from a copy
+    on disk; ``request.body`` refused it: Django's 400 page, not a problem (before)."""
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+    large = json.dumps({"event": "export.ready", "rows": ["x" * 100] * 50})
+    assert deliver(client, FALLBACK_URL, body=large).json()["status"] == "accepted"
+    assert deliver(client, FALLBACK_URL, body=large).json() == {"status": "duplicate"}
+    other = large.replace("export.ready", "export.failed")
+    assert deliver(client, FALLBACK_URL, body=other).json()["status"] == "accepted"
+    assert runs() == 2
+
+
+MULTIPART = {
+    "signature": "5f2c...",
+    "token": "c5a0f4f6d2a8e7",
+    "body-plain": "Hello",
+}
+
+
+@pytest.mark.django_db
+def test_a_form_parsed_before_the_fallback_is_refused_as_a_problem(client: Client) -> None:
+    """A verifier above the receiver read a multipart ``request.POST``: no raw body is
+    left to hash. Refused as a problem, nothing run (before: ``RawPostDataException``,
+    a 500 on every delivery); with an id the form carries (``body_id``) it works."""
+    client.raise_request_exception = False
+    refused = client.post(f"/hooks/form/{TOKEN}/", MULTIPART)
+    assert refused.status_code == 400
+    assert refused["Content-Type"] == "application/problem+json"
+    assert refused.json()["code"] == "idempotency_body_unavailable"
+    assert runs() == 0
+    url = f"/hooks/form-token/{TOKEN}/"
+    assert client.post(url, MULTIPART).json()["status"] == "accepted"
+    assert client.post(url, MULTIPART).json() == {"status": "duplicate"}
+    assert runs() == 1
+
+
 @pytest.mark.django_db(transaction=True)
 def test_store_unavailable_is_503_and_nothing_runs(client: Client) -> None:
     table = IdempotencyRecord._meta.db_table

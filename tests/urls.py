@@ -44,6 +44,8 @@ urlpatterns = [
     path("hooks/<str:token>/", views.webhook_receiver),
     path("hooks/fallback/<str:token>/", views.fallback_webhook_receiver),
     path("hooks/async/<str:token>/", views.async_webhook_receiver),
+    path("hooks/form/<str:token>/", views.form_webhook_receiver),
+    path("hooks/form-token/<str:token>/", views.form_token_webhook_receiver),
     path("api/hooks/<str:token>/", views.drf_webhook_receiver),
     path("api/", include(router.urls)),
     path("ninja/", ninja_api.api.urls),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 from collections.abc import Callable
@@ -251,6 +252,37 @@ def _webhook_run(request: HttpRequest, token: str) -> HttpResponse:
         return JsonResponse({"status": "failed"}, status=int(request.GET["fail"]))
     run = Booking.objects.create(slot="webhook-run", customer=token[:0])
     return JsonResponse({"status": "accepted", "run_id": run.pk}, status=202)
+
+
+def reads_the_signed_form(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """A verifier of form deliveries (Mailgun's): reads its signed fields from ``request.POST``.
+
+    Above ``@deduplicate_webhook``, as the docs say: on a multipart delivery it leaves
+    no raw body behind it.
+    """
+
+    @functools.wraps(view)
+    def verified(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        request.POST.get("signature")
+        return view(request, *args, **kwargs)
+
+    return verified
+
+
+@csrf_exempt
+@reads_the_signed_form
+@deduplicate_webhook
+def form_webhook_receiver(request: HttpRequest, token: str) -> HttpResponse:
+    """The fallback identity after a verifier that parsed the form."""
+    return _webhook_run(request, token)
+
+
+@csrf_exempt
+@reads_the_signed_form
+@deduplicate_webhook(body_id=lambda request: request.POST.get("token"))
+def form_token_webhook_receiver(request: HttpRequest, token: str) -> HttpResponse:
+    """The same, identified by the form's signed ``token`` field."""
+    return _webhook_run(request, token)
 
 
 @api_view(["POST"])
