@@ -340,6 +340,11 @@ class DeliveryAttempt(Attempt):
         # Failed deliveries are not recorded, so the sender's retry runs.
         return f"status_{response.status_code}" if response.status_code >= 400 else None
 
+    def rolls_back(self, status: int) -> bool:
+        # A 4xx is not recorded either, and senders retry it: under a transaction
+        # its writes go, or each retry of a refused event would write them again.
+        return status >= 400
+
     def stored_response(self, response: HttpResponseBase) -> StoredResponse:
         run_id = _run_id(response)
         return StoredResponse(

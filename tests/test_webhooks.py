@@ -187,6 +187,25 @@ def test_failed_delivery_is_not_recorded(client: Client, query: str) -> None:
     assert deliver(client, HTTP_WEBHOOK_ID="msg_f").json()["status"] == "accepted"
 
 
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("atomic_requests")
+@pytest.mark.parametrize("receiver", [URL, f"/api/hooks/{TOKEN}/"], ids=["view", "DRF"])
+@pytest.mark.parametrize("status", [400, 422, 500])
+def test_a_delivery_refused_after_its_writes_commits_none_of_them(
+    client: Client, receiver: str, status: int
+) -> None:
+    """Under ATOMIC_REQUESTS a refused delivery is not recorded, so the sender's retry
+    runs the view again: its writes must not commit either. A 4xx committed them (only a
+    5xx rolled back), and every retry of a refused event wrote them once more."""
+    headers = {"HTTP_WEBHOOK_ID": "msg_w", "HTTP_SVIX_ID": "msg_w"}
+    assert deliver(client, f"{receiver}?refuse={status}", **headers).status_code == status
+    assert deliver(client, f"{receiver}?refuse={status}", **headers).status_code == status
+    assert Booking.objects.count() == 0
+    assert deliver(client, receiver, **headers).json()["status"] == "accepted"
+    assert deliver(client, receiver, **headers).json() == {"status": "duplicate"}
+    assert Booking.objects.count() == 1
+
+
 @pytest.mark.django_db
 def test_triggers_are_separate_scopes(client: Client) -> None:
     deliver(client, HTTP_WEBHOOK_ID="msg_1")

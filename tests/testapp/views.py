@@ -251,6 +251,9 @@ def _webhook_run(request: HttpRequest, token: str) -> HttpResponse:
     if request.GET.get("fail"):
         return JsonResponse({"status": "failed"}, status=int(request.GET["fail"]))
     run = Booking.objects.create(slot="webhook-run", customer=token[:0])
+    if request.GET.get("refuse"):
+        # Refused after writing (an event it cannot handle yet): the sender retries it.
+        return JsonResponse({"status": "refused"}, status=int(request.GET["refuse"]))
     return JsonResponse({"status": "accepted", "run_id": run.pk}, status=202)
 
 
@@ -291,6 +294,8 @@ def form_token_webhook_receiver(request: HttpRequest, token: str) -> HttpRespons
 @deduplicate_webhook(retention=3600, id_header="svix-id")
 def drf_webhook_receiver(request, token):  # type: ignore[no-untyped-def]
     run = Booking.objects.create(slot="drf-webhook-run")
+    if request.GET.get("refuse"):
+        return Response({"status": "refused"}, status=int(request.GET["refuse"]))
     return Response({"status": "accepted", "run_id": run.pk}, status=202)
 
 
