@@ -91,7 +91,8 @@ class Command(BaseCommand):
             help=(
                 "Also delete completed records that finished longer ago than this "
                 "(e.g. 90s, 30m, 2h, 7d), even within their retention. "
-                "Reservations are still only deleted once abandoned."
+                "Webhook deliveries keep WEBHOOK_RETENTION; "
+                "reservations are still only deleted once abandoned."
             ),
         )
         parser.add_argument(
