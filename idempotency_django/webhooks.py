@@ -108,7 +108,7 @@ def stripe_event_id(request: HttpRequest) -> str | None:
     """Read a Stripe event's ``id`` from the body (for ``WEBHOOK_BODY_ID_FUNCTION``)."""
     try:
         event = json.loads(request.body)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested too deep for the parser
         return None
     if isinstance(event, dict) and event.get("object") == "event":
         event_id = event.get("id")

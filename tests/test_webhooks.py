@@ -114,6 +114,19 @@ def test_body_id_hook_reads_stripe_event_id(client: Client) -> None:
 
 
 @pytest.mark.django_db
+@override_settings(
+    IDEMPOTENCY={"WEBHOOK_BODY_ID_FUNCTION": "idempotency_django.webhooks.stripe_event_id"}
+)
+def test_a_body_nested_too_deep_for_the_json_parser_falls_back(client: Client) -> None:
+    """``json.loads`` raises RecursionError, not ValueError, on a deeply nested body:
+    stripe_event_id let it through, a 500 on a sender's (or anyone's) body."""
+    nested = "[" * 100_000 + "]" * 100_000
+    assert deliver(client, FALLBACK_URL, body=nested).json()["status"] == "accepted"
+    assert deliver(client, FALLBACK_URL, body=nested).json() == {"status": "duplicate"}
+    assert WebhookDelivery.objects.get().source == "fallback"
+
+
+@pytest.mark.django_db
 def test_fallback_hash_catches_a_short_retry(client: Client) -> None:
     deliver(client, FALLBACK_URL)
     assert deliver(client, FALLBACK_URL).json()["status"] == "duplicate"
