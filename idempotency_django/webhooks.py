@@ -272,8 +272,10 @@ def begin_delivery(
     if identity.source != FALLBACK_SOURCE:
         earlier = [RecordKey(TRIGGER_PREFIX + t, "", identity.delivery_id) for t in triggers[1:]]
     else:
-        # The previous bucket's id too; and a fallback id is keyed: under an
-        # old secret it was another id.
+        # The ids of the buckets either side too: a retry a little later, or
+        # one through an app server whose clock is a little behind the first's
+        # (each server buckets by its own clock). And a fallback id is keyed:
+        # under an old secret it was another id.
         bucket = int(identity.delivery_id.split(":")[1])
         earlier = [
             RecordKey(
@@ -282,7 +284,7 @@ def begin_delivery(
                 fallback_identity(token, request, b, secret).delivery_id,
             )
             for trigger, secret in zip(triggers, secrets, strict=True)
-            for b in (bucket, bucket - 1)
+            for b in (bucket, bucket - 1, bucket + 1)
             if (trigger, b) != (triggers[0], bucket)
         ]
     try:

@@ -163,6 +163,18 @@ def test_fallback_retry_across_a_bucket_boundary_is_caught(client: Client) -> No
 
 
 @pytest.mark.django_db
+def test_fallback_retry_through_a_server_whose_clock_is_behind_is_caught(client: Client) -> None:
+    """Accepted by one app server just after a bucket edge; the sender's retry reaches
+    another whose clock is a second behind, still in the bucket before: it looked in
+    that one and the one before it, not in the first's, and ran the delivery again."""
+    with time_machine.travel(BOUNDARY + timedelta(seconds=0.5), tick=False):
+        assert deliver(client, FALLBACK_URL).json()["status"] == "accepted"
+    with time_machine.travel(BOUNDARY - timedelta(seconds=0.5), tick=False):
+        assert deliver(client, FALLBACK_URL).json() == {"status": "duplicate"}
+    assert runs() == 1
+
+
+@pytest.mark.django_db
 def test_fallback_protects_short_retries_only(client: Client) -> None:
     with time_machine.travel(BOUNDARY, tick=False):
         deliver(client, FALLBACK_URL)
