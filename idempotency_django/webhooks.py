@@ -170,7 +170,7 @@ def deduplicate_webhook(
                 space = namespace(request) if callable(namespace) else namespace
                 trigger = "\x1enamespace\x1e" + str(space)
             else:
-                trigger = _kwargs_namespace(kwargs)
+                trigger = _kwargs_namespace(kwargs, request)
             return begin_delivery(
                 request, trigger, retention=retention, body_id=body_id, id_header=id_header
             )
@@ -207,15 +207,31 @@ def deduplicate_webhook(
     return decorate if view is None else decorate(view)
 
 
-def _kwargs_namespace(kwargs: dict[str, Any]) -> str:
+def _kwargs_namespace(kwargs: dict[str, Any], request: HttpRequest) -> str:
     """Every URL keyword argument, so that two tenants' receivers never share deliveries.
 
     A URL whose only argument is ``WEBHOOK_TOKEN_KWARG`` keeps the namespace
     0.1 gave it (the token itself), so its accepted deliveries stay duplicates.
     """
     if set(kwargs) == {idempotency_settings.WEBHOOK_TOKEN_KWARG}:
-        return str(next(iter(kwargs.values())))
-    return "".join(f"\x1e{name}\x1f{kwargs[name]}" for name in sorted(kwargs))
+        return _namespace_value(next(iter(kwargs.values())), request)
+    return "".join(
+        f"\x1e{name}\x1f{_namespace_value(kwargs[name], request)}" for name in sorted(kwargs)
+    )
+
+
+def _namespace_value(value: Any, request: HttpRequest) -> str:
+    """A URL argument as it counts in the namespace: its ``str()``, the same at every request.
+
+    A path converter may hand the view an object of its own; without a
+    ``__str__`` or ``__repr__`` of its own, its ``str()`` holds its address,
+    new at every request, and no retry would ever be a duplicate. The URL's
+    path, which holds the argument as sent, stands for it instead.
+    """
+    own = {name for base in type(value).__mro__ if base is not object for name in vars(base)}
+    if not {"__str__", "__repr__"} & own:
+        return "\x1dpath\x1d" + request.path_info
+    return str(value)
 
 
 def begin_delivery(

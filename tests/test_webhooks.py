@@ -241,6 +241,20 @@ def test_triggers_are_separate_scopes(client: Client) -> None:
 
 
 @pytest.mark.django_db
+def test_a_url_argument_converted_to_an_object_gives_a_stable_namespace(client: Client) -> None:
+    """A path converter's object without a ``__str__`` of its own was named in the
+    namespace by its default repr, with its address, new at every request: the same
+    delivery ran at every retry."""
+    url = f"/tenants/acme/hooks/{TOKEN}/"
+    assert deliver(client, url, HTTP_WEBHOOK_ID="msg_t").json()["status"] == "accepted"
+    assert deliver(client, url, HTTP_WEBHOOK_ID="msg_t").json() == {"status": "duplicate"}
+    other = f"/tenants/globex/hooks/{TOKEN}/"
+    assert deliver(client, other, HTTP_WEBHOOK_ID="msg_t").json()["status"] == "accepted"
+    assert runs() == 2
+    assert TOKEN not in repr(list(WebhookDelivery.objects.values()))
+
+
+@pytest.mark.django_db
 def test_in_progress_delivery_gets_409_with_retry_after(client: Client) -> None:
     WebhookDelivery.objects.create(
         kind="webhook",

@@ -257,6 +257,29 @@ def _webhook_run(request: HttpRequest, token: str) -> HttpResponse:
     return JsonResponse({"status": "accepted", "run_id": run.pk}, status=202)
 
 
+class Tenant:
+    """What a project's path converter may hand a view: an object of its own."""
+
+    def __init__(self, slug: str) -> None:
+        self.slug = slug
+
+
+class TenantConverter:
+    regex = "[a-z]+"
+
+    def to_python(self, value: str) -> Tenant:
+        return Tenant(value)
+
+    def to_url(self, value: Tenant) -> str:
+        return value.slug
+
+
+@deduplicate_webhook(id_header="webhook-id")
+def tenant_webhook_receiver(request: HttpRequest, tenant: Tenant, token: str) -> HttpResponse:
+    """A receiver whose URL converts the tenant to a ``Tenant``."""
+    return _webhook_run(request, token)
+
+
 def reads_the_signed_form(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
     """A verifier of form deliveries (Mailgun's): reads its signed fields from ``request.POST``.
 
