@@ -82,13 +82,8 @@ def completed_filter(now: datetime, cutoff: datetime | None) -> Q:
 
 
 def deliveries_filter(now: datetime, cutoff: datetime | None) -> Q:
-    """Accepted webhook deliveries past their retention (7 days by default).
-
-    ``cutoff`` does not apply: ``--older-than`` shortens the retention of
-    request records (after lowering ``RETENTION``), and a delivery deleted
-    within its own would be run again by the sender's next retry.
-    """
-    return Q(kind=IdempotencyRecord.Kind.WEBHOOK) & _completed_and_dead(now, None)
+    """Accepted webhook deliveries past their retention (7 days by default), or ``cutoff``."""
+    return Q(kind=IdempotencyRecord.Kind.WEBHOOK) & _completed_and_dead(now, cutoff)
 
 
 def abandoned_filter(now: datetime, cutoff: datetime | None) -> Q:
@@ -153,9 +148,8 @@ def purge(
     """Delete dead rows of every kind; return the count deleted per kind label.
 
     With ``dry_run`` nothing is deleted and the counts are the rows that
-    would be. ``older_than`` also deletes completed request records that
-    finished longer ago than that, even when still within their retention
-    (webhook deliveries keep theirs).
+    would be. ``older_than`` also deletes completed records that finished
+    longer ago than that, even when still within their retention.
     ``on_batch(kind, deleted)`` is called after every batch. ``pause``
     seconds are slept between batches, to leave the database to traffic.
     """

@@ -91,8 +91,7 @@ class Command(BaseCommand):
             help=(
                 "Also delete completed records that finished longer ago than this "
                 "(e.g. 90s, 30m, 2h, 7d), even within their retention. "
-                "Webhook deliveries keep WEBHOOK_RETENTION; "
-                "reservations are still only deleted once abandoned."
+                "Reservations are still only deleted once abandoned."
             ),
         )
         parser.add_argument(
