@@ -1,8 +1,8 @@
 """Who a webhook delivery is: its id, and the digest of the receiver it came to.
 
 The id is the one the receiver names (a header, or an id read from the body),
-or without one a keyed, time-bucketed hash of the receiver's namespace, raw
-body and query string. The trigger digest stands for the receiver's route and namespace in the
+or without one a keyed, time-bucketed hash of the receiver's namespace and raw
+body. The trigger digest stands for the receiver's route and namespace in the
 stored record, so neither its URL nor its token is ever stored.
 """
 
@@ -118,7 +118,7 @@ def delivery_identity(
 def fallback_identity(
     namespace: str, request: HttpRequest, bucket: int, secret: str | bytes | None = None
 ) -> DeliveryIdentity:
-    """A keyed digest of the namespace, the bucket, the raw body and the query string.
+    """A keyed digest of the namespace, the bucket and the raw body.
 
     Keyed with ``secret`` (by default ``SECRET_KEY``): a plain hash of a body
     with few possible values, shown to staff in the admin, would say which one
@@ -134,14 +134,6 @@ def fallback_identity(
     mac.update(body_length(request).to_bytes(8, "big"))
     for chunk in body_chunks(request):
         mac.update(chunk)
-    # A sender that delivers in the query string (an SMS gateway's GET) sends
-    # each event with its own: without it every one in a bucket is a
-    # "duplicate" of the first. Hashed only when there is one, so that the ids
-    # of deliveries already accepted stay the same.
-    query = str(request.META.get("QUERY_STRING", "")).encode("utf-8", "surrogatepass")
-    if query:
-        mac.update(len(query).to_bytes(8, "big"))
-        mac.update(query)
     return DeliveryIdentity(f"{FALLBACK_SOURCE}:{bucket}:{mac.hexdigest()}", FALLBACK_SOURCE)
 
 

@@ -136,20 +136,6 @@ def test_fallback_hash_catches_a_short_retry(client: Client) -> None:
     assert TOKEN not in delivery.key and BODY not in delivery.key
 
 
-@pytest.mark.django_db
-@pytest.mark.parametrize("method", ["get", "post"])
-def test_fallback_tells_deliveries_apart_by_their_query_string(client: Client, method: str) -> None:
-    """Senders that deliver in the query string (an SMS gateway's GET, a POST with no
-    body): two messages in one bucket were one "duplicate" delivery, the second lost."""
-    send = getattr(client, method)
-    first = f"{FALLBACK_URL}?msisdn=447700900001&text=Hello"
-    second = f"{FALLBACK_URL}?msisdn=447700900002&text=Stop"
-    assert send(first).json()["status"] == "accepted"
-    assert send(second).json()["status"] == "accepted"
-    assert send(first).json() == {"status": "duplicate"}
-    assert runs() == 2
-
-
 BOUNDARY = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)  # a multiple of 300 s
 
 
@@ -461,11 +447,4 @@ def test_identities_stay_those_of_deliveries_already_accepted() -> None:
     fallback = fallback_identity("trg_1", request, 7, secret="pinned-secret")
     assert fallback == DeliveryIdentity(
         "fallback:7:00aff82542aa9fa8729dad718b8fde4b9c333ca55c1e190ed8c322c9a2eed2b5", "fallback"
-    )
-    # A query string counts only when there is one: the ids above stay those they were.
-    queried = RequestFactory().post(
-        "/hooks/t/?text=Hello", b'{"a": 1}', content_type="application/json"
-    )
-    assert fallback_identity("trg_1", queried, 7, secret="pinned-secret") == DeliveryIdentity(
-        "fallback:7:b2e2d2a328fb67b1dfb88e6913bde22b564c646756d660fd29afc185e032e7a3", "fallback"
     )
