@@ -205,7 +205,7 @@ class Attempt(Reservation):
         status = response.status_code
         reason = self.release_reason(response)
         work = transactions.open_transactions()
-        if status >= 500:
+        if self.rolls_back(status):
             # A 5xx is never kept, so the retry runs: its work must not commit
             # either, whatever made the answer a 5xx (the view, a middleware
             # after this one, a template that failed to render).
@@ -225,6 +225,10 @@ class Attempt(Reservation):
             return self.finish_before_commit(response, work)
         self.complete(self.stored_response(response))
         return response
+
+    def rolls_back(self, status: int) -> bool:
+        """Whether the work of an answer with ``status`` is rolled back: one never kept."""
+        return status >= 500
 
     def finish_before_commit(self, response: HttpResponseBase, work: list[str]) -> HttpResponseBase:
         """The work's transactions are still open and the store is not part of them.

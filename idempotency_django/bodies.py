@@ -9,6 +9,7 @@ as needed. :func:`ready_body` is when the middleware does it.
 
 from __future__ import annotations
 
+import os
 import tempfile
 from collections.abc import Iterator
 from typing import Any
@@ -31,7 +32,7 @@ READIED_ATTRIBUTE = "_idempotency_body_readied"
 CHUNK_SIZE = 64 * 1024
 
 
-def prepare_body(request: HttpRequest) -> None:
+def prepare_body(request: HttpRequest, *, capped: bool = True) -> None:
     """Make the body readable by the fingerprint and, afterwards, by the view.
 
     Up to ``DATA_UPLOAD_MAX_MEMORY_SIZE`` the body is read as ``request.body``,
@@ -39,7 +40,9 @@ def prepare_body(request: HttpRequest) -> None:
     is copied in chunks to a temporary file, which then stands in for the
     request's stream: Django's multipart parser still streams the upload to
     its upload handlers, and nothing holds the whole body in memory. Does
-    nothing when the body was read already.
+    nothing when the body was read already. ``capped=False`` leaves out
+    ``MAX_FINGERPRINTED_BODY`` (a webhook delivery: its view reads the body
+    anyway, and the limit is the key contract's).
     """
     request = django_request_of(request)
     if hasattr(request, BODY_COPY_ATTRIBUTE):
@@ -50,7 +53,7 @@ def prepare_body(request: HttpRequest) -> None:
         return
     if getattr(request, "_read_started", False):
         return  # consumed by someone else: request.body will say so
-    cap = idempotency_settings.MAX_FINGERPRINTED_BODY
+    cap = idempotency_settings.MAX_FINGERPRINTED_BODY if capped else None
     if cap is not None and length > cap:
         raise BodyTooLarge(limit=cap)
     limit: int | None = settings.DATA_UPLOAD_MAX_MEMORY_SIZE  # None in Django, not in its stubs
@@ -190,6 +193,13 @@ def body_chunks(request: HttpRequest) -> Iterator[bytes]:
         return
     with open(copy.name, "rb") as body:  # a handle of our own: the view's reads go on
         yield from iter(lambda: body.read(CHUNK_SIZE), b"")
+
+
+def body_length(request: HttpRequest) -> int:
+    """The length of the raw body :func:`body_chunks` reads, without reading it."""
+    request = django_request_of(request)
+    copy = getattr(request, BODY_COPY_ATTRIBUTE, None)
+    return len(request.body) if copy is None else os.fstat(copy.fileno()).st_size
 
 
 def _content_length(request: HttpRequest) -> int:

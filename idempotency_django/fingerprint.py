@@ -243,7 +243,7 @@ class JSONFingerprint:
     def __call__(self, request: HttpRequest) -> str:
         try:
             document = json.loads(b"".join(body_chunks(request)))
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested too deep for the parser
             document = None
         if not isinstance(document, dict):
             return default_fingerprint(request)

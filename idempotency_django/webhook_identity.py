@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from django.http import HttpRequest
 from django.utils.crypto import salted_hmac
 
+from idempotency_django.bodies import body_chunks, body_length
 from idempotency_django.conf import idempotency_settings
 from idempotency_django.keys import MAX_KEY_LENGTH, parse_key
 
@@ -121,12 +122,18 @@ def fallback_identity(
 
     Keyed with ``secret`` (by default ``SECRET_KEY``): a plain hash of a body
     with few possible values, shown to staff in the admin, would say which one
-    it was to anyone who hashes the candidates.
+    it was to anyone who hashes the candidates. Raises ``RawPostDataException``
+    when something parsed the body's stream before (a multipart ``request.POST``).
     """
     mac = salted_hmac(FALLBACK_SALT, b"", secret=secret, algorithm="sha256")
-    for part in (namespace.encode(), str(bucket).encode(), request.body):
+    for part in (namespace.encode(), str(bucket).encode()):
         mac.update(len(part).to_bytes(8, "big"))
         mac.update(part)
+    # The body in chunks: one over DATA_UPLOAD_MAX_MEMORY_SIZE was copied to a
+    # file by prepare_body (request.body would refuse it), and is read from there.
+    mac.update(body_length(request).to_bytes(8, "big"))
+    for chunk in body_chunks(request):
+        mac.update(chunk)
     return DeliveryIdentity(f"{FALLBACK_SOURCE}:{bucket}:{mac.hexdigest()}", FALLBACK_SOURCE)
 
 

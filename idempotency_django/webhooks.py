@@ -26,12 +26,13 @@ from typing import Any, TypedDict, TypeVar, Unpack, overload
 
 from asgiref.sync import iscoroutinefunction
 from django.conf import settings as django_settings
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, JsonResponse, RawPostDataException
 from django.http.response import HttpResponseBase
 from django.utils.translation import gettext, gettext_noop
 
 from idempotency_django import problems
 from idempotency_django.attempt import Attempt
+from idempotency_django.bodies import BodyRefused, prepare_body
 from idempotency_django.conf import idempotency_settings
 from idempotency_django.keys import InvalidKey
 from idempotency_django.logs import request_id
@@ -107,7 +108,7 @@ def stripe_event_id(request: HttpRequest) -> str | None:
     """Read a Stripe event's ``id`` from the body (for ``WEBHOOK_BODY_ID_FUNCTION``)."""
     try:
         event = json.loads(request.body)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested too deep for the parser
         return None
     if isinstance(event, dict) and event.get("object") == "event":
         event_id = event.get("id")
@@ -170,7 +171,7 @@ def deduplicate_webhook(
                 space = namespace(request) if callable(namespace) else namespace
                 trigger = "\x1enamespace\x1e" + str(space)
             else:
-                trigger = _kwargs_namespace(kwargs)
+                trigger = _kwargs_namespace(kwargs, request)
             return begin_delivery(
                 request, trigger, retention=retention, body_id=body_id, id_header=id_header
             )
@@ -207,15 +208,31 @@ def deduplicate_webhook(
     return decorate if view is None else decorate(view)
 
 
-def _kwargs_namespace(kwargs: dict[str, Any]) -> str:
+def _kwargs_namespace(kwargs: dict[str, Any], request: HttpRequest) -> str:
     """Every URL keyword argument, so that two tenants' receivers never share deliveries.
 
     A URL whose only argument is ``WEBHOOK_TOKEN_KWARG`` keeps the namespace
     0.1 gave it (the token itself), so its accepted deliveries stay duplicates.
     """
     if set(kwargs) == {idempotency_settings.WEBHOOK_TOKEN_KWARG}:
-        return str(next(iter(kwargs.values())))
-    return "".join(f"\x1e{name}\x1f{kwargs[name]}" for name in sorted(kwargs))
+        return _namespace_value(next(iter(kwargs.values())), request)
+    return "".join(
+        f"\x1e{name}\x1f{_namespace_value(kwargs[name], request)}" for name in sorted(kwargs)
+    )
+
+
+def _namespace_value(value: Any, request: HttpRequest) -> str:
+    """A URL argument as it counts in the namespace: its ``str()``, the same at every request.
+
+    A path converter may hand the view an object of its own; without a
+    ``__str__`` or ``__repr__`` of its own, its ``str()`` holds its address,
+    new at every request, and no retry would ever be a duplicate. The URL's
+    path, which holds the argument as sent, stands for it instead.
+    """
+    own = {name for base in type(value).__mro__ if base is not object for name in vars(base)}
+    if not {"__str__", "__repr__"} & own:
+        return "\x1dpath\x1d" + request.path_info
+    return str(value)
 
 
 def begin_delivery(
@@ -239,7 +256,17 @@ def begin_delivery(
     secrets = (django_settings.SECRET_KEY, *django_settings.SECRET_KEY_FALLBACKS)
     triggers = [trigger_digest(route, token, secret) for secret in secrets]
     try:
+        # Whole before anything is claimed: under WSGI a sender that hung up
+        # mid-body is handed what arrived, and a view that accepted that part
+        # would make the sender's retry (the whole delivery) a "duplicate".
+        prepare_body(request, capped=False)
         identity = delivery_identity(request, token, id_header=id_header, body_id=body_id)
+    except BodyRefused as exc:
+        return exc.answer(request)
+    except RawPostDataException:
+        # Parsed before (a verifier above read a multipart request.POST): the
+        # fallback has no raw body to hash. Name an id (body_id) for it.
+        return problems.refuse(request, problems.BODY_UNAVAILABLE)
     except InvalidKey as exc:
         return problems.refuse(request, problems.KEY_INVALID, detail=exc.translated(gettext))
     except DeliveryIdMissing as exc:
@@ -262,8 +289,10 @@ def begin_delivery(
     if identity.source != FALLBACK_SOURCE:
         earlier = [RecordKey(TRIGGER_PREFIX + t, "", identity.delivery_id) for t in triggers[1:]]
     else:
-        # The previous bucket's id too; and a fallback id is keyed: under an
-        # old secret it was another id.
+        # The ids of the buckets either side too: a retry a little later, or
+        # one through an app server whose clock is a little behind the first's
+        # (each server buckets by its own clock). And a fallback id is keyed:
+        # under an old secret it was another id.
         bucket = int(identity.delivery_id.split(":")[1])
         earlier = [
             RecordKey(
@@ -272,7 +301,7 @@ def begin_delivery(
                 fallback_identity(token, request, b, secret).delivery_id,
             )
             for trigger, secret in zip(triggers, secrets, strict=True)
-            for b in (bucket, bucket - 1)
+            for b in (bucket, bucket - 1, bucket + 1)
             if (trigger, b) != (triggers[0], bucket)
         ]
     try:
@@ -329,6 +358,11 @@ class DeliveryAttempt(Attempt):
     def release_reason(self, response: HttpResponseBase) -> str | None:
         # Failed deliveries are not recorded, so the sender's retry runs.
         return f"status_{response.status_code}" if response.status_code >= 400 else None
+
+    def rolls_back(self, status: int) -> bool:
+        # A 4xx is not recorded either, and senders retry it: under a transaction
+        # its writes go, or each retry of a refused event would write them again.
+        return status >= 400
 
     def stored_response(self, response: HttpResponseBase) -> StoredResponse:
         run_id = _run_id(response)

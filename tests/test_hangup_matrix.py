@@ -82,7 +82,13 @@ FORMS = {
 
 
 def send_part_of_the_body(
-    browser: Browser, path: str, key: str, content_type: str, body: bytes, sent: int
+    browser: Browser,
+    path: str,
+    key: str | None,
+    content_type: str,
+    body: bytes,
+    sent: int,
+    **extra: str,
 ) -> None:
     """Send the head of a form POST announcing all of ``body``, then only ``sent`` bytes
     of it, and close the connection: a client whose network dropped mid-upload."""
@@ -90,7 +96,7 @@ def send_part_of_the_body(
         "Host": f"127.0.0.1:{browser.port}",
         "Content-Type": content_type,
         "Content-Length": str(len(body)),
-        **browser._headers({"Idempotency-Key": key}),
+        **browser._headers({**({"Idempotency-Key": key} if key else {}), **extra}),
     }
     head = f"POST {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items())
     with socket.create_connection(("127.0.0.1", browser.port)) as sock:
@@ -123,6 +129,35 @@ def test_a_body_cut_short_by_a_hang_up_books_nothing_and_the_retry_books_once(
         )
     booked = list(Booking.objects.values_list("customer", "slot"))
     assert (retry.status, booked) == (201, [("Alice Smith", "2026-07-30T09:00")]), retry.body
+
+
+@pytest.mark.parametrize("size", FORMS)
+@pytest.mark.parametrize("receiver", ["fallback", "Webhook-Id"])
+@pytest.mark.parametrize("server", SERVERS)
+def test_a_delivery_cut_short_by_a_hang_up_runs_nothing_and_the_retry_runs_once(
+    server: str, receiver: str, size: str, alice: User
+) -> None:
+    """The same for a webhook receiver: a sender that hangs up mid-body never delivered.
+
+    Under gunicorn this failed: the receiver's fallback identity hashed what arrived
+    of the body, and a receiver identified by ``Webhook-Id`` read nothing before its
+    claim; either way the view booked slot ``2026`` from the cut body (the small
+    form), the delivery was accepted, and the sender's retry got ``202 duplicate``
+    (with the id) or booked a second time (the fallback): the event the sender sent
+    was never booked as sent.
+    """
+    content_type, body, sent = FORMS[size]
+    path = "/form-hooks/trg_cut/" if receiver == "fallback" else "/form-hooks/with-id/trg_cut/"
+    delivery = {"Webhook-Id": "delivery-cut-1"}
+    with serve(server, **SETTINGS) as port:
+        browser = Browser(port).login("alice", "alice-password")
+        send_part_of_the_body(browser, path, None, content_type, body, sent, **delivery)
+        time.sleep(1)
+        retry = browser.request("POST", path, body, **{"Content-Type": content_type, **delivery})
+        again = browser.request("POST", path, body, **{"Content-Type": content_type, **delivery})
+    booked = list(Booking.objects.values_list("customer", "slot"))
+    assert (retry.status, booked) == (201, [("Alice Smith", "2026-07-30T09:00")]), retry.body
+    assert (again.status, again.json()) == (202, {"status": "duplicate"})
 
 
 def test_a_drf_upload_cut_short_books_nothing_and_the_retry_books_once(alice: User) -> None:

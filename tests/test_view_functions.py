@@ -46,6 +46,15 @@ def test_ignored_json_fields_do_not_count(alice_client: Client) -> None:
     assert Booking.objects.count() == 1
 
 
+def test_a_body_nested_too_deep_for_the_json_parser_is_compared_byte_for_byte() -> None:
+    """``json.loads`` raises RecursionError, not ValueError, on it: was a 500."""
+    from django.test import RequestFactory
+
+    nested = b"[" * 100_000 + b"]" * 100_000
+    request = RequestFactory().post("/plain/slot/", nested, content_type="application/json")
+    assert json_fields("slot")(request) == default_fingerprint(request)
+
+
 def test_a_body_that_is_not_a_json_object_is_compared_byte_for_byte(alice_client: Client) -> None:
     """The helpers never make two different non-JSON bodies "the same"."""
     fingerprint = json_fields("slot")

@@ -114,6 +114,19 @@ def test_body_id_hook_reads_stripe_event_id(client: Client) -> None:
 
 
 @pytest.mark.django_db
+@override_settings(
+    IDEMPOTENCY={"WEBHOOK_BODY_ID_FUNCTION": "idempotency_django.webhooks.stripe_event_id"}
+)
+def test_a_body_nested_too_deep_for_the_json_parser_falls_back(client: Client) -> None:
+    """``json.loads`` raises RecursionError, not ValueError, on a deeply nested body:
+    stripe_event_id let it through, a 500 on a sender's (or anyone's) body."""
+    nested = "[" * 100_000 + "]" * 100_000
+    assert deliver(client, FALLBACK_URL, body=nested).json()["status"] == "accepted"
+    assert deliver(client, FALLBACK_URL, body=nested).json() == {"status": "duplicate"}
+    assert WebhookDelivery.objects.get().source == "fallback"
+
+
+@pytest.mark.django_db
 def test_fallback_hash_catches_a_short_retry(client: Client) -> None:
     deliver(client, FALLBACK_URL)
     assert deliver(client, FALLBACK_URL).json()["status"] == "duplicate"
@@ -132,6 +145,18 @@ def test_fallback_retry_across_a_bucket_boundary_is_caught(client: Client) -> No
         assert deliver(client, FALLBACK_URL).json()["status"] == "accepted"
     with time_machine.travel(BOUNDARY + timedelta(seconds=1), tick=False):
         assert deliver(client, FALLBACK_URL).json()["status"] == "duplicate"
+    assert runs() == 1
+
+
+@pytest.mark.django_db
+def test_fallback_retry_through_a_server_whose_clock_is_behind_is_caught(client: Client) -> None:
+    """Accepted by one app server just after a bucket edge; the sender's retry reaches
+    another whose clock is a second behind, still in the bucket before: it looked in
+    that one and the one before it, not in the first's, and ran the delivery again."""
+    with time_machine.travel(BOUNDARY + timedelta(seconds=0.5), tick=False):
+        assert deliver(client, FALLBACK_URL).json()["status"] == "accepted"
+    with time_machine.travel(BOUNDARY - timedelta(seconds=0.5), tick=False):
+        assert deliver(client, FALLBACK_URL).json() == {"status": "duplicate"}
     assert runs() == 1
 
 
@@ -173,6 +198,25 @@ def test_failed_delivery_is_not_recorded(client: Client, query: str) -> None:
     assert deliver(client, HTTP_WEBHOOK_ID="msg_f").json()["status"] == "accepted"
 
 
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("atomic_requests")
+@pytest.mark.parametrize("receiver", [URL, f"/api/hooks/{TOKEN}/"], ids=["view", "DRF"])
+@pytest.mark.parametrize("status", [400, 422, 500])
+def test_a_delivery_refused_after_its_writes_commits_none_of_them(
+    client: Client, receiver: str, status: int
+) -> None:
+    """Under ATOMIC_REQUESTS a refused delivery is not recorded, so the sender's retry
+    runs the view again: its writes must not commit either. A 4xx committed them (only a
+    5xx rolled back), and every retry of a refused event wrote them once more."""
+    headers = {"HTTP_WEBHOOK_ID": "msg_w", "HTTP_SVIX_ID": "msg_w"}
+    assert deliver(client, f"{receiver}?refuse={status}", **headers).status_code == status
+    assert deliver(client, f"{receiver}?refuse={status}", **headers).status_code == status
+    assert Booking.objects.count() == 0
+    assert deliver(client, receiver, **headers).json()["status"] == "accepted"
+    assert deliver(client, receiver, **headers).json() == {"status": "duplicate"}
+    assert Booking.objects.count() == 1
+
+
 @pytest.mark.django_db
 def test_triggers_are_separate_scopes(client: Client) -> None:
     deliver(client, HTTP_WEBHOOK_ID="msg_1")
@@ -180,6 +224,20 @@ def test_triggers_are_separate_scopes(client: Client) -> None:
         deliver(client, "/hooks/another-token/", HTTP_WEBHOOK_ID="msg_1").json()["status"]
         == "accepted"
     )
+
+
+@pytest.mark.django_db
+def test_a_url_argument_converted_to_an_object_gives_a_stable_namespace(client: Client) -> None:
+    """A path converter's object without a ``__str__`` of its own was named in the
+    namespace by its default repr, with its address, new at every request: the same
+    delivery ran at every retry."""
+    url = f"/tenants/acme/hooks/{TOKEN}/"
+    assert deliver(client, url, HTTP_WEBHOOK_ID="msg_t").json()["status"] == "accepted"
+    assert deliver(client, url, HTTP_WEBHOOK_ID="msg_t").json() == {"status": "duplicate"}
+    other = f"/tenants/globex/hooks/{TOKEN}/"
+    assert deliver(client, other, HTTP_WEBHOOK_ID="msg_t").json()["status"] == "accepted"
+    assert runs() == 2
+    assert TOKEN not in repr(list(WebhookDelivery.objects.values()))
 
 
 @pytest.mark.django_db
@@ -218,6 +276,43 @@ def test_invalid_idempotency_key_is_400(client: Client) -> None:
     response = deliver(client, FALLBACK_URL, HTTP_IDEMPOTENCY_KEY="x" * 300)
     assert response.status_code == 400
     assert runs() == 0
+
+
+@pytest.mark.django_db
+def test_a_delivery_over_the_memory_limit_is_deduplicated(client: Client, settings: Any) -> None:
+    """The fallback hashes a body larger than DATA_UPLOAD_MAX_MEMORY_SIZE from a copy
+    on disk; ``request.body`` refused it: Django's 400 page, not a problem (before)."""
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+    large = json.dumps({"event": "export.ready", "rows": ["x" * 100] * 50})
+    assert deliver(client, FALLBACK_URL, body=large).json()["status"] == "accepted"
+    assert deliver(client, FALLBACK_URL, body=large).json() == {"status": "duplicate"}
+    other = large.replace("export.ready", "export.failed")
+    assert deliver(client, FALLBACK_URL, body=other).json()["status"] == "accepted"
+    assert runs() == 2
+
+
+MULTIPART = {
+    "signature": "5f2c...",
+    "token": "c5a0f4f6d2a8e7",
+    "body-plain": "Hello",
+}
+
+
+@pytest.mark.django_db
+def test_a_form_parsed_before_the_fallback_is_refused_as_a_problem(client: Client) -> None:
+    """A verifier above the receiver read a multipart ``request.POST``: no raw body is
+    left to hash. Refused as a problem, nothing run (before: ``RawPostDataException``,
+    a 500 on every delivery); with an id the form carries (``body_id``) it works."""
+    client.raise_request_exception = False
+    refused = client.post(f"/hooks/form/{TOKEN}/", MULTIPART)
+    assert refused.status_code == 400
+    assert refused["Content-Type"] == "application/problem+json"
+    assert refused.json()["code"] == "idempotency_body_unavailable"
+    assert runs() == 0
+    url = f"/hooks/form-token/{TOKEN}/"
+    assert client.post(url, MULTIPART).json()["status"] == "accepted"
+    assert client.post(url, MULTIPART).json() == {"status": "duplicate"}
+    assert runs() == 1
 
 
 @pytest.mark.django_db(transaction=True)

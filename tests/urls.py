@@ -1,8 +1,10 @@
 from django.contrib import admin
-from django.urls import include, path
+from django.urls import include, path, register_converter
 from rest_framework.routers import SimpleRouter
 
 from tests.testapp import ninja_api, views
+
+register_converter(views.TenantConverter, "tenant")
 
 router = SimpleRouter()
 router.register("bookings", views.BookingViewSet, basename="booking")
@@ -44,6 +46,9 @@ urlpatterns = [
     path("hooks/<str:token>/", views.webhook_receiver),
     path("hooks/fallback/<str:token>/", views.fallback_webhook_receiver),
     path("hooks/async/<str:token>/", views.async_webhook_receiver),
+    path("tenants/<tenant:tenant>/hooks/<str:token>/", views.tenant_webhook_receiver),
+    path("hooks/form/<str:token>/", views.form_webhook_receiver),
+    path("hooks/form-token/<str:token>/", views.form_token_webhook_receiver),
     path("api/hooks/<str:token>/", views.drf_webhook_receiver),
     path("api/", include(router.urls)),
     path("ninja/", ninja_api.api.urls),

@@ -6,6 +6,8 @@ from tests.hangup_matrix import views
 urlpatterns = [
     *hangup_urlpatterns,
     path("form/", views.form_booking),
+    path("form-hooks/<str:token>/", views.form_webhook),
+    path("form-hooks/with-id/<str:token>/", views.form_webhook_with_id),
     path("keyed/sync/", views.keyed_sync),
     path("keyed/async/", views.keyed_async),
     path("keyed/drf/", views.keyed_drf),

@@ -9,6 +9,7 @@ from typing import Any
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template.response import TemplateResponse
+from django.views.decorators.csrf import csrf_exempt
 from ninja import NinjaAPI, Schema
 from rest_framework import status
 from rest_framework.decorators import api_view
@@ -17,6 +18,7 @@ from rest_framework.response import Response
 
 from idempotency_django import idempotent as core_idempotent
 from idempotency_django.ninja import idempotent
+from idempotency_django.webhooks import deduplicate_webhook
 from tests.testapp.models import Booking
 from tests.testapp.ninja_api import AsyncBearerAuth, BearerAuth
 
@@ -29,6 +31,21 @@ def form_booking(request: HttpRequest) -> HttpResponse:
     return JsonResponse(
         {"id": booking.pk, "slot": booking.slot, "customer": booking.customer}, status=201
     )
+
+
+# Senders send no CSRF token: receivers are exempt, as a project's are.
+@csrf_exempt
+@deduplicate_webhook
+def form_webhook(request: HttpRequest, token: str) -> HttpResponse:
+    """A sender's form delivery without a delivery id (the fallback identity): one run each."""
+    return form_booking(request)
+
+
+@csrf_exempt
+@deduplicate_webhook(id_header="Webhook-Id")
+def form_webhook_with_id(request: HttpRequest, token: str) -> HttpResponse:
+    """The same, identified by its ``Webhook-Id``."""
+    return form_booking(request)
 
 
 def _delay(request: HttpRequest) -> float:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 from collections.abc import Callable
@@ -250,7 +251,64 @@ def _webhook_run(request: HttpRequest, token: str) -> HttpResponse:
     if request.GET.get("fail"):
         return JsonResponse({"status": "failed"}, status=int(request.GET["fail"]))
     run = Booking.objects.create(slot="webhook-run", customer=token[:0])
+    if request.GET.get("refuse"):
+        # Refused after writing (an event it cannot handle yet): the sender retries it.
+        return JsonResponse({"status": "refused"}, status=int(request.GET["refuse"]))
     return JsonResponse({"status": "accepted", "run_id": run.pk}, status=202)
+
+
+class Tenant:
+    """What a project's path converter may hand a view: an object of its own."""
+
+    def __init__(self, slug: str) -> None:
+        self.slug = slug
+
+
+class TenantConverter:
+    regex = "[a-z]+"
+
+    def to_python(self, value: str) -> Tenant:
+        return Tenant(value)
+
+    def to_url(self, value: Tenant) -> str:
+        return value.slug
+
+
+@deduplicate_webhook(id_header="webhook-id")
+def tenant_webhook_receiver(request: HttpRequest, tenant: Tenant, token: str) -> HttpResponse:
+    """A receiver whose URL converts the tenant to a ``Tenant``."""
+    return _webhook_run(request, token)
+
+
+def reads_the_signed_form(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """A verifier of form deliveries (Mailgun's): reads its signed fields from ``request.POST``.
+
+    Above ``@deduplicate_webhook``, as the docs say: on a multipart delivery it leaves
+    no raw body behind it.
+    """
+
+    @functools.wraps(view)
+    def verified(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        request.POST.get("signature")
+        return view(request, *args, **kwargs)
+
+    return verified
+
+
+@csrf_exempt
+@reads_the_signed_form
+@deduplicate_webhook
+def form_webhook_receiver(request: HttpRequest, token: str) -> HttpResponse:
+    """The fallback identity after a verifier that parsed the form."""
+    return _webhook_run(request, token)
+
+
+@csrf_exempt
+@reads_the_signed_form
+@deduplicate_webhook(body_id=lambda request: request.POST.get("token"))
+def form_token_webhook_receiver(request: HttpRequest, token: str) -> HttpResponse:
+    """The same, identified by the form's signed ``token`` field."""
+    return _webhook_run(request, token)
 
 
 @api_view(["POST"])
@@ -259,6 +317,8 @@ def _webhook_run(request: HttpRequest, token: str) -> HttpResponse:
 @deduplicate_webhook(retention=3600, id_header="svix-id")
 def drf_webhook_receiver(request, token):  # type: ignore[no-untyped-def]
     run = Booking.objects.create(slot="drf-webhook-run")
+    if request.GET.get("refuse"):
+        return Response({"status": "refused"}, status=int(request.GET["refuse"]))
     return Response({"status": "accepted", "run_id": run.pk}, status=202)
 
 
