@@ -229,10 +229,14 @@ def _namespace_value(value: Any, request: HttpRequest) -> str:
     new at every request, and no retry would ever be a duplicate. The URL's
     path, which holds the argument as sent, stands for it instead.
     """
-    own = {name for base in type(value).__mro__ if base is not object for name in vars(base)}
-    if not {"__str__", "__repr__"} & own:
+    if not _has_own_str(type(value)):
         return "\x1dpath\x1d" + request.path_info
     return str(value)
+
+
+def _has_own_str(cls: type) -> bool:
+    """Whether ``cls`` or a base other than ``object`` defines ``__str__`` or ``__repr__``."""
+    return any("__str__" in vars(base) or "__repr__" in vars(base) for base in cls.__mro__[:-1])
 
 
 def begin_delivery(
