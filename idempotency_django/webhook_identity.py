@@ -2,8 +2,9 @@
 
 The id is the one the receiver names (a header, or an id read from the body),
 or without one a keyed, time-bucketed hash of the receiver's namespace and raw
-body. The trigger digest stands for the receiver's route and namespace in the
-stored record, so neither its URL nor its token is ever stored.
+body. The namespace is the receiver's URL arguments (:func:`kwargs_namespace`)
+unless it names one. The trigger digest stands for the receiver's route and
+namespace in the stored record, so neither its URL nor its token is ever stored.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import hashlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from django.http import HttpRequest
 from django.utils.crypto import salted_hmac
@@ -142,3 +144,34 @@ def _storable(delivery_id: str) -> str:
     if len(delivery_id) <= MAX_KEY_LENGTH and delivery_id.isprintable() and delivery_id.isascii():
         return delivery_id
     return "sha256:" + hashlib.sha256(delivery_id.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def kwargs_namespace(kwargs: dict[str, Any], request: HttpRequest) -> str:
+    """Every URL keyword argument, so that two tenants' receivers never share deliveries.
+
+    A URL whose only argument is ``WEBHOOK_TOKEN_KWARG`` keeps the namespace
+    0.1 gave it (the token itself), so its accepted deliveries stay duplicates.
+    """
+    if set(kwargs) == {idempotency_settings.WEBHOOK_TOKEN_KWARG}:
+        return _namespace_value(next(iter(kwargs.values())), request)
+    return "".join(
+        f"\x1e{name}\x1f{_namespace_value(kwargs[name], request)}" for name in sorted(kwargs)
+    )
+
+
+def _namespace_value(value: Any, request: HttpRequest) -> str:
+    """A URL argument as it counts in the namespace: its ``str()``, the same at every request.
+
+    A path converter may hand the view an object of its own; without a
+    ``__str__`` or ``__repr__`` of its own, its ``str()`` holds its address,
+    new at every request, and no retry would ever be a duplicate. The URL's
+    path, which holds the argument as sent, stands for it instead.
+    """
+    if not _has_own_str(type(value)):
+        return "\x1dpath\x1d" + request.path_info
+    return str(value)
+
+
+def _has_own_str(cls: type) -> bool:
+    """Whether ``cls`` or a base other than ``object`` defines ``__str__`` or ``__repr__``."""
+    return any("__str__" in vars(base) or "__repr__" in vars(base) for base in cls.__mro__[:-1])

@@ -55,6 +55,7 @@ from idempotency_django.webhook_identity import (
     DeliveryIdMissing,
     delivery_identity,
     fallback_identity,
+    kwargs_namespace,
     trigger_digest,
 )
 from idempotency_django.webhook_receivers import (
@@ -171,7 +172,7 @@ def deduplicate_webhook(
                 space = namespace(request) if callable(namespace) else namespace
                 trigger = "\x1enamespace\x1e" + str(space)
             else:
-                trigger = _kwargs_namespace(kwargs, request)
+                trigger = kwargs_namespace(kwargs, request)
             return begin_delivery(
                 request, trigger, retention=retention, body_id=body_id, id_header=id_header
             )
@@ -206,37 +207,6 @@ def deduplicate_webhook(
         return wrapper  # type: ignore[return-value]
 
     return decorate if view is None else decorate(view)
-
-
-def _kwargs_namespace(kwargs: dict[str, Any], request: HttpRequest) -> str:
-    """Every URL keyword argument, so that two tenants' receivers never share deliveries.
-
-    A URL whose only argument is ``WEBHOOK_TOKEN_KWARG`` keeps the namespace
-    0.1 gave it (the token itself), so its accepted deliveries stay duplicates.
-    """
-    if set(kwargs) == {idempotency_settings.WEBHOOK_TOKEN_KWARG}:
-        return _namespace_value(next(iter(kwargs.values())), request)
-    return "".join(
-        f"\x1e{name}\x1f{_namespace_value(kwargs[name], request)}" for name in sorted(kwargs)
-    )
-
-
-def _namespace_value(value: Any, request: HttpRequest) -> str:
-    """A URL argument as it counts in the namespace: its ``str()``, the same at every request.
-
-    A path converter may hand the view an object of its own; without a
-    ``__str__`` or ``__repr__`` of its own, its ``str()`` holds its address,
-    new at every request, and no retry would ever be a duplicate. The URL's
-    path, which holds the argument as sent, stands for it instead.
-    """
-    if not _has_own_str(type(value)):
-        return "\x1dpath\x1d" + request.path_info
-    return str(value)
-
-
-def _has_own_str(cls: type) -> bool:
-    """Whether ``cls`` or a base other than ``object`` defines ``__str__`` or ``__repr__``."""
-    return any("__str__" in vars(base) or "__repr__" in vars(base) for base in cls.__mro__[:-1])
 
 
 def begin_delivery(
