@@ -29,7 +29,7 @@ OptionT = TypeVar("OptionT")
 MAX_SECONDS = 100 * 365 * 24 * 3600
 
 
-def check_retention(value: Any, what: str = "retention") -> None:
+def check_retention(value: Any) -> None:
     """Refuse a ``retention`` that is not None or a whole number of seconds, 1 to a century.
 
     0 or less would keep an answer for no time at all, so that every retry ran
@@ -39,7 +39,7 @@ def check_retention(value: Any, what: str = "retention") -> None:
         return
     if not isinstance(value, int) or isinstance(value, bool) or not 0 < value <= MAX_SECONDS:
         raise ValueError(
-            f"{what} must be a whole number of seconds from 1 to {MAX_SECONDS} (100 years), "
+            f"retention must be a whole number of seconds from 1 to {MAX_SECONDS} (100 years), "
             f"not {value!r}."
         )
 
