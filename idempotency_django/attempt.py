@@ -11,18 +11,15 @@ moment the transactions around the view allow (see
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import math
 from typing import Any
 
-from django.db import transaction
 from django.http import FileResponse, HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
 
 from idempotency_django import problems, signals, transactions
 from idempotency_django.conf import NEVER_RETAINED_CLIENT_ERRORS, idempotency_settings
-from idempotency_django.heartbeat import start_beat
 from idempotency_django.marks import (
     ACTIVE_ATTRIBUTE,
     HANDLED_EXCEPTION_ATTRIBUTE,
@@ -31,7 +28,7 @@ from idempotency_django.marks import (
 )
 from idempotency_django.options import ViewOptions, function, option, scope_of
 from idempotency_django.problems import refuse, replay_headers, replay_response
-from idempotency_django.reservation import Reservation, error_name
+from idempotency_django.reservation import Reservation, Settled, error_name
 from idempotency_django.stores import (
     Claim,
     Outcome,
@@ -58,10 +55,6 @@ class Attempt(Reservation):
         options: ViewOptions = ViewOptions(),
     ) -> None:
         super().__init__(request, key, info, options)
-        #: The answer to store once the work's transactions have committed.
-        self.deferred: StoredResponse | None = None
-        #: The databases whose commit the deferred answer waits for.
-        self.uncommitted: set[str] = set()
         #: Who the request was authenticated as when the key was claimed.
         self.authenticated_as: tuple[Any, ...] = ()
 
@@ -69,11 +62,8 @@ class Attempt(Reservation):
 
     def claim(self) -> Attempt | Busy | HttpResponseBase:
         """Claim the key: this attempt when it is ours, else the answer to send."""
-        work = transactions.open_transactions()
-        self.joined_transaction = self.store.joins_transaction()
-        self.in_transaction = self.joined_transaction and work == [self.store.database_alias]
         try:
-            claim = self.store.claim(self.key, self.info, self.lock_timeout())
+            claim = self.take()
         except StoreUnavailable as exc:
             self.log(logging.ERROR, "unavailable", error=error_name(exc))
             self.send(signals.unavailable, error=exc)
@@ -81,20 +71,13 @@ class Attempt(Reservation):
             return self.unavailable()
         if claim.outcome is not Outcome.CLAIMED:
             return self.held(claim)
-        self.token = claim.token
         self.attempt = "takeover" if claim.took_over else "first"
         self.authenticated_as = _authenticated_as(self.request)
-        if not self.in_transaction:
-            # Hooked now, ahead of any the view adds: a hook of the view that
-            # raises after the commit cannot skip the completion.
-            self.store_after_commit(work)
         too_many = self.over_key_limit()
         if too_many is not None:
             return too_many
         self.log(logging.INFO, "reserved")
         self.send(signals.reserved)
-        if not self.joined_transaction:
-            self.beat = start_beat(self.store, self.key, self.token, self.info, self.lock_timeout())
         setattr(django_request(self.request), ACTIVE_ATTRIBUTE, True)
         setattr(django_request(self.request), KEY_ATTRIBUTE, self.key)
         return self
@@ -204,12 +187,11 @@ class Attempt(Reservation):
         setattr(django_request(self.request), ACTIVE_ATTRIBUTE, False)
         status = response.status_code
         reason = self.release_reason(response)
-        work = transactions.open_transactions()
         if self.rolls_back(status):
             # A 5xx is never kept, so the retry runs: its work must not commit
             # either, whatever made the answer a 5xx (the view, a middleware
             # after this one, a template that failed to render).
-            transactions.roll_back(work)
+            transactions.roll_back_open_transactions()
         if self.rolled_back():
             # The reservation goes with the claim's transaction: nothing to
             # store, nothing to release.
@@ -218,68 +200,16 @@ class Attempt(Reservation):
         if reason is not None:
             self.release(status, reason)
             return response
-        if self.in_transaction:
-            # In the work's transaction: both commit, or neither does.
-            return response if self.complete(self.stored_response(response)) else self.unavailable()
-        if work:
-            return self.finish_before_commit(response, work)
-        self.complete(self.stored_response(response))
+        settled = self.settle(self.stored_response(response), status)
+        if settled is Settled.LOST:
+            return self.in_progress()
+        if settled is Settled.UNAVAILABLE:
+            return self.unavailable()
         return response
 
     def rolls_back(self, status: int) -> bool:
         """Whether the work of an answer with ``status`` is rolled back: one never kept."""
         return status >= 500
-
-    def finish_before_commit(self, response: HttpResponseBase, work: list[str]) -> HttpResponseBase:
-        """The work's transactions are still open and the store is not part of them.
-
-        Renew the reservation now, so that no retry can take it over before
-        the commit, and store the response once every one of them has
-        committed. A request that lost its reservation rolls its work back.
-        """
-        if any(transactions.will_roll_back(alias) for alias in work):
-            self.release(response.status_code, "rollback")
-            return response
-        try:
-            owned = self.store.renew(self.key, self.token, self.lock_timeout(), self.info)
-        except StoreUnavailable as exc:
-            # Whether the key is still ours cannot be told: commit nothing.
-            self.log(logging.ERROR, "store_failed", error=error_name(exc))
-            self.stop_heartbeat()
-            transactions.roll_back(work)
-            return self.unavailable()
-        if not owned:
-            self.log(logging.WARNING, "lost_reservation", status=response.status_code)
-            self.stop_heartbeat()
-            transactions.roll_back(work)
-            return self.in_progress()
-        self.deferred = self.stored_response(response)
-        if self.beat is not None:
-            # The commit is next: a completion that never comes (a COMMIT that
-            # failed drops its hooks) must not keep the key to MAX_RUN_TIME.
-            self.beat.stop_after(self.lock_timeout())
-        self.store_after_commit(work)
-        return response
-
-    def store_after_commit(self, work: list[str]) -> None:
-        """Store the deferred answer once each database of ``work`` has committed."""
-        for alias in set(work) - self.uncommitted:
-            self.uncommitted.add(alias)
-            hook = functools.partial(self.committed, alias)
-            transaction.on_commit(hook, using=alias, robust=True)
-
-    def committed(self, alias: str) -> None:
-        self.uncommitted.discard(alias)
-        if self.uncommitted or self.deferred is None:
-            return
-        stored, self.deferred = self.deferred, None
-        self.complete(stored)
-
-    def commit_failed(self) -> None:
-        """The transaction around the view ended in an exception: its work did not commit."""
-        if self.deferred is not None:
-            self.deferred = None
-            self.release(None, "rollback")
 
     def abort(self, error: BaseException | None = None) -> None:
         """The view raised: let a retry run, unless the view was only cancelled.

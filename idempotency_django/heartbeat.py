@@ -12,7 +12,9 @@ A renewal only extends a reservation that is still there
 meanwhile is left as it is, so the thread needs no lock shared with the
 requests. Only reservations committed on their own are renewed: one made in
 the request's transaction is invisible to other requests until that commits,
-and a crash rolls it back with the rest.
+and a crash rolls it back with the rest. And only while their fate is open:
+a reservation whose completion waits for a transaction that rolled back is
+left to expire (``fate_open``), never renewed to ``MAX_RUN_TIME``.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -52,19 +55,22 @@ class Beat:
     deadline: float
     #: ``time.monotonic()`` of its next renewal: ``HEARTBEAT`` after its start or last one.
     due: float
+    #: False once the transaction the completion waits for has ended without it.
+    fate_open: Callable[[], bool] | None = None
     stopped: bool = False
+    #: Its holder is completing or releasing it now: a renewal that finds it
+    #: settled meanwhile lost nothing.
+    settling: bool = False
 
     def stop(self) -> None:
         self.stopped = True
-
-    def stop_after(self, seconds: float) -> None:
-        """Renew no longer than ``seconds`` from now (an answer waiting for a commit)."""
-        self.deadline = min(self.deadline, time.monotonic() + seconds)
 
     def renew(self) -> bool:
         """Renew once; False once this beat is over (stopped, settled, lost, past its deadline)."""
         if self.stopped or time.monotonic() >= self.deadline:
             return False
+        if self.fate_open is not None and not self.fate_open():
+            return False  # its work rolled back: left to expire, as a crashed one is
         self.due = time.monotonic() + _interval()
         try:
             owned = self.store.renew(
@@ -74,7 +80,7 @@ class Beat:
             # Tried again next beat; the reservation lives LOCK_TIMEOUT meanwhile.
             self.log("heartbeat_failed", error=type(exc.__cause__ or exc).__name__)
             return True
-        if not owned and not self.stopped:
+        if not owned and not self.settling and not self.stopped:
             self.log("heartbeat_lost")
         return owned
 
@@ -93,11 +99,26 @@ class Heartbeat:
         self._thread: threading.Thread | None = None
 
     def start(
-        self, store: BaseStore, key: RecordKey, token: str, info: RequestInfo, lock_timeout: int
+        self,
+        store: BaseStore,
+        key: RecordKey,
+        token: str,
+        info: RequestInfo,
+        lock_timeout: int,
+        fate_open: Callable[[], bool] | None = None,
     ) -> Beat:
         now = time.monotonic()
         deadline = now + idempotency_settings.MAX_RUN_TIME
-        beat = Beat(store, key, token, info, lock_timeout, deadline, due=now + _interval())
+        beat = Beat(
+            store,
+            key,
+            token,
+            info,
+            lock_timeout,
+            deadline,
+            due=now + _interval(),
+            fate_open=fate_open,
+        )
         with self._lock:
             self._beats.add(beat)
             if self._thread is None or not self._thread.is_alive():
@@ -175,9 +196,14 @@ os.register_at_fork(after_in_child=heartbeat.forget_all)
 
 
 def start_beat(
-    store: BaseStore, key: RecordKey, token: str, info: RequestInfo, lock_timeout: int
+    store: BaseStore,
+    key: RecordKey,
+    token: str,
+    info: RequestInfo,
+    lock_timeout: int,
+    fate_open: Callable[[], bool] | None = None,
 ) -> Beat | None:
     """Renew this reservation in the background, if ``HEARTBEAT`` is on."""
     if not idempotency_settings.HEARTBEAT:
         return None
-    return heartbeat.start(store, key, token, info, lock_timeout)
+    return heartbeat.start(store, key, token, info, lock_timeout, fate_open)

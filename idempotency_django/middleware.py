@@ -42,8 +42,10 @@ from idempotency_django.marks import (
 )
 from idempotency_django.options import ViewOptions
 from idempotency_django.phases import Protection, arun, mark_ignored_key, run_to_the_end
+from idempotency_django.problems import refuse
 from idempotency_django.routes import match_of
 from idempotency_django.stores import get_store
+from idempotency_django.tasks import TaskInProgress, TaskKeyReused
 
 #: Views of these modules never need a key, whatever REQUIRED_PATHS says.
 NEVER_REQUIRED_MODULES = ("django.contrib.admin.", "django.contrib.auth.")
@@ -92,6 +94,19 @@ class IdempotencyMiddleware:
         if keyed:
             mark_ignored_key(request, response)
         return response
+
+    def process_exception(
+        self, request: HttpRequest, exception: Exception
+    ) -> HttpResponseBase | None:
+        """A task the view ran in-process refused its key: a 409 problem, never a 500.
+
+        Django calls it for what a view raised, after the view's own
+        transaction rolled back; the protected request's key is then given
+        back as for any 409.
+        """
+        if isinstance(exception, TaskKeyReused | TaskInProgress):
+            return refuse(request, exception.code)
+        return None
 
     async def protected_response(self, request: HttpRequest) -> HttpResponseBase:
         protected = protected_view(request)

@@ -1,42 +1,73 @@
-"""The reservation an :class:`~idempotency_django.attempt.Attempt` or a task's run holds on its key.
+"""The key protocol every door goes through: :class:`KeyReservation`.
 
-Settled once: completed (the answer stored for replay) or released (a retry
-may run). Until then the heartbeat (``HEARTBEAT``) renews it when it committed
-on its own; when the claim joined a transaction, it goes with that
-transaction's rollback. Each step is logged, and a request's signalled.
+A request (:class:`~idempotency_django.attempt.Attempt`, and the webhooks'
+delivery), and a background task's run (:class:`~idempotency_django.tasks.TaskRun`)
+hold their key the same way:
+
+1. :meth:`~KeyReservation.take` claims it. Claimed outside the work's
+   transactions, its completion is hooked on their commit now, ahead of any
+   hook the work adds: a hook of the work that raises or dies after the
+   COMMIT cannot skip it. Committed on its own, it is renewed by the
+   heartbeat (``HEARTBEAT``) while its fate is open.
+2. The work runs.
+3. :meth:`~KeyReservation.settle` keeps its answer: stored now when there is
+   no transaction or the claim joined the only one, else renewed, and stored
+   once every transaction around the work has committed. A reservation lost
+   meanwhile, or a store that cannot say, marks the work for rollback.
+   :meth:`~KeyReservation.release` gives the key back instead (the work
+   failed), and :meth:`~KeyReservation.commit_failed` when the COMMIT did.
+
+Each step is logged, and a request's signalled.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from abc import ABC, abstractmethod
+from enum import Enum
 from typing import Any
 
 from django.db import connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.dispatch import Signal
 from django.http import HttpRequest
 
 from idempotency_django import signals
 from idempotency_django.conf import idempotency_settings
-from idempotency_django.heartbeat import Beat
+from idempotency_django.heartbeat import Beat, start_beat
 from idempotency_django.logs import log
 from idempotency_django.options import ViewOptions, option
 from idempotency_django.stores import (
+    Claim,
+    Outcome,
     RecordKey,
     RequestInfo,
     StoredResponse,
     StoreUnavailable,
     get_store,
 )
+from idempotency_django.transactions import open_transactions, roll_back, will_roll_back
+
+
+class Settled(Enum):
+    """What :meth:`KeyReservation.settle` did with the work's answer."""
+
+    #: Stored, or to be stored when the work commits (or gone with its rollback).
+    KEPT = "kept"
+    #: Taken over after ``LOCK_TIMEOUT``: the work is marked for rollback.
+    LOST = "lost"
+    #: The store failed: whether the key is still ours cannot be told; the work
+    #: is marked for rollback.
+    UNAVAILABLE = "unavailable"
 
 
 class KeyReservation(ABC):
     """A key claimed in the store, until it is completed or released.
 
-    It keeps the store, the heartbeat and the claim's transaction in step;
-    the holder claims the key and decides which answer it is settled with.
-    It needs no request: a task's run (:class:`~idempotency_django.tasks.TaskRun`)
-    holds one, and a request's is a :class:`Reservation`.
+    It keeps the store, the heartbeat and the transactions around the work in
+    step; the holder decides what the work is and which answer it keeps. It
+    needs no request.
     """
 
     def __init__(self, key: RecordKey, info: RequestInfo) -> None:
@@ -52,6 +83,13 @@ class KeyReservation(ABC):
         self.in_transaction = False
         #: With HEARTBEAT: the renewal of a reservation committed on its own.
         self.beat: Beat | None = None
+        #: The answer to store once the work's transactions have committed.
+        self.deferred: StoredResponse | None = None
+        #: The databases whose commit the deferred answer waits for.
+        self.uncommitted: set[str] = set()
+        #: The completion hooks waiting on those commits, with the connection
+        #: (this thread's) whose ``run_on_commit`` holds each, by database.
+        self.hooks: dict[str, tuple[BaseDatabaseWrapper, Any]] = {}
 
     @abstractmethod
     def retention(self) -> int:
@@ -60,13 +98,115 @@ class KeyReservation(ABC):
     def lock_timeout(self) -> int:
         return idempotency_settings.LOCK_TIMEOUT
 
+    # -- 1: take the key --
+
+    def take(self) -> Claim:
+        """Claim the key (raises :class:`StoreUnavailable`); when claimed, hook its completion.
+
+        Hooked now, ahead of any hook the work adds to the transactions open
+        around it: one of those that raises, or a process killed in one, after
+        the COMMIT cannot skip the completion.
+        """
+        work = open_transactions()
+        self.joined_transaction = self.store.joins_transaction()
+        self.in_transaction = self.joined_transaction and work == [self.store.database_alias]
+        claim = self.store.claim(self.key, self.info, self.lock_timeout())
+        if claim.outcome is Outcome.CLAIMED:
+            self.token = claim.token
+            if not self.in_transaction:
+                self.store_after_commit(work)
+            if not self.joined_transaction:
+                # Renewed only while its fate is open: see fate_open().
+                self.beat = start_beat(
+                    self.store, self.key, self.token, self.info, self.lock_timeout(), self.fate_open
+                )
+        return claim
+
+    # -- 3: settle --
+
+    def settle(self, stored: StoredResponse, status: int | None = None) -> Settled:
+        """Keep the work's answer: now, or once the transactions around the work commit."""
+        work = open_transactions()
+        if self.in_transaction:
+            # In the work's transaction: both commit, or neither does.
+            return Settled.KEPT if self.complete(stored) else Settled.UNAVAILABLE
+        if not work:
+            self.complete(stored)
+            return Settled.KEPT
+        if any(will_roll_back(alias) for alias in work):
+            self.release(status, "rollback")
+            return Settled.KEPT
+        # Renewed now, so that no retry can take the key over before the
+        # commit: a holder that lost it rolls its work back.
+        try:
+            owned = self.store.renew(self.key, self.token, self.lock_timeout(), self.info)
+        except StoreUnavailable as exc:
+            self.log(logging.ERROR, "store_failed", error=error_name(exc))
+            self.stop_heartbeat()
+            roll_back(work)
+            return Settled.UNAVAILABLE
+        if not owned:
+            self.log(logging.WARNING, "lost_reservation", status=status)
+            self.stop_heartbeat()
+            roll_back(work)
+            return Settled.LOST
+        self.deferred = stored
+        self.store_after_commit(work)
+        return Settled.KEPT
+
+    def store_after_commit(self, work: list[str]) -> None:
+        """Store the deferred answer once each database of ``work`` has committed."""
+        for alias in set(work) - self.uncommitted:
+            self.uncommitted.add(alias)
+            hook = functools.partial(self.committed, alias)
+            self.hooks[alias] = (connections[alias], hook)
+            transaction.on_commit(hook, using=alias, robust=True)
+
+    def committed(self, alias: str) -> None:
+        self.uncommitted.discard(alias)
+        self.hooks.pop(alias, None)
+        if self.uncommitted or self.deferred is None:
+            return
+        stored, self.deferred = self.deferred, None
+        self.complete(stored)
+
+    def commit_failed(self) -> None:
+        """The transaction around the work ended in an exception: its work did not commit."""
+        if self.deferred is not None:
+            self.deferred = None
+            self.release(None, "rollback")
+
+    def fate_open(self) -> bool:
+        """Whether the transactions the completion waits for are still open.
+
+        Each hook stays in its connection's ``run_on_commit`` until that
+        transaction commits; a rollback (of the transaction, or of the
+        savepoint the claim was made in) or a failed COMMIT drops it, and
+        Django runs nothing then. A reservation whose work was rolled back is
+        renewed no longer: it expires ``LOCK_TIMEOUT`` after its last renewal
+        instead of holding the key until ``MAX_RUN_TIME``. Read by the
+        heartbeat's thread: the list is only read, never changed.
+        """
+        if not self.hooks:
+            return True  # no transaction decides: the holder settles it
+        return any(
+            any(entry[1] is hook for entry in connection.run_on_commit)
+            for connection, hook in list(self.hooks.values())
+        )
+
+    # -- settling with the store --
+
     def complete(self, stored: StoredResponse) -> bool:
         """Store the answer. False only when the claim's transaction must now roll back."""
+        if self.beat is not None:
+            self.beat.settling = True  # a renewal racing this completion finds it settled
         try:
             owned = self.store.complete(
                 self.key, self.token, stored, self.retention(), request=self.info
             )
         except StoreUnavailable as exc:
+            if self.beat is not None:
+                self.beat.settling = False
             self.log(logging.ERROR, "store_failed", status=stored.status, error=error_name(exc))
             if self.in_transaction:
                 # The work must not commit without its record: roll both back.

@@ -3,8 +3,8 @@
 Queues deliver at least once: Celery redelivers a task whose worker died
 under ``acks_late``, a producer's retried ``apply_async`` or ``enqueue``
 sends it twice. :func:`idempotent_task` wraps the task's function so that
-the deliveries of one key run it once, with the request path's stores and
-rules:
+the deliveries of one key run it once, through the key protocol a request
+goes through (:class:`~idempotency_django.reservation.KeyReservation`):
 
 * the first delivery claims the key (principal ``task:<task name>``) and runs;
 * a duplicate while it runs waits for it, or raises :class:`TaskInProgress`
@@ -13,36 +13,37 @@ rules:
 * a failed one (it raised) gives the key back, so a retry runs;
 * the same key with other arguments raises :class:`TaskKeyReused`.
 
-With the database store (and ``atomic``, the default) the claim, the task's
-writes and the stored result are one transaction: they commit together, and
-a worker that dies mid-task rolls all of them back. With another store the
-writes run in a transaction on the default database; the reservation is
-renewed before it commits (a task that lost its key to a takeover rolls
-back), and the result is stored once it has committed.
+With ``atomic`` (the default) the claim, the work and the completion run in
+one transaction on the default database, as a request's under ``ATOMIC``:
+with the database store there they commit together; with another store the
+reservation is renewed before the work commits and the result is stored by
+the first hook of its COMMIT, ahead of any the task adds.
 
 The decorator is framework-neutral: put the queue's own decorator on top
-(``@app.task`` for Celery, ``@task`` for Django's tasks framework).
+(``@app.task`` for Celery, ``@task`` for Django's tasks framework), or use
+:mod:`idempotency_django.contrib.celery` and
+:mod:`idempotency_django.contrib.django_tasks`, which do both.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import inspect
 import json
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, ParamSpec, TypedDict, TypeVar, Unpack, cast, overload
 
 from django.db import DEFAULT_DB_ALIAS, transaction
 from django.dispatch import Signal
 
 from idempotency_django.conf import idempotency_settings
-from idempotency_django.heartbeat import start_beat
+from idempotency_django.fingerprint import keyed_digest
 from idempotency_django.keys import MAX_KEY_LENGTH
 from idempotency_django.options import check_retention, option
-from idempotency_django.reservation import KeyReservation
+from idempotency_django.reservation import KeyReservation, Settled
 from idempotency_django.stores import (
     Outcome,
     RecordKey,
@@ -77,21 +78,26 @@ class TaskInProgress(Exception):
 
     Nothing ran. Let the queue retry it later (Celery: ``autoretry_for``): the
     retry then returns the first delivery's result, or runs if that one failed.
+    Raised inside a view (a task run in-process), the middleware answers
+    ``409 idempotency_key_in_progress``.
     """
 
     code = "idempotency_key_in_progress"
 
 
 class TaskKeyReused(ValueError):
-    """The key was used before with other arguments: nothing ran."""
+    """The key was used before with other arguments: nothing ran.
+
+    Raised inside a view, the middleware answers ``409 idempotency_key_reused``.
+    """
 
     code = "idempotency_key_reused"
 
 
 class TaskResultNotStored(RuntimeError):
-    """The key's task ran, but returned what JSON cannot hold: nothing to return.
+    """The key's task ran, but returned what its queue's JSON cannot hold: nothing to return.
 
-    It does not run again: its work is done. Return JSON-serialisable values.
+    It does not run again: its work is done.
     """
 
 
@@ -99,19 +105,24 @@ class TaskResultNotStored(RuntimeError):
 NOT_STORED = StoredResponse(status=200, headers=(), body=b"", body_omitted=True)
 
 
-class _Ran:
-    """What a delivery outside the store's transaction did: committed, and its answer."""
+@dataclass(frozen=True)
+class Codec:
+    """How a queue turns arguments and results into JSON text, and back.
 
-    def __init__(self) -> None:
-        self.committed = False
-        self.stored: StoredResponse | None = None
+    ``dumps`` must be canonical (sorted keys, no spaces): its text is what the
+    fingerprint hashes. Celery's is kombu's JSON (``UUID``, ``datetime``,
+    ``Decimal``... round-trip as objects); the plain one is ``json``'s, which
+    is what Django's tasks framework passes.
+    """
 
-    def commit(self) -> None:
-        self.committed = True
+    dumps: Callable[[Any], str]
+    loads: Callable[[str], Any]
 
 
-class _LostReservation(Exception):
-    """The key was taken over while the task ran: its writes must not commit."""
+JSON = Codec(
+    functools.partial(json.dumps, sort_keys=True, separators=(",", ":"), ensure_ascii=False),
+    json.loads,
+)
 
 
 class TaskOptions(TypedDict, total=False):
@@ -136,6 +147,7 @@ def idempotent_task(
     *,
     name: str | None = None,
     bound: bool = False,
+    codec: Codec = JSON,
     **options: Unpack[TaskOptions],
 ) -> Callable[..., R]: ...
 
@@ -146,6 +158,7 @@ def idempotent_task(
     *,
     name: str | None = None,
     bound: bool = False,
+    codec: Codec = JSON,
     **options: Unpack[TaskOptions],
 ) -> Callable[[Callable[P, R]], Callable[..., R]]: ...
 
@@ -155,6 +168,7 @@ def idempotent_task(
     *,
     name: str | None = None,
     bound: bool = False,
+    codec: Codec = JSON,
     **options: Unpack[TaskOptions],
 ) -> Any:
     """Run the decorated function at most once per key; return the stored result after.
@@ -162,112 +176,165 @@ def idempotent_task(
     ``key`` is a function of the task's arguments that returns its key
     (``key=lambda order_id: f"order-{order_id}"``); without it each call
     passes one as the keyword argument ``idempotency_key``, which the
-    function does not get. ``name`` (by default ``module.qualname``) scopes
-    the keys. The return value must be JSON-serialisable: it is what
-    duplicates return. ``atomic`` (the default) runs it in a transaction.
-    ``retention`` (seconds) defaults to ``RETENTION``.
-    ``bound``: the first argument is the queue's own (Celery's bound task,
-    django.tasks' context); the function gets it, the key and the fingerprint do not.
+    function does not get. A view derives that key from its own request
+    with [`downstream_key`][idempotency_django.downstream.downstream_key]:
+    never pass a client's raw ``Idempotency-Key``, which is not scoped to its
+    principal.
+    ``name`` (by default ``module.qualname``) scopes the keys. The return
+    value must be JSON (``codec``'s): it is what duplicates return. ``atomic``
+    (the default) runs it in a transaction. ``retention`` (seconds) defaults
+    to ``RETENTION``. ``bound``: the first argument is the queue's own
+    (Celery's bound task, django.tasks' context); the function gets it, the
+    key and the fingerprint do not.
+
+    The wrapper's ``check_call(args, kwargs)`` raises, before anything is
+    sent, what a delivery of those arguments would: a missing or bad key,
+    arguments the fingerprint cannot hold.
     """
     unknown = options.keys() - TaskOptions.__optional_keys__
     if unknown:
         raise TypeError(f"idempotent_task() got unknown options: {', '.join(sorted(unknown))}.")
-    key = options.get("key")
-    atomic = options.get("atomic", True)
-    retention = options.get("retention")
-    check_retention(retention)
+    check_retention(options.get("retention"))
 
     def decorate(function: Callable[P, R]) -> Callable[P, R]:
-        task_name = name or f"{function.__module__}.{function.__qualname__}"
+        task = _Task(name or f"{function.__module__}.{function.__qualname__}", codec, options)
         if inspect.iscoroutinefunction(function):
             # Its wrapper would store the coroutine, never run it.
-            raise TypeError(f"{task_name} is async: idempotent_task wraps plain functions.")
+            raise TypeError(f"{task.name} is async: idempotent_task wraps plain functions.")
 
         @functools.wraps(function)
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
             given = kwargs.pop(KEY_ARGUMENT, None)
             if not idempotency_settings.ENABLED:
                 return function(*args, **kwargs)
-            arguments = args[1:] if bound else args
-            if key is not None:
-                if given is not None:
-                    raise TypeError(f"{task_name} makes its own key: pass no {KEY_ARGUMENT}.")
-                given = key(*arguments, **kwargs)
-            elif given is None:
-                raise TypeError(f"{task_name} needs a key: pass {KEY_ARGUMENT}=...")
-            run = TaskRun(task_name, _task_key(given), arguments, kwargs, atomic, retention)
+            run = TaskRun(task, *task.identify(given, args[1:] if bound else args, kwargs))
             result: R = run.run(lambda: function(*args, **kwargs))
             return result
 
+        def check_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            kwargs = dict(kwargs)
+            task.identify(kwargs.pop(KEY_ARGUMENT, None), args, kwargs)
+
+        wrapper.check_call = check_call  # type: ignore[attr-defined]
         return wrapper
 
     return decorate if func is None else decorate(func)
 
 
-class TaskRun(KeyReservation):
-    """One delivery of a keyed task: claim, run, then complete or release."""
+def queue_task(
+    func: Callable[..., Any] | None,
+    options: dict[str, Any],
+    *,
+    make: Callable[[Callable[..., Any], dict[str, Any]], Any],
+    bound_option: str,
+    codec: Codec = JSON,
+) -> Any:
+    """A queue's task decorator with :func:`idempotent_task` under it: the adapters' one wrapper.
 
-    def __init__(
-        self,
-        name: str,
-        key: str,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        atomic: bool,
-        retention: int | None,
-    ) -> None:
-        info = RequestInfo(
-            method="TASK",
-            path=name,
-            fingerprint=fingerprint(name, args, kwargs),
-            kind="task",
+    ``make(function, queue_options)`` is the queue's own decorator applied;
+    ``bound_option`` the queue's option that passes its own first argument.
+    """
+    once_options, queue_options = split_options(options)
+
+    def decorate(function: Callable[..., Any]) -> Any:
+        once = idempotent_task(
+            function,
+            name=queue_options.get("name"),
+            bound=bool(queue_options.get(bound_option)),
+            codec=codec,
+            **once_options,
         )
-        super().__init__(RecordKey(TASK_PREFIX + name, "", key), info)
-        self.name = name
-        self.atomic = atomic
-        self.retention_seconds = retention
+        return make(once, queue_options)
+
+    return decorate if func is None else decorate(func)
+
+
+@dataclass(frozen=True)
+class _Task:
+    """What one decorated function's deliveries share."""
+
+    name: str
+    codec: Codec
+    options: TaskOptions
+
+    def identify(
+        self, given: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[RecordKey, RequestInfo]:
+        """The record and the fingerprint of a delivery: ``given`` is the caller's key, if any."""
+        key = self.options.get("key")
+        if key is not None:
+            if given is not None:
+                raise TypeError(f"{self.name} makes its own key: pass no {KEY_ARGUMENT}.")
+            given = key(*args, **kwargs)
+        elif given is None:
+            raise TypeError(f"{self.name} needs a key: pass {KEY_ARGUMENT}=...")
+        fingerprint = self.fingerprint(args, kwargs)
+        info = RequestInfo(method="TASK", path=self.name, fingerprint=fingerprint, kind="task")
+        return RecordKey(TASK_PREFIX + self.name, "", _task_key(given)), info
+
+    def fingerprint(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+        """Keyed as a request's is: a stored fingerprint tells nothing of the arguments."""
+        try:
+            canonical = self.codec.dumps([self.name, list(args), kwargs])
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise TypeError(
+                f"{self.name}'s arguments cannot be fingerprinted: {exc}. Pass what the "
+                "queue's JSON holds (for Celery: JSON, UUID, datetime, date, time, Decimal)."
+            ) from exc
+        return keyed_digest(lambda: [canonical.encode()])
+
+
+class TaskRun(KeyReservation):
+    """One delivery of a keyed task: claim, run, then settle or release."""
+
+    def __init__(self, task: _Task, key: RecordKey, info: RequestInfo) -> None:
+        super().__init__(key, info)
+        self.task = task
+        self.name = task.name
+        self.atomic = task.options.get("atomic", True)
         # Read once: the claim, the renewals and the waits of one delivery agree.
         self.lock_timeout_seconds = int(idempotency_settings.LOCK_TIMEOUT)
 
     def retention(self) -> int:
-        return int(option(self.retention_seconds, idempotency_settings.RETENTION))
+        return int(option(self.task.options.get("retention"), idempotency_settings.RETENTION))
 
     def lock_timeout(self) -> int:
         return self.lock_timeout_seconds
 
+    def block(self) -> contextlib.AbstractContextManager[Any]:
+        """The transaction the claim, the work and the completion run in (``atomic``)."""
+        return (
+            transaction.atomic(using=DEFAULT_DB_ALIAS) if self.atomic else contextlib.nullcontext()
+        )
+
     def run(self, call: Callable[[], R]) -> R:
         """Run ``call`` once for the key, or answer for the delivery that did."""
-        # The database store's claim joins the task's transaction on the default
-        # database; a store elsewhere (Redis, another database) stays outside it.
-        in_work = self.store.database_alias == DEFAULT_DB_ALIAS
-        claim_block = self.transaction(DEFAULT_DB_ALIAS) if in_work else contextlib.nullcontext
         while True:
-            with claim_block():
-                try:
-                    claim = self.store.claim(self.key, self.info, self.lock_timeout())
-                except StoreUnavailable:
-                    self.log(logging.ERROR, "unavailable")
-                    raise
-                if claim.outcome is Outcome.CLAIMED:
-                    self.token = claim.token
-                    self.log(logging.INFO, "took_over" if claim.took_over else "reserved")
-                    if in_work and self.store.joins_transaction():
-                        return self.run_inside(call)
-                    return self.run_outside(call)
-                if claim.outcome is Outcome.REPLAY:
-                    assert claim.response is not None
-                    self.log(logging.INFO, "replayed")
-                    if claim.response.body_omitted:
-                        raise TaskResultNotStored(
-                            f"This {self.name} ran, but its result was not JSON: "
-                            "there is nothing to return, and it does not run again."
-                        )
-                    return json.loads(claim.response.body)  # type: ignore[no-any-return]
-                if claim.outcome is Outcome.REUSED:
-                    self.log(logging.INFO, "conflict", code=TaskKeyReused.code)
-                    raise TaskKeyReused(
-                        f"The key of this {self.name} was used with other arguments."
+            try:
+                with self.block():
+                    try:
+                        claim = self.take()
+                    except StoreUnavailable:
+                        self.log(logging.ERROR, "unavailable")
+                        raise
+                    if claim.outcome is Outcome.CLAIMED:
+                        self.log(logging.INFO, "took_over" if claim.took_over else "reserved")
+                        return self.run_claimed(call)
+            except BaseException:
+                self.commit_failed()  # a COMMIT that failed stored nothing: a retry runs
+                raise
+            if claim.outcome is Outcome.REPLAY:
+                assert claim.response is not None
+                self.log(logging.INFO, "replayed")
+                if claim.response.body_omitted:
+                    raise TaskResultNotStored(
+                        f"This {self.name} ran, but its result could not be stored: "
+                        "there is nothing to return, and it does not run again."
                     )
+                return cast(R, self.task.codec.loads(claim.response.body.decode()))
+            if claim.outcome is Outcome.REUSED:
+                self.log(logging.INFO, "conflict", code=TaskKeyReused.code)
+                raise TaskKeyReused(f"The key of this {self.name} was used with other arguments.")
             # In progress: the other delivery holds the key. Waited for outside
             # any transaction of ours, then claimed again: it may have failed.
             if idempotency_settings.TASK_DUPLICATES == "skip" or open_transactions():
@@ -279,88 +346,44 @@ class TaskRun(KeyReservation):
             with contextlib.suppress(StoreUnavailable):  # the claim then says it is down
                 self.store.wait(self.key, self.lock_timeout())
 
-    def run_inside(self, call: Callable[[], R]) -> R:
-        """The claim is in the task's transaction: the result commits with the work."""
+    def run_claimed(self, call: Callable[[], R]) -> R:
+        """The key is ours: run, then settle the result as a request settles its response."""
         try:
             result = call()
-            stored = self.stored(result)
         except BaseException:
-            if not self.atomic:
-                # No transaction of ours rolls the reservation back: the
-                # caller's may commit it, with whatever the task wrote.
-                self.release(None, "exception")
+            self.give_up()
             raise
-        # Not complete(): a store that fails here must raise, rolling the work
-        # back with the reservation: no result, no work.
-        self.store.complete(self.key, self.token, stored, self.retention(), request=self.info)
-        self.log(logging.INFO, "stored")
-        return json.loads(stored.body)  # type: ignore[no-any-return]
-
-    def run_outside(self, call: Callable[[], R]) -> R:
-        """The store is outside the work's transaction: renew before it commits, store after.
-
-        Once the work has committed the key is never given back, whatever
-        raises next (a hook of the task's own run after the commit, a result
-        that is not JSON): its answer is stored, or the key kept.
-        """
-        self.beat = start_beat(self.store, self.key, self.token, self.info, self.lock_timeout())
-        in_callers_transaction = DEFAULT_DB_ALIAS in open_transactions()
-        ran = _Ran()
-        if in_callers_transaction:
-            # Hooked ahead of any hook the task adds: none of those that raises
-            # at the caller's commit can skip the completion.
-            transaction.on_commit(functools.partial(self.complete_ran, ran), robust=True)
         try:
-            with self.transaction(DEFAULT_DB_ALIAS)():
-                if self.atomic and not in_callers_transaction:
-                    # The first hook of our transaction: it runs right after the
-                    # COMMIT, before any of the task's (which may raise).
-                    transaction.on_commit(ran.commit)
-                result = call()
-                if not self.atomic and not in_callers_transaction:
-                    ran.commit()  # autocommit: what the task wrote is written
-                ran.stored = self.stored(result)
-                if self.atomic and not self.store.renew(
-                    self.key, self.token, self.lock_timeout(), self.info
-                ):
-                    self.log(logging.WARNING, "lost_reservation")
-                    raise _LostReservation(f"This {self.name} ran past LOCK_TIMEOUT.")
-        except _LostReservation as exc:
-            # Another delivery owns the key now, and runs the task: ours rolled back.
-            self.stop_heartbeat()
-            raise TaskInProgress(str(exc)) from exc
-        except BaseException:
-            if ran.committed:
-                self.complete_ran(ran)
+            stored = self.stored(result)
+        except TypeError:
+            if self.atomic:
+                self.give_up()  # raised in our block: the work rolls back
             else:
-                self.release(None, "exception")
+                # Autocommitted, or the caller's transaction to commit: the work
+                # stands, so the key is kept, with no result to return.
+                self.settle(NOT_STORED)
             raise
-        if not in_callers_transaction:
-            self.complete_ran(ran)
-        # Called inside its caller's transaction, the work commits with it and the
-        # result is stored then; rolled back, it keeps the key until LOCK_TIMEOUT.
-        assert ran.stored is not None
-        return json.loads(ran.stored.body)  # type: ignore[no-any-return]
+        settled = self.settle(stored)
+        if settled is Settled.LOST:
+            raise TaskInProgress(
+                f"This {self.name} ran past LOCK_TIMEOUT: another delivery has it."
+            )
+        if settled is Settled.UNAVAILABLE:
+            raise StoreUnavailable(f"The result of this {self.name} could not be kept.")
+        return cast(R, self.task.codec.loads(stored.body.decode()))
 
-    def complete_ran(self, ran: _Ran) -> None:
-        """Store what the work that committed answered, or that its answer is not kept.
-
-        A store that fails leaves the key held until LOCK_TIMEOUT: a duplicate then runs.
-        """
-        self.complete(ran.stored or NOT_STORED)
-
-    def transaction(self, alias: str) -> Callable[[], contextlib.AbstractContextManager[Any]]:
-        if not self.atomic:
-            return contextlib.nullcontext
-        return functools.partial(transaction.atomic, using=alias)
+    def give_up(self) -> None:
+        """The work failed: give the key back, unless it goes with the rollback of our block."""
+        if not (self.atomic and self.joined_transaction):
+            self.release(None, "exception")
 
     def stored(self, result: Any) -> StoredResponse:
         try:
-            body = json.dumps(result).encode()
-        except (TypeError, ValueError) as exc:
+            body = self.task.codec.dumps(result).encode()
+        except (TypeError, ValueError, RecursionError) as exc:
             raise TypeError(
-                f"{self.name} returned {type(result).__name__}, which is not JSON: "
-                "an idempotent task's result is stored for its duplicates."
+                f"{self.name} returned {type(result).__name__}, which is not JSON "
+                "its queue can hold: an idempotent task's result is stored for its duplicates."
             ) from exc
         return StoredResponse(status=200, headers=(), body=body)
 
@@ -375,17 +398,6 @@ class TaskRun(KeyReservation):
             fields = {"event": event, "task": self.name, "key_digest": self.digest, **fields}
             line = " ".join(f"{field}={value}" for field, value in fields.items())
             logger.log(level, "idempotency %s", line, extra={"idempotency": fields})
-
-
-def fingerprint(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
-    """SHA-256 of the task's name and its arguments as canonical JSON."""
-    try:
-        canonical = json.dumps(
-            [name, list(args), kwargs], sort_keys=True, separators=(",", ":"), ensure_ascii=False
-        )
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"{name}'s arguments are not JSON: they cannot be fingerprinted.") from exc
-    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def _task_key(value: Any) -> str:

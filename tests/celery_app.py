@@ -15,11 +15,13 @@ if not apps.ready:  # the worker; the test process is set up already
     django.setup()
 
 REDIS_URL = os.environ.get("TESTS_REDIS_URL", "redis://127.0.0.1:6379/15")
+#: The worker's broker: Redis, or RabbitMQ (``amqp://...``) when the test says so.
+BROKER_URL = os.environ.get("TESTS_BROKER_URL", REDIS_URL)
 QUEUE = "idempotency-django-tests"
 
 app = Celery("tests")
 app.conf.update(
-    broker_url=REDIS_URL,
+    broker_url=BROKER_URL,
     result_backend=REDIS_URL,
     task_default_queue=QUEUE,
     # A task whose worker was killed is delivered again after 3 s, not 1 hour.

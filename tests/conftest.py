@@ -28,6 +28,7 @@ SERVICE_PATHS = (
     "test_example_openapi.py",  # the example project's manage.py
     "test_quickstart.py",  # startproject, runserver and curl
     "test_task_workers.py",  # Celery workers, the tasks framework's db_worker
+    "test_task_views.py",  # uvicorn running views that run tasks in-process
 )
 #: Fixtures that start a real server (test_async.py, test_client.py).
 SERVICE_FIXTURES = frozenset({"uvicorn_server", "server", "storeless_server"})

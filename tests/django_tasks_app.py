@@ -23,3 +23,9 @@ def book(slot: str, pause: float = 0.0) -> dict[str, object]:
 def book_slot(context: object, slot: str) -> int:
     """Keyed by its argument; the framework's context is left out of key and fingerprint."""
     return Booking.objects.create(slot=slot).pk
+
+
+@task(backend="immediate", key=lambda slot: f"now-{slot}")
+def book_now(slot: str) -> int:
+    """Run by the ImmediateBackend in the caller's transaction."""
+    return Booking.objects.create(slot=slot).pk

@@ -8,13 +8,19 @@ the broker hands out again after its worker was killed mid-task.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import time
+import uuid
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -85,32 +91,38 @@ class Worker:
 # -- Celery --------------------------------------------------------------------
 
 
-@pytest.fixture(params=sorted(STORES))
-def celery_worker(
-    request: pytest.FixtureRequest, transactional_db: None, tmp_path: Path
+def celery_command(pool: str, concurrency: int) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "tests.celery_app",
+        "worker",
+        f"--pool={pool}",
+        f"--concurrency={concurrency}",
+        "--loglevel=INFO",
+        "--without-heartbeat",
+        "--without-gossip",
+        "--without-mingle",
+    ]
+
+
+@contextlib.contextmanager
+def celery_workers(
+    idempotency: dict[str, object], log: Path, broker: str = ""
 ) -> Iterator[Callable[..., Worker]]:
+    """Start Celery workers with these settings (and ``broker``); stop them all after."""
     pytest.importorskip("celery")
     skip_without_redis()
     raw_client().flushdb()
-    env = worker_env(STORES[request.param])
+    env = worker_env(idempotency)
+    if broker:
+        env["TESTS_BROKER_URL"] = broker
     started: list[Worker] = []
 
     def start(pool: str = "solo", concurrency: int = 1) -> Worker:
-        command = [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "tests.celery_app",
-            "worker",
-            f"--pool={pool}",
-            f"--concurrency={concurrency}",
-            "--loglevel=INFO",
-            "--without-heartbeat",
-            "--without-gossip",
-            "--without-mingle",
-        ]
-        worker = Worker(command, env, tmp_path / "worker.log")
+        worker = Worker(celery_command(pool, concurrency), env, log)
         started.append(worker)
         worker.wait_for("ready.")
         return worker
@@ -121,6 +133,14 @@ def celery_worker(
         for worker in started:
             worker.stop()
         raw_client().flushdb()
+
+
+@pytest.fixture(params=sorted(STORES))
+def celery_worker(
+    request: pytest.FixtureRequest, transactional_db: None, tmp_path: Path
+) -> Iterator[Callable[..., Worker]]:
+    with celery_workers(STORES[request.param], tmp_path / "worker.log") as start:
+        yield start
 
 
 def celery_tasks():  # type: ignore[no-untyped-def]
@@ -166,6 +186,102 @@ def test_a_task_whose_worker_was_killed_is_redelivered_and_runs_once(
     again = tasks.book.apply_async(("09:00", str(started), 60.0), {"idempotency_key": "order-1"})
     assert again.get(timeout=60) == result
     assert Booking.objects.count() == 1
+
+
+# -- after the COMMIT: the result is stored by the first hook, ahead of the task's ------
+
+#: A short LOCK_TIMEOUT, renewed by the heartbeat or not.
+AFTER_COMMIT_STORES: dict[str, dict[str, object]] = {
+    "database": STORES["database"],
+    "redis": {**STORES["redis"], "LOCK_TIMEOUT": 2},
+    "redis-heartbeat": {**STORES["redis"], "LOCK_TIMEOUT": 2, "HEARTBEAT": 0.5},
+}
+RABBITMQ_URL = os.environ.get("TESTS_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672//")
+
+
+def skip_on_other_databases(store: str) -> None:
+    """The Redis store's cases do not depend on the database: run on PostgreSQL only (CI time)."""
+    if store != "database" and connection.vendor not in ("postgresql",):
+        pytest.skip("the Redis store's worker cases run on PostgreSQL")
+
+
+def sender(broker: str) -> Any:
+    """A Celery app of the test's own that sends by name through ``broker``."""
+    from celery import Celery
+
+    from tests.celery_app import QUEUE
+
+    app = Celery("sender", broker=broker, backend=REDIS_URL)
+    app.conf.update(task_default_queue=QUEUE, broker_connection_retry_on_startup=True)
+    app.control.purge()  # nothing left by an earlier run
+    return app
+
+
+@pytest.mark.parametrize(
+    ("broker", "store"),
+    [
+        ("redis", "database"),
+        ("redis", "redis"),
+        ("redis", "redis-heartbeat"),
+        ("rabbitmq", "redis-heartbeat"),
+    ],
+)
+def test_a_worker_killed_in_a_hook_after_the_commit_does_not_run_the_task_again(
+    broker: str, store: str, transactional_db: None, tmp_path: Path
+) -> None:
+    """SIGKILL in the task's own on_commit hook (an e-mail), after its COMMIT: the
+    broker delivers the task again, and the redelivery returns the stored result."""
+    skip_on_other_databases(store)
+    url = RABBITMQ_URL if broker == "rabbitmq" else REDIS_URL
+    started = tmp_path / "started"
+    with celery_workers(AFTER_COMMIT_STORES[store], tmp_path / "worker.log", url) as start:
+        worker = start(pool="prefork")
+        sent = sender(url).send_task(
+            "tests.celery_tasks.book_then_notify",
+            ("09:00", str(started), 60.0),
+            {"idempotency_key": "order-1"},
+        )
+        servers.wait_until(started.exists, worker.process, what="the hook", seconds=60)
+        worker.kill()
+        assert Booking.objects.count() == 1  # committed before its hook ran
+        start(pool="prefork")  # the broker delivers the task again to the new worker
+        assert sent.get(timeout=90) == Booking.objects.get().pk
+    assert Booking.objects.count() == 1
+
+
+def test_a_hook_slower_than_lock_timeout_keeps_the_key(
+    transactional_db: None, tmp_path: Path
+) -> None:
+    """No crash: a 4 s hook, LOCK_TIMEOUT 2 s, a duplicate 1 s into the hook."""
+    skip_on_other_databases("redis")
+    started = tmp_path / "started"
+    with celery_workers(AFTER_COMMIT_STORES["redis"], tmp_path / "worker.log") as start:
+        worker = start(pool="prefork", concurrency=2)
+        tasks = celery_tasks()
+        first = tasks.book_then_notify.apply_async(
+            ("09:00", str(started), 4.0), {"idempotency_key": "order-1"}
+        )
+        servers.wait_until(started.exists, worker.process, what="the hook", seconds=60)
+        time.sleep(1)
+        duplicate = tasks.book_then_notify.apply_async(
+            ("09:00", str(started), 4.0), {"idempotency_key": "order-1"}
+        )
+        assert duplicate.get(timeout=60) == first.get(timeout=60) == Booking.objects.get().pk
+    assert Booking.objects.count() == 1
+
+
+def test_uuid_datetime_and_decimal_arguments_and_results_through_a_worker(
+    transactional_db: None, tmp_path: Path
+) -> None:
+    """kombu's JSON hands them to the task as objects: fingerprinted, stored, replayed."""
+    order, at = uuid.uuid4(), datetime(2026, 12, 5, 9, 30, tzinfo=UTC)
+    with celery_workers(STORES["database"], tmp_path / "worker.log") as start:
+        start()
+        tasks = celery_tasks()
+        sent = [tasks.book_order.delay(order, at, Decimal("10.50")) for _ in range(2)]
+        results = [result.get(timeout=60) for result in sent]
+    expected = {"booking": Booking.objects.get().pk, "order": order, "at": at}
+    assert results == [{**expected, "amount": Decimal("21.00")}] * 2
 
 
 # -- Django's tasks framework (django.tasks, or the django-tasks backport) ----------

@@ -11,23 +11,28 @@ Celery's own ``shared_task``, with the options that make a delivery survive
 its worker (``acks_late``, ``reject_on_worker_lost``: a task whose worker
 died is delivered again) and :func:`~idempotency_django.tasks.idempotent_task`
 between them and the function, so every delivery of one key runs it once.
-``TaskInProgress`` (``TASK_DUPLICATES = "skip"``) is retried with a backoff.
-Any option given replaces these defaults; ``key``, ``atomic`` and
-``retention`` (:class:`~idempotency_django.tasks.TaskOptions`) are
-``idempotent_task``'s.
+Arguments and results are fingerprinted and stored as kombu's JSON holds
+them: ``UUID``, ``datetime``, ``date``, ``time`` and ``Decimal`` come back
+as themselves. Arguments it cannot hold are refused by ``delay()`` and
+``apply_async()``, before anything is sent. ``TaskInProgress``
+(``TASK_DUPLICATES = "skip"``) is retried with a backoff. Any option given
+replaces these defaults; ``key``, ``atomic`` and ``retention``
+(:class:`~idempotency_django.tasks.TaskOptions`) are ``idempotent_task``'s.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, overload
 
 import celery
+from kombu.utils import json as kombu_json
 
 from idempotency_django.stores import StoreUnavailable
-from idempotency_django.tasks import TaskInProgress, idempotent_task, split_options
+from idempotency_django.tasks import Codec, TaskInProgress, queue_task
 
-__all__ = ["DELIVERY_OPTIONS", "shared_task"]
+__all__ = ["DELIVERY_OPTIONS", "KOMBU_JSON", "CheckedTask", "shared_task"]
 
 #: At-least-once delivery: acknowledged once the task ran, delivered again when its
 #: worker died; a duplicate that did not wait comes back later.
@@ -42,6 +47,26 @@ DELIVERY_OPTIONS: dict[str, Any] = {
     "retry_kwargs": {"max_retries": None},
 }
 
+#: kombu's JSON, canonical: what Celery's default serializer round-trips.
+KOMBU_JSON = Codec(
+    functools.partial(kombu_json.dumps, sort_keys=True, separators=(",", ":"), ensure_ascii=False),
+    kombu_json.loads,
+)
+
+
+class CheckedTask(celery.Task):  # type: ignore[misc]
+    """Refuses, when sent, a call whose delivery could only fail: no key, arguments not JSON.
+
+    A worker that got it would fail before claiming the key, and Celery would
+    acknowledge that failure: the task would be lost.
+    """
+
+    def apply_async(self, args: Any = None, kwargs: Any = None, *rest: Any, **options: Any) -> Any:
+        check = getattr(self.run, "check_call", None)
+        if check is not None:
+            check(tuple(args or ()), dict(kwargs or {}))
+        return super().apply_async(args, kwargs, *rest, **options)
+
 
 @overload
 def shared_task(func: Callable[..., Any], /) -> Any: ...
@@ -53,15 +78,11 @@ def shared_task(func: None = None, **options: Any) -> Callable[[Callable[..., An
 
 def shared_task(func: Callable[..., Any] | None = None, **options: Any) -> Any:
     """``celery.shared_task`` whose deliveries of one key run the function once."""
-    once_options, queue_options = split_options(options)
 
-    def decorate(function: Callable[..., Any]) -> Any:
-        once = idempotent_task(
-            function,
-            name=queue_options.get("name"),
-            bound=bool(queue_options.get("bind")),
-            **once_options,
-        )
-        return celery.shared_task(**{**DELIVERY_OPTIONS, **queue_options})(once)
+    def make(once: Callable[..., Any], queue_options: dict[str, Any]) -> Any:
+        base = queue_options.get("base") or celery.Task
+        if not issubclass(base, CheckedTask):
+            base = type(f"Checked{base.__name__}", (CheckedTask, base), {})
+        return celery.shared_task(**{**DELIVERY_OPTIONS, **queue_options, "base": base})(once)
 
-    return decorate if func is None else decorate(func)
+    return queue_task(func, options, make=make, bound_option="bind", codec=KOMBU_JSON)

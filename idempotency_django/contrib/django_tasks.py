@@ -12,10 +12,12 @@
 The framework's own ``task`` decorator (from ``django.tasks`` on Django 6.0
 and later, else from the ``django_tasks`` backport), with
 :func:`~idempotency_django.tasks.idempotent_task` between it and the
-function: every run of one key runs the function once. ``key``, ``atomic``
-and ``retention`` (:class:`~idempotency_django.tasks.TaskOptions`) are
-``idempotent_task``'s; the other options the framework's (``priority``,
-``queue_name``, ``backend``, ``takes_context``).
+function: every run of one key runs the function once. The framework
+refuses, when enqueued, arguments that are not plain JSON; so are they
+fingerprinted. ``key``, ``atomic`` and ``retention``
+(:class:`~idempotency_django.tasks.TaskOptions`) are ``idempotent_task``'s;
+the other options the framework's (``priority``, ``queue_name``,
+``backend``, ``takes_context``).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, overload
 
-from idempotency_django.tasks import idempotent_task, split_options
+from idempotency_django.tasks import queue_task
 
 try:
     from django.tasks import task as framework_task  # type: ignore[import-not-found,unused-ignore]
@@ -43,14 +45,9 @@ def task(func: None = None, **options: Any) -> Callable[[Callable[..., Any]], An
 
 def task(func: Callable[..., Any] | None = None, **options: Any) -> Any:
     """The framework's ``@task``, whose runs of one key run the function once."""
-    once_options, queue_options = split_options(options)
-
-    def decorate(function: Callable[..., Any]) -> Any:
-        once = idempotent_task(
-            function,
-            bound=bool(queue_options.get("takes_context")),
-            **once_options,
-        )
-        return framework_task(**queue_options)(once)
-
-    return decorate if func is None else decorate(func)
+    return queue_task(
+        func,
+        options,
+        make=lambda once, queue_options: framework_task(**queue_options)(once),
+        bound_option="takes_context",
+    )
