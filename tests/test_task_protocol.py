@@ -21,9 +21,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from django.conf import settings
 from django.db import transaction
-from django.test import override_settings
 
 from idempotency_django.models import IdempotencyRecord
 from idempotency_django.stores import RecordKey, get_store
@@ -35,7 +33,12 @@ from tests.testapp.models import Booking
 pytestmark = pytest.mark.django_db(transaction=True)
 
 #: A short LOCK_TIMEOUT renewed by a fast heartbeat, bounded far later.
-HEARTBEAT = {"LOCK_TIMEOUT": 1, "HEARTBEAT": 0.1, "MAX_RUN_TIME": 30, "TASK_DUPLICATES": "skip"}
+HEARTBEAT: dict[str, Any] = {
+    "LOCK_TIMEOUT": 1,
+    "HEARTBEAT": 0.1,
+    "MAX_RUN_TIME": 30,
+    "TASK_DUPLICATES": "skip",
+}
 
 
 class Refused(Exception):
@@ -176,12 +179,8 @@ class CompletesSlowly(RedisStore):
 
 @contextlib.contextmanager
 def slow_completions() -> Iterator[None]:
-    with redis_store_settings(LOCK_TIMEOUT=5, HEARTBEAT=0.02):
-        slowly = {**settings.IDEMPOTENCY, "STORE": f"{__name__}.CompletesSlowly"}
-        with override_settings(IDEMPOTENCY=slowly):
-            get_store.cache_clear()
-            yield
-        get_store.cache_clear()
+    with redis_store_settings(LOCK_TIMEOUT=5, HEARTBEAT=0.02, STORE=f"{__name__}.CompletesSlowly"):
+        yield
 
 
 def test_a_completion_racing_a_renewal_is_not_a_lost_heartbeat(
