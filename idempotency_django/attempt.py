@@ -25,6 +25,7 @@ from idempotency_django.conf import NEVER_RETAINED_CLIENT_ERRORS, idempotency_se
 from idempotency_django.heartbeat import start_beat
 from idempotency_django.marks import (
     ACTIVE_ATTRIBUTE,
+    FINGERPRINT_ATTRIBUTE,
     HANDLED_EXCEPTION_ATTRIBUTE,
     KEY_ATTRIBUTE,
     django_request,
@@ -97,6 +98,7 @@ class Attempt(Reservation):
             self.beat = start_beat(self.store, self.key, self.token, self.info, self.lock_timeout())
         setattr(django_request(self.request), ACTIVE_ATTRIBUTE, True)
         setattr(django_request(self.request), KEY_ATTRIBUTE, self.key)
+        setattr(django_request(self.request), FINGERPRINT_ATTRIBUTE, self.info.fingerprint)
         return self
 
     def over_key_limit(self) -> HttpResponseBase | None:
