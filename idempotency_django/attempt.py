@@ -22,6 +22,7 @@ from idempotency_django import problems, signals, transactions
 from idempotency_django.conf import NEVER_RETAINED_CLIENT_ERRORS, idempotency_settings
 from idempotency_django.marks import (
     ACTIVE_ATTRIBUTE,
+    FINGERPRINT_ATTRIBUTE,
     HANDLED_EXCEPTION_ATTRIBUTE,
     KEY_ATTRIBUTE,
     django_request,
@@ -80,6 +81,7 @@ class Attempt(Reservation):
         self.send(signals.reserved)
         setattr(django_request(self.request), ACTIVE_ATTRIBUTE, True)
         setattr(django_request(self.request), KEY_ATTRIBUTE, self.key)
+        setattr(django_request(self.request), FINGERPRINT_ATTRIBUTE, self.info.fingerprint)
         return self
 
     def over_key_limit(self) -> HttpResponseBase | None:

@@ -27,6 +27,9 @@ DECISION_ATTRIBUTE = "_idempotency_decision"
 #: Set on the Django request by a claim: the :class:`RecordKey` the request
 #: holds (what :func:`idempotency_django.downstream.downstream_key` derives from).
 KEY_ATTRIBUTE = "_idempotency_key"
+#: Set on the Django request by a claim, beside ``KEY_ATTRIBUTE``: the request's
+#: fingerprint, what tells a retry (the same) from a fixed or new request.
+FINGERPRINT_ATTRIBUTE = "_idempotency_fingerprint"
 #: Set on the Django request by :func:`note_handled_exception`: the exception
 #: DRF or ninja turned into the response, for a ``RETAIN_FUNCTION`` to look at.
 HANDLED_EXCEPTION_ATTRIBUTE = "_idempotency_handled_exception"

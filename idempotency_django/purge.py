@@ -79,10 +79,19 @@ def _completed_and_dead(now: datetime, cutoff: datetime | None) -> Q:
 
 
 def completed_filter(now: datetime, cutoff: datetime | None) -> Q:
-    """Completed records of requests and tasks past their retention, or older than ``cutoff``."""
+    """Completed records of requests and tasks past their retention; requests' also
+    when older than ``cutoff``.
+
+    A task's stored result keeps its own retention whatever ``cutoff``: it is what a
+    redelivery of the task (brokers deliver at least once) gets instead of running
+    the task's work again, as a webhook delivery's record is.
+    """
     # Every kind but webhook deliveries, which are counted apart: a task's
     # stored result (kind "task") expires after its retention like a response.
-    return ~Q(kind=IdempotencyRecord.Kind.WEBHOOK) & _completed_and_dead(now, cutoff)
+    dead = _completed_and_dead(now, None)
+    if cutoff is not None:
+        dead |= Q(kind=IdempotencyRecord.Kind.REQUEST) & _completed_and_dead(now, cutoff)
+    return ~Q(kind=IdempotencyRecord.Kind.WEBHOOK) & dead
 
 
 def deliveries_filter(now: datetime, cutoff: datetime | None) -> Q:
@@ -165,9 +174,9 @@ def purge(
     """Delete dead rows of every kind; return the count deleted per kind label.
 
     With ``dry_run`` nothing is deleted and the counts are the rows that
-    would be. ``older_than`` also deletes completed records of requests and
-    tasks that finished longer ago than that, even when still within their
-    retention (webhook deliveries keep theirs).
+    would be. ``older_than`` also deletes completed records of requests that
+    finished longer ago than that, even when still within their retention
+    (task results and webhook deliveries keep theirs).
     ``on_batch(kind, deleted)`` is called after every batch. ``pause``
     seconds are slept between batches, to leave the database to traffic.
     """

@@ -13,6 +13,7 @@ router.register("bookings", views.RetainingBookingViewSet, basename="retaining")
 
 urlpatterns = [
     path("downstream/charge/", views.charge),
+    path("downstream/pay/", views.pay),
     path("downstream/middleware-charge/", views.middleware_charge),
     path("downstream/async-charge/", views.async_charge),
     path("downstream/api-charge/", views.api_charge),

@@ -9,17 +9,21 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client, RequestFactory, override_settings
+from django.utils.crypto import salted_hmac
 
 from idempotency_django import downstream_key
-from idempotency_django.downstream import NotProtected
+from idempotency_django.conf import idempotency_settings
+from idempotency_django.downstream import SALT, NotProtected
 from idempotency_django.models import IdempotencyRecord
+from idempotency_django.purge import database_now, purge
 from idempotency_django.stores import RecordKey, get_store
 from tests import servers
 from tests.checkpoints import Checkpoint
@@ -96,12 +100,13 @@ def test_a_replay_names_the_key_the_first_attempt_used(alice_client: Client) -> 
     assert again.content == first.content
 
 
-def test_every_integration_derives_the_same_key_from_the_same_scope_and_key(
-    alice_client: Client,
+def test_every_integration_derives_the_key_from_its_records_scope_and_fingerprint(
+    alice: User, alice_client: Client
 ) -> None:
-    """@idempotent (sync and async), the middleware, DRF, ninja: one user's key names
-    one call, however the request came in (each run after the last one's record is
-    forgotten)."""
+    """@idempotent (sync and async), the middleware, DRF, ninja: the key is the HMAC of
+    what the claim stored, the scope, the client's key and the fingerprint that tells
+    the request's retries from other requests (each run after the last one's record
+    is forgotten). Five URLs are five requests: five keys."""
     found = set()
     for url in (
         "/downstream/charge/",
@@ -110,10 +115,45 @@ def test_every_integration_derives_the_same_key_from_the_same_scope_and_key(
         "/downstream/api-charge/",
         "/downstream/ninja/charges",
     ):
-        found.add(charge_key(alice_client, url, "order-9"))
+        derived = charge_key(alice_client, url, "order-9")
+        record = IdempotencyRecord.objects.get()
+        parts = [record.principal, record.location, record.key, record.fingerprint, "charge"]
+        expected = salted_hmac(SALT, json.dumps(parts), algorithm="sha256").hexdigest()
+        assert (record.principal, derived) == (f"auth.user:{alice.pk}", expected)
+        found.add(derived)
         forget_keys()
-    assert len(found) == 1
-    assert HEX_64.fullmatch(found.pop())
+    assert len(found) == 5
+
+
+# -- the same request, not only the same key -----------------------------------------------
+
+
+def test_the_key_is_the_same_for_the_same_request_and_another_for_another(
+    alice_client: Client,
+) -> None:
+    """Under one client key: a retry sends what the first attempt sent and gets its key;
+    a request fixed after a 4xx gave the key back, or a new one after the key's record
+    expired, differs in its body, path or method, and must not be sent to the provider
+    as the first call (it would refuse other parameters, or replay the first charge)."""
+    url = "/downstream/charge/"
+
+    def key_for(body: bytes, path: str = url, method: str = "post") -> str:
+        response = getattr(alice_client, method)(
+            path, body, content_type="application/json", HTTP_IDEMPOTENCY_KEY="order-14"
+        )
+        assert response.status_code == 201, response.content
+        forget_keys()  # the key free again, as after a 4xx, a 5xx or its retention
+        return str(json.loads(response.content)["charge_key"])
+
+    first = key_for(b'{"order": 14}')
+    assert key_for(b'{"order": 14}') == first
+    others = {
+        key_for(b'{"order": 15}'),
+        key_for(b'{"order": 14}', url + "?express=1"),
+        key_for(b'{"order": 14}', method="put"),
+    }
+    assert len(others) == 3 and first not in others
+    assert all(HEX_64.fullmatch(key) for key in others)
 
 
 # -- a key of its own for each call, principal and location ----------------------------
@@ -196,29 +236,47 @@ def test_a_call_needs_a_name(alice_client: Client) -> None:
 # -- through a real server, to a real provider -------------------------------------------
 
 
+#: Stripe's test card that is always declined.
+DECLINED_CARD = "4000000000000002"
+
+
 class Provider:
     """A payment provider that honours Idempotency-Key, as Stripe does.
 
-    With ``lose_first_answers``, it charges a new key and then answers 502, as a
-    gateway that lost the answer would: only a retry under the same key learns
-    what was charged.
+    The first call under a key decides its answer: a charge, or ``402`` when the
+    parameters name ``DECLINED_CARD``. The key sent again with the same parameters
+    gets that answer again (``"replayed": true``, nothing charged); with other
+    parameters, ``400``. With ``lose_first_answers``, it charges a new key and
+    then answers 502, as a gateway that lost the answer would: only a retry under
+    the same key learns what was charged.
     """
 
     def __init__(self) -> None:
         self.keys: list[str] = []
+        #: key -> charge id, for each key that charged.
         self.charges: dict[str, str] = {}
+        #: key -> (parameters, status, answer) as first decided.
+        self.answers: dict[str, tuple[bytes, int, dict[str, Any]]] = {}
         self.lose_first_answers = False
         self.lock = threading.Lock()
 
-    def charge(self, key: str) -> tuple[int, dict[str, Any]]:
+    def charge(self, key: str, params: bytes) -> tuple[int, dict[str, Any]]:
         with self.lock:
             self.keys.append(key)
-            replayed = key in self.charges
-            if not replayed:
+            if key in self.answers:
+                first, status, answer = self.answers[key]
+                if params != first:  # the same view sends the same bytes for the same call
+                    return 400, {"error": {"type": "idempotency_error"}}
+                return status, {**answer, "replayed": True}
+            if DECLINED_CARD.encode() in params:
+                status, answer = 402, {"error": {"code": "card_declined"}}
+            else:
                 self.charges[key] = f"ch_{len(self.charges) + 1}"
-                if self.lose_first_answers:
-                    return 502, {"error": "bad gateway"}
-            return 200, {"id": self.charges[key], "replayed": replayed}
+                status, answer = 200, {"id": self.charges[key]}
+            self.answers[key] = (params, status, answer)
+            if self.lose_first_answers and status == 200:
+                return 502, {"error": "bad gateway"}
+            return status, {**answer, "replayed": False}
 
 
 @pytest.fixture
@@ -228,8 +286,8 @@ def provider() -> Iterator[tuple[Provider, str]]:
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            status, answer = state.charge(self.headers["Idempotency-Key"])
+            params = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            status, answer = state.charge(self.headers["Idempotency-Key"], params)
             body = json.dumps(answer).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
@@ -241,7 +299,8 @@ def provider() -> Iterator[tuple[Provider, str]]:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # A short poll: shutdown() waits for it, in every test that uses the provider.
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:
         yield state, f"http://127.0.0.1:{server.server_address[1]}"
@@ -324,3 +383,74 @@ def test_a_retry_after_a_lost_answer_charges_once(
         "charge": "ch_1",
     }
     assert "order-42" not in state.keys[0]
+
+
+#: A card the stand-in provider charges.
+GOOD_CARD = "4242424242424242"
+
+
+def paying(server: str, user: User) -> Callable[..., tuple[int, dict[str, Any]]]:
+    """``pay(key, order, card=GOOD_CARD, crash=False)``: ``user`` pays 42.00 for ``order``
+    through the real server's /downstream/pay/: its status and JSON answer."""
+    headers = {"Content-Type": "application/json", **servers.logged_in_headers(user)}
+
+    def pay(
+        key: str, order: int, card: str = GOOD_CARD, crash: bool = False
+    ) -> tuple[int, dict[str, Any]]:
+        body = json.dumps({"order": order, "amount": 4200, "card": card}).encode()
+        url = server + "/downstream/pay/" + ("?crash=1" if crash else "")
+        status, _, answer = servers.post(url, body, {**headers, "Idempotency-Key": key})
+        return status, json.loads(answer)
+
+    return pay
+
+
+def test_a_card_fixed_after_a_decline_is_charged_under_the_same_client_key(
+    uvicorn_server: str, provider: tuple[Provider, str], alice: User
+) -> None:
+    """The card is declined (402: the key is given back, as the docs invite); the
+    customer fixes it and sends the order again under the same key. Its downstream key
+    must be new: the provider refuses the declined call's key with other parameters."""
+    pay = paying(uvicorn_server, alice)
+    state, _ = provider
+
+    declined = pay("order-51", order=51, card=DECLINED_CARD)
+    fixed = pay("order-51", order=51)
+
+    assert (declined, fixed) == ((402, {"error": "card_declined"}), (201, {"charge": "ch_1"}))
+    assert len(state.keys) == 2 and len(set(state.keys)) == 2
+    assert list(state.charges.values()) == ["ch_1"]
+
+
+def test_a_client_key_used_again_after_its_record_expired_charges_the_new_order(
+    uvicorn_server: str, provider: tuple[Provider, str], alice: User
+) -> None:
+    """Past our retention the key is free: the same client key for another order of the
+    same amount is a new charge, not the provider's replay of the old one."""
+    pay = paying(uvicorn_server, alice)
+    state, _ = provider
+
+    first = pay("checkout", order=61)
+    # The cron purge once the record's retention has passed (the database's clock).
+    later = database_now("default") + timedelta(seconds=idempotency_settings.RETENTION + 1)
+    assert purge(now=later)["completed"] == 1
+    second = pay("checkout", order=62)
+
+    assert (first, second) == ((201, {"charge": "ch_1"}), (201, {"charge": "ch_2"}))
+    assert len(set(state.keys)) == 2 and len(state.charges) == 2
+
+
+def test_a_true_retry_after_a_lost_answer_is_replayed_by_the_provider(
+    uvicorn_server: str, provider: tuple[Provider, str], alice: User
+) -> None:
+    """The same order under the same key after the view lost the provider's answer
+    (500, key released): the provider replays the charge; the customer pays once."""
+    pay = paying(uvicorn_server, alice)
+    state, _ = provider
+
+    lost = pay("order-71", order=71, crash=True)
+    retried = pay("order-71", order=71, crash=True)
+
+    assert (lost[0], retried) == (500, (201, {"charge": "ch_1"}))
+    assert len(state.keys) == 2 and state.keys[0] == state.keys[1]
+    assert list(state.charges.values()) == ["ch_1"]

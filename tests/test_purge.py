@@ -380,6 +380,45 @@ def test_a_task_result_past_its_retention_is_purged() -> None:
     assert remaining() == set()
 
 
+@pytest.mark.django_db(transaction=True)
+def test_older_than_leaves_task_results_their_own_retention() -> None:
+    """Shrinking the responses' retention must not shorten the window in which a task's
+    redelivery (a broker delivers at least once) gets its stored result: the purged
+    result let the redelivery run the task's work a second time."""
+    runs: list[int] = []
+
+    @idempotent_task(name="older-than-task", retention=7 * 24 * 3600)
+    def book(room: int) -> dict[str, int]:
+        runs.append(room)
+        return {"room": room}
+
+    assert book(7, idempotency_key="booking-7") == {"room": 7}
+    IdempotencyRecordFactory.create(
+        key="old-request", completed_at=timezone.now() - timedelta(hours=3)
+    )
+    # Two hours on (the database's clock), 'purge --older-than 1h'.
+    later = database_now("default") + timedelta(hours=2)
+    assert purge(now=later, older_than=timedelta(hours=1)) == {
+        "completed": 1,
+        "deliveries": 0,
+        "abandoned": 0,
+    }
+    assert remaining() == {"booking-7"}
+    assert book(7, idempotency_key="booking-7") == {"room": 7}  # the redelivery
+    assert runs == [7]
+
+
+def test_older_than_option_keeps_a_task_record_inside_its_retention() -> None:
+    now = timezone.now()
+    three_hours_ago = now - timedelta(hours=3)
+    IdempotencyRecordFactory.create(
+        key="task", kind="task", completed_at=three_hours_ago, expires_at=now + timedelta(days=4)
+    )
+    IdempotencyRecordFactory.create(key="request", completed_at=three_hours_ago)
+    assert "Deleted 1 completed record " in run("--older-than", "1h")
+    assert remaining() == {"task"}
+
+
 # -- one principal's records --------------------------------------------------------
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import urllib.error
 import urllib.request
 from typing import Any
 
@@ -62,6 +63,39 @@ def _charge(request: Any) -> HttpResponse:
 @idempotent(required=True)
 def charge(request: HttpRequest) -> HttpResponse:
     return _charge(request)
+
+
+@idempotent(required=True)
+def pay(request: HttpRequest) -> HttpResponse:
+    """Pay the order the body names (``{"order", "amount", "card"}``) as a shop does.
+
+    The provider's 402 (card declined) becomes this view's 402, which is not kept:
+    the customer may send the fixed card under the same key. A call the provider
+    refuses otherwise (e.g. a key reused with other parameters) is a 502. With
+    ``?crash=1`` the answer of a first charge is lost (500), as in ``_charge``.
+    """
+    order = json.loads(request.body)
+    # The order's id stays in the shop: two orders of one amount are one set of
+    # parameters to the provider, which can only tell them apart by their key.
+    params = {"amount": order["amount"], "currency": "eur", "card": order["card"]}
+    call = urllib.request.Request(
+        os.environ["TESTS_PROVIDER_URL"],
+        data=json.dumps(params).encode(),
+        method="POST",
+        headers={"Idempotency-Key": downstream_key(request, "charge")},
+    )
+    try:
+        with urllib.request.urlopen(call, timeout=10) as answer:
+            charge = json.loads(answer.read())
+    except urllib.error.HTTPError as error:
+        with error:
+            refused = json.loads(error.read())
+        if error.code == 402:
+            return JsonResponse({"error": "card_declined"}, status=402)
+        return JsonResponse({"error": "provider_refused", "provider": refused}, status=502)
+    if request.GET.get("crash") and not charge["replayed"]:
+        return JsonResponse({"error": "lost the provider's answer"}, status=500)
+    return JsonResponse({"charge": charge["id"]}, status=201)
 
 
 @idempotent(required=True)

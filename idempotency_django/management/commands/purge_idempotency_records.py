@@ -101,10 +101,10 @@ class Command(BaseCommand):
             type=_duration,
             metavar="DURATION",
             help=(
-                "Also delete completed records that finished longer ago than this "
-                "(e.g. 90s, 30m, 2h, 7d; at most 100 years), even within their retention. "
-                "Webhook deliveries keep their WEBHOOK_RETENTION, and reservations are "
-                "still only deleted once abandoned."
+                "Also delete the stored responses of requests that finished longer ago "
+                "than this (e.g. 90s, 30m, 2h, 7d; at most 100 years), even within their "
+                "retention. Task results keep their retention and webhook deliveries their "
+                "WEBHOOK_RETENTION, and reservations are still only deleted once abandoned."
             ),
         )
         parser.add_argument(
