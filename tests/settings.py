@@ -36,7 +36,6 @@ if importlib.util.find_spec("django_tasks_db") is not None:
         "default": {"BACKEND": "django_tasks_db.DatabaseBackend"},
         "immediate": {
             "BACKEND": f"{_framework}.backends.immediate.ImmediateBackend",
-            "ENQUEUE_ON_COMMIT": False,
         },
     }
 
