@@ -31,7 +31,7 @@ if importlib.util.find_spec("django_tasks_db") is not None:
     # The tasks framework's database backend (tests/test_task_workers.py).
     INSTALLED_APPS.append("django_tasks_db")
     # The framework runs a task at once, in the caller's transaction, on "immediate".
-    _framework = "django" if importlib.util.find_spec("django.tasks") else "django_tasks"
+    _framework = "django.tasks" if importlib.util.find_spec("django.tasks") else "django_tasks"
     TASKS = {
         "default": {"BACKEND": "django_tasks_db.DatabaseBackend"},
         "immediate": {
