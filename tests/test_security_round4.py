@@ -22,9 +22,12 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.test import Client, override_settings
 
+from idempotency_django.encryption import SEALED_HEADER, ForeignResponse, seal, unseal
 from idempotency_django.logs import log_value
 from idempotency_django.models import IdempotencyRecord
+from idempotency_django.stores.base import RecordKey, StoredResponse
 from tests import servers
+from tests.redis_helpers import REDIS_URL, raw_client, skip_without_redis
 from tests.testapp.models import Booking
 
 ENCRYPTION_KEY = Fernet.generate_key().decode()
@@ -81,6 +84,92 @@ def post(base: str, path: str, payload: object, **headers: str) -> tuple[int, di
     )
     lowered = {name.lower(): value for name, value in answer_headers.items()}
     return status, lowered, json.loads(body) if body else None
+
+
+# -- 1. a sealed answer belongs to its record ------------------------------------------
+
+
+@pytest.fixture
+def mallory(db: None) -> User:
+    return User.objects.create_user("mallory", password="mallory-password")
+
+
+def _copy_the_answer(store: str, source: RecordKey, target: RecordKey) -> None:
+    """What a writer of the table (or the Redis keys) does: alice's answer in mallory's record."""
+    if store == "redis":
+        client = raw_client()
+        alices = client.get(f"idempotency:v1:{source.digest}")
+        mallorys = client.get(f"idempotency:v1:{target.digest}")
+        assert isinstance(alices, bytes) and isinstance(mallorys, bytes)
+        # The header line is mallory's (her token and fingerprint): only the sealed body moves.
+        head = mallorys.partition(b"\n")[0]
+        client.set(
+            f"idempotency:v1:{target.digest}",
+            head + b"\n" + alices.partition(b"\n")[2],
+            keepttl=True,
+        )
+        client.close()
+        return
+    alices_row = IdempotencyRecord.objects.get(digest=source.digest)
+    updated = IdempotencyRecord.objects.filter(digest=target.digest).update(
+        response_headers=alices_row.response_headers, response_body=alices_row.response_body
+    )
+    assert updated == 1
+
+
+@pytest.fixture(params=["database", "redis"])
+def sealing_server(
+    request: pytest.FixtureRequest, server: str, log_file: Path, tmp_path: Path
+) -> Iterator[tuple[str, str, Path]]:
+    """(the store's name, a server's URL, its log file), for each store."""
+    if request.param == "database":
+        yield "database", server, log_file
+        return
+    skip_without_redis()
+    client = raw_client()
+    client.flushdb()
+    log = tmp_path / "redis.log"
+    try:
+        with round4_server(log, ROUND4_REDIS_URL=REDIS_URL) as base:
+            yield "redis", base, log
+    finally:
+        client.flushdb()
+        client.close()
+
+
+@pytest.mark.services
+@pytest.mark.django_db(transaction=True)
+def test_an_answer_copied_into_another_record_is_never_replayed(
+    sealing_server: tuple[str, str, Path], alice: User, mallory: User
+) -> None:
+    """1b08f39 replayed alice's decrypted order to mallory: 201, her slot in the body.
+
+    Now the answer is sealed with its record's identity: mallory's retry is 503
+    idempotency_unavailable and one ERROR line names her record's key digest.
+    """
+    store, base, log_path = sealing_server
+    as_alice, as_mallory = servers.logged_in_headers(alice), servers.logged_in_headers(mallory)
+    key = {"Idempotency-Key": "order-1"}
+    secret_slot = {"slot": "alice: 12 Elm Street, card ending 4242"}
+    assert post(base, "/plain/bookings/", secret_slot, **key, **as_alice)[0] == 201
+    assert post(base, "/plain/bookings/", {"slot": "m"}, **key, **as_mallory)[0] == 201
+    alices = RecordKey(f"auth.user:{alice.pk}", "", "order-1")
+    mallorys = RecordKey(f"auth.user:{mallory.pk}", "", "order-1")
+    _copy_the_answer(store, alices, mallorys)
+
+    log = Log(log_path)
+    status, _, body = post(base, "/plain/bookings/", {"slot": "m"}, **key, **as_mallory)
+    assert "12 Elm Street" not in json.dumps(body)
+    assert (status, body["code"]) == (503, "idempotency_unavailable")
+    errors = [line for line in log.lines() if line.startswith("ERROR")]
+    assert len(errors) == 1, errors
+    assert f"key_digest={mallorys.digest[:16]}" in errors[0]
+    assert "error=ForeignResponse" in errors[0]
+    # Alice's own retry still replays her answer, and nothing ran again.
+    status, headers, body = post(base, "/plain/bookings/", secret_slot, **key, **as_alice)
+    assert (status, headers.get("idempotency-replayed")) == (201, "true")
+    assert body["slot"] == secret_slot["slot"]
+    assert Booking.objects.count() == 2
 
 
 # -- 2. a principal made of a credential is keyed ----------------------------------------
@@ -202,6 +291,52 @@ def test_a_request_id_cannot_add_fields_to_the_log_line(
 
 
 # -- without a server ---------------------------------------------------------------------
+
+
+ANSWER = StoredResponse(201, (("Content-Type", "application/json"),), b'{"slot": "alice"}')
+ALICES = RecordKey("auth.user:1", "", "order-1")
+
+
+@override_settings(IDEMPOTENCY={"ENCRYPTION_KEY": ENCRYPTION_KEY})
+def test_an_answer_opens_only_for_its_record_and_kind() -> None:
+    sealed = seal(ANSWER, ALICES, "task")
+    assert unseal(sealed, ALICES, "task") == ANSWER
+    for key, kind in [(RecordKey("auth.user:2", "", "order-1"), "task"), (ALICES, "request")]:
+        with pytest.raises(ForeignResponse):
+            unseal(sealed, key, kind)
+    # The scheme mark is outside the token: setting it back to fernet-1 changes nothing.
+    relabelled = StoredResponse(201, ((SEALED_HEADER, "fernet-1"),), sealed.body)
+    with pytest.raises(ForeignResponse):
+        unseal(relabelled, RecordKey("auth.user:2", "", "order-1"), "task")
+
+
+def book(client: Client) -> Any:
+    return client.post(
+        "/plain/bookings/", {"slot": "s"}, "application/json", HTTP_IDEMPOTENCY_KEY="old-1"
+    )
+
+
+@pytest.mark.django_db
+@override_settings(IDEMPOTENCY={"ENCRYPTION_KEY": ENCRYPTION_KEY})
+def test_a_record_sealed_before_answers_were_bound_still_replays(alice_client: Client) -> None:
+    """A fernet-1 token (1b08f39's: headers and body, no record) opens until it expires."""
+    answer = book(alice_client)
+    record = IdempotencyRecord.objects.get()
+    opened = unseal(
+        StoredResponse(
+            201, tuple(map(tuple, record.response_headers)), bytes(record.response_body)
+        ),
+        RecordKey(record.principal, "", "old-1"),
+    )
+    headers = json.dumps([list(pair) for pair in opened.headers]).encode()
+    legacy = Fernet(ENCRYPTION_KEY).encrypt(headers + b"\n" + opened.body)
+    IdempotencyRecord.objects.update(
+        response_headers=[[SEALED_HEADER, "fernet-1"]], response_body=legacy
+    )
+    again = book(alice_client)
+    assert again["Idempotency-Replayed"] == "true"
+    assert again.content == answer.content
+    assert Booking.objects.count() == 1
 
 
 @pytest.mark.django_db
