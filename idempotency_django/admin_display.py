@@ -290,8 +290,10 @@ def open_stored_response(obj: IdempotencyRecord) -> tuple[Any, bytes] | None:
     """
     if not hasattr(obj, "_idempotency_opened"):
         try:
-            opened: tuple[Any, bytes] | None = open_columns(obj.response_headers, obj.response_body)
-        except StoreUnavailable:  # no key opens it, or the keys are unusable (E015, E016)
+            opened: tuple[Any, bytes] | None = open_columns(
+                obj.response_headers, obj.response_body, obj.digest, obj.kind
+            )
+        except StoreUnavailable:  # no key opens it, it is another record's, or bad keys (E015)
             opened = None
         obj._idempotency_opened = opened  # type: ignore[attr-defined]
     result: tuple[Any, bytes] | None = obj._idempotency_opened  # type: ignore[attr-defined]

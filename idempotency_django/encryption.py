@@ -15,6 +15,14 @@ replayed as it is; one that no key opens raises
 :class:`UndecryptableResponse`, a :class:`~idempotency_django.stores.base.StoreUnavailable`:
 the retry gets ``503 idempotency_unavailable`` and nothing runs, because
 running the work again would do it twice, and replaying is impossible.
+
+A sealed answer is bound to its record: the token holds the record's digest
+(:attr:`~idempotency_django.stores.base.RecordKey.digest`, a hash of its
+principal, location and key) and its kind, checked when it is opened. One
+copied into another record (by whoever can write the table or the Redis keys)
+opens as :class:`ForeignResponse`, another ``503``, and is never replayed. A
+token sealed before answers were bound (scheme ``fernet-1``) has no binding
+and opens as it is, until it expires.
 """
 
 from __future__ import annotations
@@ -22,19 +30,21 @@ from __future__ import annotations
 import base64
 import functools
 import json
+import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from django.core.signals import setting_changed
 
 from idempotency_django.conf import SETTING_NAME, idempotency_settings
-from idempotency_django.stores.base import StoredResponse, StoreUnavailable
+from idempotency_django.stores.base import RecordKey, StoredResponse, StoreUnavailable
 
 if TYPE_CHECKING:
     from cryptography.fernet import MultiFernet
 
 __all__ = [
     "SEALED_HEADER",
+    "ForeignResponse",
     "UndecryptableResponse",
     "generate_key",
     "invalid_keys",
@@ -47,12 +57,17 @@ __all__ = [
 #: The one "header" of an encrypted record. Its name starts with a colon, which
 #: no HTTP/1.1 header name may hold, so no response's own headers can look like it.
 SEALED_HEADER = ":idempotency-encrypted"
-#: Its value: the scheme, so that another one can come later beside it.
-SCHEME = "fernet-1"
+#: Its value: the scheme, so that another one can come later beside it. "fernet-2"
+#: binds the answer to its record; "fernet-1" (before) did not.
+SCHEME = "fernet-2"
 
 
 class UndecryptableResponse(StoreUnavailable):
     """A stored response is encrypted, and neither the key nor a fallback opens it."""
+
+
+class ForeignResponse(UndecryptableResponse):
+    """A stored response opens, but was sealed for another record: it is not this one's answer."""
 
 
 def generate_key() -> str:
@@ -62,41 +77,68 @@ def generate_key() -> str:
     return Fernet.generate_key().decode("ascii")
 
 
-def seal(response: StoredResponse) -> StoredResponse:
-    """``response`` as the store keeps it: encrypted when ``ENCRYPTION_KEY`` is set."""
+def seal(
+    response: StoredResponse, key: RecordKey | None = None, kind: str = "request"
+) -> StoredResponse:
+    """``response`` as the store keeps it for the record ``key`` of ``kind``: encrypted
+    when ``ENCRYPTION_KEY`` is set, and bound to that record.
+
+    Without ``key`` (a store of a project's own written for an earlier version),
+    sealed unbound as before, with a ``DeprecationWarning``.
+    """
     if not idempotency_settings.ENCRYPTION_KEY:
         return response
-    # ASCII JSON has no raw newline, so the first one ends the headers.
+    # ASCII JSON has no raw newline, so the first one ends the binding, the next the headers.
     headers = json.dumps([list(pair) for pair in response.headers], ensure_ascii=True)
     payload = headers.encode("ascii") + b"\n" + bytes(response.body)
+    if key is None:
+        warnings.warn(
+            "seal() without the record's key seals an answer any record would replay: "
+            "pass the RecordKey and the kind (see docs/writing-a-store.md).",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+    else:
+        payload = _binding(key.digest, kind) + b"\n" + payload
     return StoredResponse(
         status=response.status,
-        headers=((SEALED_HEADER, SCHEME),),
+        headers=((SEALED_HEADER, SCHEME if key is not None else "fernet-1"),),
         # MultiFernet encrypts with the first key of _keys(): ENCRYPTION_KEY.
         body=_fernet(_keys()).encrypt(payload),
         body_omitted=response.body_omitted,
     )
 
 
-def unseal(response: StoredResponse) -> StoredResponse:
-    """The response a store read, decrypted; one without the mark as it is."""
+def unseal(
+    response: StoredResponse, key: RecordKey | None = None, kind: str = "request"
+) -> StoredResponse:
+    """The response a store read for the record ``key`` of ``kind``, decrypted; one
+    without the mark as it is.
+
+    Raises :class:`ForeignResponse` when it was sealed for another record (not
+    checked without ``key``), :class:`UndecryptableResponse` when no key opens it.
+    """
     if not is_sealed(response.headers):
         return response
-    headers, body = _open(response.body)
+    headers, body = _open(response.body, None if key is None else (key.digest, kind))
     return StoredResponse(
         status=response.status, headers=headers, body=body, body_omitted=response.body_omitted
     )
 
 
-def open_columns(headers: Any, body: bytes | memoryview | None) -> tuple[Any, bytes]:
+def open_columns(
+    headers: Any, body: bytes | memoryview | None, digest: str, kind: str
+) -> tuple[Any, bytes]:
     """A record's stored headers and body, decrypted when they are (for the admin).
 
-    Raises :class:`UndecryptableResponse` when no key opens them.
+    ``digest`` and ``kind`` are the record's columns. Raises
+    :class:`UndecryptableResponse` when no key opens them, :class:`ForeignResponse`
+    when they were sealed for another record.
     """
     data = bytes(body or b"")
     if not is_sealed(headers):
         return headers, data
-    opened_headers, opened_body = _open(data)
+    opened_headers, opened_body = _open(data, (digest, kind))
     return [list(pair) for pair in opened_headers], opened_body
 
 
@@ -135,7 +177,16 @@ def invalid_keys(key: Any, fallbacks: Any) -> list[str]:
     return problems
 
 
-def _open(token: bytes) -> tuple[tuple[tuple[str, str], ...], bytes]:
+def _binding(digest: str, kind: str) -> bytes:
+    """The first line of a bound payload: a JSON object, where an unbound one starts
+    with its headers' JSON list, so the two are told apart inside the ciphertext
+    (a changed scheme mark outside it changes nothing)."""
+    return json.dumps({"record": digest, "kind": kind}, ensure_ascii=True).encode("ascii")
+
+
+def _open(
+    token: bytes, record: tuple[str, str] | None
+) -> tuple[tuple[tuple[str, str], ...], bytes]:
     keys = _keys()
     if not keys:
         raise UndecryptableResponse(
@@ -154,6 +205,19 @@ def _open(token: bytes) -> tuple[tuple[tuple[str, str], ...], bytes]:
             "A stored response is encrypted with neither IDEMPOTENCY['ENCRYPTION_KEY'] "
             "nor a key of ENCRYPTION_KEY_FALLBACKS (or was altered)."
         ) from None
+    if payload.startswith(b"{"):
+        line, _, payload = payload.partition(b"\n")
+        try:
+            bound = json.loads(line)
+            sealed_for = (str(bound["record"]), str(bound["kind"]))
+        except (ValueError, TypeError, KeyError):
+            raise UndecryptableResponse("A decrypted stored response is malformed.") from None
+        if record is not None and sealed_for != record:
+            raise ForeignResponse(
+                f"The stored response of record {record[0][:16]} ({record[1]}) was sealed "
+                f"for record {sealed_for[0][:16]} ({sealed_for[1]}): it is not replayed."
+            )
+    # Otherwise sealed before answers were bound: it opens as it is until it expires.
     line, _, body = payload.partition(b"\n")
     try:
         headers = tuple((str(name), str(value)) for name, value in json.loads(line))

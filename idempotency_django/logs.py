@@ -2,11 +2,17 @@
 
 Never the key, a header value, the path or the body: the route (the URL
 pattern that matched), the method, the request id, and the decision.
+Every value goes through :func:`log_value`: a client chooses some of them
+(the request id, the method), and one with a space, a quote or a newline
+would otherwise add fields of its choosing to the line.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import string
+from collections.abc import Mapping
 from typing import Any
 
 from django.http import HttpRequest
@@ -16,6 +22,12 @@ from idempotency_django.marks import django_request
 from idempotency_django.routes import match_of
 
 logger = logging.getLogger("idempotency_django")
+
+#: The most characters of one value a line holds (the request id column's length).
+MAX_LOG_VALUE = 255
+#: What a value may hold and be written bare: no space, quote, backslash or ``=``,
+#: nothing a ``name=value`` parser (logfmt, shlex) splits or unquotes.
+_BARE = frozenset(string.ascii_letters + string.digits + "._:/-+@<>*,;()[]{}~!$%&|^?#")
 
 
 def log(level: int, event: str, request: HttpRequest, **fields: Any) -> None:
@@ -29,8 +41,31 @@ def log(level: int, event: str, request: HttpRequest, **fields: Any) -> None:
         "request_id": request_id(request) or None,
         **fields,
     }
-    line = " ".join(f"{name}={value}" for name, value in fields.items() if value is not None)
-    logger.log(level, "idempotency %s", line, extra={"idempotency": fields})
+    logger.log(level, "idempotency %s", log_fields(fields), extra={"idempotency": fields})
+
+
+def log_fields(fields: Mapping[str, Any]) -> str:
+    """``name=value`` pairs for a log line, each value through :func:`log_value`; None left out."""
+    return " ".join(
+        f"{name}={log_value(value)}" for name, value in fields.items() if value is not None
+    )
+
+
+def log_value(value: Any, limit: int = MAX_LOG_VALUE) -> str:
+    """``value`` as one field of a log line, whoever chose it.
+
+    Bare when it is made of letters, digits and punctuation that no parser
+    splits on (a route, a digest, an error's name); otherwise a JSON string,
+    so a space, a quote or ``key=value`` inside it stays inside it, and a
+    control or non-ASCII character is an escape. Cut to ``limit`` characters
+    first (``...`` marks the cut): a client's header cannot fill the log.
+    """
+    text = str(value)
+    if len(text) > limit:
+        text = text[:limit] + "..."
+    if text and _BARE.issuperset(text):
+        return text
+    return json.dumps(text, ensure_ascii=True)
 
 
 def route_of(request: HttpRequest) -> str:

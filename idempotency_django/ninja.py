@@ -34,12 +34,14 @@ so django-ninja stays optional (``pip install idempotency-django[ninja]``).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
+import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, Unpack, overload
 
-from asgiref.sync import sync_to_async
+from asgiref.sync import iscoroutinefunction, sync_to_async
 from django.http import HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
 from ninja.decorators import decorate_view
@@ -55,7 +57,12 @@ from idempotency_django.marks import (
     note_handled_exception,
 )
 from idempotency_django.ninja_openapi import operation_openapi_extra
-from idempotency_django.ninja_scope import PRINCIPAL_ATTRIBUTE, auth_principal, ninja_scope
+from idempotency_django.ninja_scope import (
+    AUTHENTICATED_BY_ATTRIBUTE,
+    PRINCIPAL_ATTRIBUTE,
+    auth_principal,
+    ninja_scope,
+)
 from idempotency_django.options import ViewOptions
 from idempotency_django.phases import aprotect, protect
 from idempotency_django.transactions import roll_back_open_transactions
@@ -116,6 +123,7 @@ class NinjaIdempotency:
         operation.view_func = _protected_function(operation, inner, self.options)
         setattr(operation.view_func, _BASE_EXTRA_ATTRIBUTE, base_extra)
         setattr(operation, NINJA_OPTIONS_ATTRIBUTE, self.options)
+        _note_authentication(operation)
         operation.openapi_extra = operation_openapi_extra(
             operation,
             base_extra,
@@ -213,6 +221,55 @@ def _protected_function(
         protected = protected_sync
     setattr(protected, NINJA_INNER_ATTRIBUTE, inner)
     return protected
+
+
+def _note_authentication(operation: Operation) -> None:
+    """Make ``operation`` note on each request which of its auth callbacks authenticated it.
+
+    ninja keeps only what ``authenticate()`` returned (``request.auth``): two auth
+    classes returning the same string (an organisation's name) would be one
+    principal. ninja's own loop runs, on a copy of the operation whose callbacks
+    note themselves; the operation's list stays as it is (the OpenAPI schema
+    reads it) and is read per request (a router or the API may set it after us).
+    """
+    if "_run_authentication" in vars(operation):
+        return  # already noting (an operation protected again, by its router)
+    authenticate = type(operation)._run_authentication
+
+    def noting(request: HttpRequest) -> Any:
+        view = copy.copy(operation)
+        view.auth_callbacks = [_noting(callback) for callback in operation.auth_callbacks]
+        return authenticate(view, request)
+
+    operation._run_authentication = noting  # type: ignore[method-assign]
+
+
+def _noting(callback: Callable[..., Any]) -> Callable[..., Any]:
+    """``callback``, which notes itself on the request it authenticates; async stays async."""
+    # As ninja tells one: an async function, an instance with an async __call__, or is_async.
+    if (
+        iscoroutinefunction(callback)
+        or iscoroutinefunction(type(callback).__call__)
+        or getattr(callback, "is_async", False)
+    ):
+
+        async def noting_async(request: HttpRequest) -> Any:
+            result = callback(request)
+            if inspect.isawaitable(result):
+                result = await result
+            if result:
+                setattr(request, AUTHENTICATED_BY_ATTRIBUTE, callback)
+            return result
+
+        return noting_async
+
+    def noting_sync(request: HttpRequest) -> Any:
+        result = callback(request)
+        if result:
+            setattr(request, AUTHENTICATED_BY_ATTRIBUTE, callback)
+        return result
+
+    return noting_sync
 
 
 def _is_async(operation: Operation) -> bool:

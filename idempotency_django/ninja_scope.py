@@ -7,7 +7,7 @@ returned in ``request.auth``; :func:`auth_principal` names it, and
 
 from __future__ import annotations
 
-import hashlib
+import inspect
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -15,15 +15,24 @@ from django.db import DEFAULT_DB_ALIAS
 from django.http import HttpRequest
 
 from idempotency_django.conf import idempotency_settings
-from idempotency_django.scope import Scope, location_of, principal_of
+from idempotency_django.scope import (
+    Scope,
+    credential_digests,
+    credential_principal,
+    location_of,
+    principal_of,
+)
 
 #: An authentication result names its principal with this attribute (or property).
 PRINCIPAL_ATTRIBUTE = "idempotency_principal"
 #: Starts the name of an authentication result that is a string: a digest, never the secret.
 SECRET_PREFIX = "secret:"
+#: On a request of a protected operation: the auth callback that authenticated it
+#: (ninja keeps only what it returned, in ``request.auth``).
+AUTHENTICATED_BY_ATTRIBUTE = "_idempotency_authenticated_by"
 
 
-def auth_principal(auth: Any) -> str | None:
+def auth_principal(auth: Any, authenticated_by: Any = None) -> str | None:
     """A name for what ninja's authentication returned (``request.auth``); None for nobody.
 
     In this order:
@@ -39,8 +48,11 @@ def auth_principal(auth: Any) -> str | None:
       ``app_label.model:pk``, ``app_label.model@alias:pk`` for one of
       another database than the default one;
     * a string or bytes (an ``APIKeyHeader`` or ``HttpBearer`` that returns
-      the key it checked): ``secret:`` and the SHA-256 of it (the key
-      itself, a credential, is never stored).
+      the key it checked, or an organisation's name): ``secret:``, the auth
+      class that returned it (``authenticated_by``, the callback), and an
+      HMAC of it with ``SECRET_KEY`` (the key itself, a credential, is never
+      stored, and a short one cannot be found by hashing guesses). Two auth
+      classes that return the same string are two principals.
 
     Anything else (``True``, a number, a dict) names nobody it could be told
     apart from: :class:`~django.core.exceptions.ImproperlyConfigured` is
@@ -62,8 +74,7 @@ def auth_principal(auth: Any) -> str | None:
             return f"{meta.label_lower}:{pk}"
         return f"{meta.label_lower}@{alias}:{pk}"
     if isinstance(auth, str | bytes):
-        secret = auth.encode() if isinstance(auth, str) else auth
-        return SECRET_PREFIX + hashlib.sha256(secret).hexdigest()
+        return secret_prefix(authenticated_by) + credential_digests(auth)[0]
     raise ImproperlyConfigured(
         f"idempotency_django.ninja cannot name the principal of the authentication "
         f"result {type(auth).__name__!r}: return a user, a model instance or a string "
@@ -82,7 +93,22 @@ def ninja_scope(request: HttpRequest) -> Scope | None:
     if not hasattr(request, "auth"):
         scope: Scope | None = idempotency_settings.SCOPE_FUNCTION(request)
         return scope
-    principal = auth_principal(request.auth)
+    auth = request.auth
+    principal: str | None
+    if isinstance(auth, str | bytes):
+        # Under SECRET_KEY, or a fallback's name that still holds the key.
+        via = getattr(request, AUTHENTICATED_BY_ATTRIBUTE, None)
+        principal = credential_principal(request, secret_prefix(via), auth)
+    else:
+        principal = auth_principal(auth)
     if principal is None:
         return None
     return Scope(principal=principal, location=location_of(request))
+
+
+def secret_prefix(authenticated_by: Any) -> str:
+    """``secret:`` and the auth class (or function) that returned a string, then a colon."""
+    if authenticated_by is None:
+        return SECRET_PREFIX  # unknown: what auth_principal(auth) alone can name
+    named = authenticated_by if inspect.isroutine(authenticated_by) else type(authenticated_by)
+    return f"{SECRET_PREFIX}{named.__module__}.{named.__qualname__}:"

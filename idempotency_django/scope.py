@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS
 from django.http import HttpRequest, HttpResponse
 from django.middleware.csrf import CsrfViewMiddleware
+from django.utils.crypto import salted_hmac
 from django.utils.module_loading import import_string
 
 from idempotency_django.conf import header, idempotency_settings
@@ -21,6 +22,8 @@ from idempotency_django.keys import InvalidKey, parse_key
 MAX_LOCATION_LENGTH = 255
 #: Starts the name of a user that is not a model; a model's label never does.
 OBJECT_PREFIX = "class:"
+#: Keeps the HMACs that name principals apart from every other use of ``SECRET_KEY``.
+PRINCIPAL_SALT = "idempotency_django.principal"
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,36 @@ def default_scope(request: HttpRequest) -> Scope | None:
     return Scope(principal=principal, location=location)
 
 
+def credential_digests(credential: str | bytes) -> list[str]:
+    """HMAC-SHA256 of a credential under ``SECRET_KEY``, then under each key of
+    ``SECRET_KEY_FALLBACKS``: what a principal made of it is named by, never the
+    credential or a plain hash of it (staff who read principals in the admin could
+    otherwise hash guesses of a short API key until one matches)."""
+    keys = (settings.SECRET_KEY, *settings.SECRET_KEY_FALLBACKS)
+    return [
+        salted_hmac(PRINCIPAL_SALT, credential, secret=key, algorithm="sha256").hexdigest()
+        for key in keys
+    ]
+
+
+def credential_principal(request: HttpRequest, prefix: str, credential: str | bytes) -> str:
+    """``prefix`` and the keyed digest of ``credential`` that names this request's principal.
+
+    Under ``SECRET_KEY``, unless a key of ``SECRET_KEY_FALLBACKS`` named a record
+    that still holds the request's key: a retry across a ``SECRET_KEY`` rotation
+    finds its record. That costs one store read per fallback key, only for a keyed
+    request and only while fallbacks are set (the rotation's window); without
+    them, the claim is the only read, as before.
+    """
+    current, *earlier = (prefix + digest for digest in credential_digests(credential))
+    if earlier:
+        location = location_of(request)
+        for principal in earlier:
+            if _holds(request, principal, location):
+                return principal
+    return current
+
+
 def _holds(request: HttpRequest, principal: str, location: str) -> bool:
     from idempotency_django.stores import RecordKey, StoreUnavailable, get_store
 
@@ -112,8 +145,9 @@ def session_scope(request: HttpRequest) -> Scope | None:
 
     For ``ANONYMOUS = "session"``: a guest checkout or a public form gets the
     protection a logged-in user gets, and one session never sees another's
-    responses. The principal is a digest of the session key (a credential,
-    never stored as such). Needs ``SessionMiddleware``; None without it.
+    responses. The principal is a keyed digest of the session key (a
+    credential, never stored as such: :func:`credential_principal`). Needs
+    ``SessionMiddleware``; None without it.
 
     A session is started only for a request the CSRF check lets through
     (one it refuses is not protected: it must not leave a session behind).
@@ -142,8 +176,7 @@ def session_scope(request: HttpRequest) -> Scope | None:
                 return None  # the view answers 403; no session was started for it
             session.save()  # SessionMiddleware sends its cookie with the response
         name = str(session.session_key)
-    digest = hashlib.sha256(name.encode()).hexdigest()
-    return Scope(principal=f"session:{digest}", location=location)
+    return Scope(principal=credential_principal(request, "session:", name), location=location)
 
 
 def _named_by_entry(session: Any) -> bool:
@@ -157,8 +190,6 @@ def csrf_refuses(request: HttpRequest) -> bool:
     as checked, so the real check does not run twice; a refusal is left to
     the real check, which answers it.
     """
-    from django.conf import settings
-
     from idempotency_django.routes import match_of
 
     request = getattr(request, "_request", request)  # DRF's Request wraps Django's

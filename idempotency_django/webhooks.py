@@ -35,7 +35,7 @@ from idempotency_django.attempt import Attempt
 from idempotency_django.bodies import BodyRefused, prepare_body
 from idempotency_django.conf import idempotency_settings
 from idempotency_django.keys import InvalidKey
-from idempotency_django.logs import request_id
+from idempotency_django.logs import log_fields, request_id
 from idempotency_django.marks import PROTECTED_ATTRIBUTE, decide, find_request
 from idempotency_django.options import ViewOptions, check_retention
 from idempotency_django.phases import arun, run
@@ -362,8 +362,7 @@ class DeliveryAttempt(Attempt):
             "source": self.info.source,
             **fields,
         }
-        line = " ".join(f"{name}={value}" for name, value in fields.items())
-        logger.log(level, "webhook %s", line, extra={"idempotency": fields})
+        logger.log(level, "webhook %s", log_fields(fields), extra={"idempotency": fields})
 
 
 def _run_id(response: HttpResponseBase) -> str | None:

@@ -414,7 +414,7 @@ def test_the_deliveries_admin_reads_encrypted_run_ids(admin_client: Client) -> N
         info = RequestInfo("POST", "/hooks/", "f" * 64, kind="webhook", source="header")
         claim = store.claim(key, info, 60)
         assert store.complete(
-            key, claim.token, StoredResponse(200, (), b'{"run_id": "run-42"}'), 60
+            key, claim.token, StoredResponse(200, (), b'{"run_id": "run-42"}'), 60, request=info
         )
         assert b"run-42" not in bytes(IdempotencyRecord.objects.get().response_body)
         # The delivery's page: the list's date filter needs MariaDB's time zone tables.

@@ -115,7 +115,7 @@ class DatabaseStore(BaseStore):
                     row = _read(connection, sql.read, key)
                     if row is None or row.expired:
                         return Claim(Outcome.IN_PROGRESS)
-                    return _answer(row, request)
+                    return _answer(row, key, request)
             # A bounded loop: each pass either decides or loses a race to a
             # request that changed the row, which can only happen a few times.
             for _attempt in range(5):
@@ -144,7 +144,7 @@ class DatabaseStore(BaseStore):
                             Outcome.CLAIMED, token=token, took_over=row.state == IN_PROGRESS
                         )
                     continue  # someone else took it over or completed it first
-                return _answer(row, request)
+                return _answer(row, key, request)
         raise StoreUnavailable("The idempotency record kept changing while being claimed.")
 
     def peek(self, key: RecordKey) -> Outcome | None:
@@ -202,7 +202,7 @@ class DatabaseStore(BaseStore):
         # the stored response commit exactly when the work does.
         connection = connections[self.alias]
         sql = statements(connection)
-        response = seal(response)
+        response = seal(response, key, request.kind if request is not None else "request")
         completed = [
             response.status,
             headers_json(response.headers),
@@ -276,13 +276,13 @@ class DatabaseStore(BaseStore):
         return database_store_checks(self.alias, self.async_claim_commit)
 
 
-def _answer(row: Row, request: RequestInfo) -> Claim:
+def _answer(row: Row, key: RecordKey, request: RequestInfo) -> Claim:
     """What a live record another request made answers ``request``."""
     if not same_request(row.fingerprint, request.fingerprint):
         return Claim(Outcome.REUSED)
     if row.state == IN_PROGRESS:
         return Claim(Outcome.IN_PROGRESS)
-    return Claim(Outcome.REPLAY, response=row.stored_response())
+    return Claim(Outcome.REPLAY, response=row.stored_response(key, request.kind))
 
 
 def _scope(key: RecordKey) -> list[str]:

@@ -35,7 +35,8 @@ class Row(NamedTuple):
     response_body: bytes | memoryview
     body_omitted: bool
 
-    def stored_response(self) -> StoredResponse:
+    def stored_response(self, key: RecordKey, kind: str) -> StoredResponse:
+        """The answer of the record ``key`` (of ``kind``), opened: it must be that record's."""
         headers = self.response_headers
         if isinstance(headers, str):
             headers = json.loads(headers)
@@ -45,7 +46,7 @@ class Row(NamedTuple):
             body=bytes(self.response_body),
             body_omitted=bool(self.body_omitted),
         )
-        return unseal(stored)
+        return unseal(stored, key, kind)
 
 
 def read_datetime(connection: BaseDatabaseWrapper, value: Any) -> datetime:

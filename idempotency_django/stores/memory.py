@@ -96,7 +96,7 @@ class MemoryStore(BaseStore):
             return Claim(Outcome.REUSED)
         if response is None:
             return Claim(Outcome.IN_PROGRESS)
-        return Claim(Outcome.REPLAY, response=unseal(response))
+        return Claim(Outcome.REPLAY, response=unseal(response, key, request.kind))
 
     def peek(self, key: RecordKey) -> Outcome | None:
         entry = self._live(key)
@@ -120,7 +120,7 @@ class MemoryStore(BaseStore):
         *,
         request: RequestInfo | None = None,
     ) -> bool:
-        sealed = seal(response)
+        sealed = seal(response, key, request.kind if request is not None else "request")
         with self._lock:
             now = self.now()
             entry = self._entries.get(key)

@@ -39,8 +39,9 @@ Value (format 1)
     the body passes 64 bytes (Redis then stops packing the hash).
 
     With ``ENCRYPTION_KEY`` set, ``headers`` is the one pair
-    ``[":idempotency-encrypted","fernet-1"]`` and the body a Fernet token of
-    the real headers and body (:mod:`idempotency_django.encryption`): the same
+    ``[":idempotency-encrypted","fernet-2"]`` and the body a Fernet token of
+    the real headers and body, bound to the entry's digest and kind
+    (:mod:`idempotency_django.encryption`): the same
     format, so entries written before and after encryption was turned on live
     side by side.
 
@@ -181,7 +182,7 @@ class RedisStore(BaseStore):
         if outcome == "in_progress":
             return Claim(Outcome.IN_PROGRESS)
         if outcome == "replay":
-            return Claim(Outcome.REPLAY, response=decode_response(reply[1]))
+            return Claim(Outcome.REPLAY, response=decode_response(reply[1], key, request.kind))
         raise StoreUnavailable(f"Unexpected reply from the claim script: {outcome!r}")
 
     def peek(self, key: RecordKey) -> Outcome | None:
@@ -199,7 +200,7 @@ class RedisStore(BaseStore):
         *,
         request: RequestInfo | None = None,
     ) -> bool:
-        response = seal(response)
+        response = seal(response, key, request.kind if request is not None else "request")
         headers = compact_json([list(pair) for pair in response.headers])
         reply = self._run(
             "complete",

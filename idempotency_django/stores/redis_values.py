@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from idempotency_django.encryption import unseal
-from idempotency_django.stores.base import StoredResponse, StoreUnavailable
+from idempotency_django.stores.base import RecordKey, StoredResponse, StoreUnavailable
 
 FORMAT_VERSION = 1
 IN_PROGRESS = "in_progress"
@@ -40,8 +40,8 @@ def compact_json(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=True).encode("ascii")
 
 
-def decode_response(value: Any) -> StoredResponse:
-    """The response kept in a completed value (format 1), decrypted when it is."""
+def decode_response(value: Any, key: RecordKey, kind: str) -> StoredResponse:
+    """The response kept in the completed value of ``key`` (format 1), decrypted when it is."""
     head_bytes, _, body = as_bytes(value).partition(b"\n")
     try:
         head = json.loads(head_bytes)
@@ -53,4 +53,4 @@ def decode_response(value: Any) -> StoredResponse:
         )
     except (ValueError, TypeError, KeyError) as exc:
         raise StoreUnavailable(f"A stored response could not be decoded: {exc}") from exc
-    return unseal(stored)
+    return unseal(stored, key, kind)

@@ -45,7 +45,7 @@ class DictStore(BaseStore):
             return Claim(Outcome.REUSED)
         if response is None:
             return Claim(Outcome.IN_PROGRESS)
-        return Claim(Outcome.REPLAY, response=unseal(response))
+        return Claim(Outcome.REPLAY, response=unseal(response, key, request.kind))
 
     def complete(
         self,
@@ -56,7 +56,8 @@ class DictStore(BaseStore):
         *,
         request: RequestInfo | None = None,
     ) -> bool:
-        sealed = seal(response)  # encrypted when ENCRYPTION_KEY is set
+        # Encrypted when ENCRYPTION_KEY is set, and bound to this record.
+        sealed = seal(response, key, request.kind if request else "request")
         with self.lock:
             entry = self.entries.get(key.digest)
             if entry and entry[0] == token and entry[3] is None:

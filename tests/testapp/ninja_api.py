@@ -83,6 +83,33 @@ class AnythingAuth(APIKeyHeader):
         return bool(key)
 
 
+class PinAuth(APIKeyHeader):
+    """``X-Pin: <6 digits>``: a short key, returned as it is (issue 37's repro)."""
+
+    param_name = "X-Pin"
+
+    def authenticate(self, request: HttpRequest, key: str | None) -> str | None:
+        return key if key == "402917" else None
+
+
+class StaffKeyAuth(APIKeyHeader):
+    """Staff of the organisation "acme": returns the organisation's name."""
+
+    param_name = "X-Staff-Key"
+
+    def authenticate(self, request: HttpRequest, key: str | None) -> str | None:
+        return "acme" if key == "staff-key" else None
+
+
+class TenantKeyAuth(APIKeyHeader):
+    """A tenant's integration, also of "acme": the same string, another kind of client."""
+
+    param_name = "X-Tenant-Key"
+
+    def authenticate(self, request: HttpRequest, key: str | None) -> str | None:
+        return "acme" if key == "tenant-key" else None
+
+
 class BookingIn(Schema):
     slot: str
 
@@ -125,6 +152,18 @@ async def async_booking(request: HttpRequest, payload: BookingIn) -> Any:
 @api.post("/key-bookings", response={201: BookingOut}, auth=KeyAuth())
 @idempotent
 def key_booking(request: HttpRequest, payload: BookingIn) -> Any:
+    return Status(201, book(request, payload.slot))
+
+
+@api.post("/pin-bookings", response={201: BookingOut}, auth=PinAuth())
+@idempotent
+def pin_booking(request: HttpRequest, payload: BookingIn) -> Any:
+    return Status(201, book(request, payload.slot))
+
+
+@api.post("/acme-bookings", response={201: BookingOut}, auth=[StaffKeyAuth(), TenantKeyAuth()])
+@idempotent
+def acme_booking(request: HttpRequest, payload: BookingIn) -> Any:
     return Status(201, book(request, payload.slot))
 
 
