@@ -33,7 +33,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     from django.conf import settings
     from django.test import Client, override_settings
 
-    from idempotency_django.heartbeat import heartbeat
+    from idempotency_django.protocol.heartbeat import heartbeat
     from idempotency_django.stores import RecordKey, RequestInfo, get_store
 
     client = Client(HTTP_AUTHORIZATION=common.AUTHORIZATION)

@@ -56,8 +56,8 @@ def insert(count: int, expired: bool) -> None:
     from django.db import connection, transaction
     from django.utils import timezone
 
-    from idempotency_django.keys import record_digest
     from idempotency_django.models import IdempotencyRecord as Record
+    from idempotency_django.stores.digests import record_digest
 
     now = timezone.now()
     fields = [field for field in Record._meta.concrete_fields if not field.primary_key]

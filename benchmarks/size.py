@@ -1,47 +1,82 @@
-"""How large is the package? Its lines and its largest modules, against issue 26's targets.
+"""How large is the package? Its lines per feature area, each against its budget.
 
     python benchmarks/size.py
 
 Counts the lines of every module of ``idempotency_django`` (migrations aside: Django
-writes them), prints the modules over 400 lines and two PASS/FAIL lines: the package at
-about 5,400 lines (at most 10 % over), and no module over 400. docs/benchmarks.md.
+writes them) and sums them per feature area (:data:`AREAS`, a module's first
+matching pattern). Prints one PASS/FAIL line per area against its budget (issue 35),
+one for the total (about 8,000 lines, at most 10 % over), and the modules over 400
+lines as a warning only: a module is split along a seam, never to meet a number.
+An area over its budget is a design question. docs/benchmarks.md.
 """
 
 from __future__ import annotations
 
 import argparse
+from fnmatch import fnmatch
 
 import common
 
 PACKAGE = common.ROOT / "idempotency_django"
-TARGET_LINES = 5400
-MODULE_LIMIT = 400
+#: (area, budget in lines, module patterns relative to the package); first match wins.
+AREAS: list[tuple[str, int, tuple[str, ...]]] = [
+    ("heartbeat", 130, ("protocol/heartbeat.py",)),
+    ("OpenAPI", 280, ("openapi.py", "protocol/openapi_contract.py", "ninja/openapi.py")),
+    ("core protocol", 2100, ("protocol/*", "conf.py", "models.py", "signals.py", "apps.py")),
+    ("encryption", 120, ("stores/encryption.py",)),
+    ("testing and the store contract", 580, ("testing.py", "stores/contract.py")),
+    ("checks", 280, ("checks.py", "stores/*_checks.py")),
+    ("stores", 1640, ("stores/*",)),
+    ("DRF", 170, ("drf/*",)),
+    ("ninja", 300, ("ninja/*",)),
+    ("webhooks", 450, ("webhooks/*",)),
+    ("tasks and their adapters", 380, ("tasks/*", "contrib/celery.py", "contrib/django_tasks.py")),
+    (
+        "admin, purge and the command",
+        950,
+        ("admin/*", "purge.py", "management/*", "templatetags/*"),
+    ),
+    ("downstream", 50, ("downstream.py",)),
+    ("Prometheus", 90, ("contrib/prometheus.py",)),
+    ("entry points", 470, ("*",)),
+]
+TOTAL_BUDGET = 8000
+MODULE_WARNING = 400
 
 
 def module_lines() -> dict[str, int]:
     return {
-        str(path.relative_to(PACKAGE)): len(path.read_text().splitlines())
+        path.relative_to(PACKAGE).as_posix(): len(path.read_text().splitlines())
         for path in sorted(PACKAGE.rglob("*.py"))
         if "migrations" not in path.parts
     }
 
 
+def area_of(module: str) -> str:
+    return next(name for name, _, patterns in AREAS if any(fnmatch(module, p) for p in patterns))
+
+
 def measure(args: argparse.Namespace) -> None:
     lines = module_lines()
+    per_area = dict.fromkeys((name for name, _, _ in AREAS), 0)
+    for module, count in lines.items():
+        per_area[area_of(module)] += count
+    common.table(
+        ["Area", "Lines", "Budget"], [[name, per_area[name], budget] for name, budget, _ in AREAS]
+    )
+    for name, budget, _ in AREAS:
+        common.verdict(
+            f"{name} within {budget:,} lines", per_area[name] <= budget, f"{per_area[name]:,}"
+        )
     total = sum(lines.values())
-    large = sorted(((count, name) for name, count in lines.items() if count > MODULE_LIMIT))
-    common.table(["Module", "Lines"], [[name, count] for count, name in reversed(large)])
-    print(f"{len(lines)} modules, {total} lines")
     common.verdict(
-        f"the package at about {TARGET_LINES:,} lines",
-        total <= TARGET_LINES * 1.1,
+        f"the package at about {TOTAL_BUDGET:,} lines",
+        total <= TOTAL_BUDGET * 1.1,
         f"{total:,} lines in {len(lines)} modules",
     )
-    common.verdict(
-        f"no module over {MODULE_LIMIT} lines",
-        not large,
-        f"{len(large)} over: " + ", ".join(f"{name} {count}" for count, name in large[::-1]),
-    )
+    large = sorted(((count, name) for name, count in lines.items() if count > MODULE_WARNING))
+    for count, name in reversed(large):
+        print(f"warning: {name} has {count} lines (over {MODULE_WARNING}): a seam, or a reason")
 
 
 if __name__ == "__main__":

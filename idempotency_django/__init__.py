@@ -8,15 +8,15 @@ Where a request goes:
   class-based view, or a DRF view/viewset (:mod:`idempotency_django.drf`);
 * :func:`idempotency_django.webhooks.deduplicate_webhook` accepts each
   webhook delivery once;
-* all of them run the two phases of :mod:`idempotency_django.phases`:
+* all of them run the two phases of :mod:`idempotency_django.protocol.phases`:
   ``begin(request)`` answers a replay or a conflict, or returns an attempt
   that owns the key; ``attempt.finish(response)`` stores the answer (or
   ``attempt.abort()`` releases the key). The state lives in the configured
   store (:mod:`idempotency_django.stores`);
 * a protected view names the calls it makes to other ``Idempotency-Key``
   APIs with :func:`idempotency_django.downstream.downstream_key`;
-* every refusal is a row of :data:`idempotency_django.problems.REFUSALS`,
-  every decision one line of :mod:`idempotency_django.logs`.
+* every refusal is a row of :data:`idempotency_django.protocol.problems.REFUSALS`,
+  every decision one line of :mod:`idempotency_django.protocol.logs`.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ __all__ = [
 if TYPE_CHECKING:  # the names' own types, where a run imports them lazily
     from idempotency_django.decorators import idempotency_exempt, idempotent
     from idempotency_django.downstream import downstream_key
-    from idempotency_django.options import ViewOptions
+    from idempotency_django.protocol.options import ViewOptions
     from idempotency_django.state import lookup
 else:
 
@@ -58,7 +58,7 @@ else:
 
             return downstream_key
         if name == "ViewOptions":
-            from idempotency_django.options import ViewOptions
+            from idempotency_django.protocol.options import ViewOptions
 
             return ViewOptions
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -16,13 +16,14 @@ class IdempotencyConfig(AppConfig):
 
     def ready(self) -> None:
         # Importing them registers the system checks (W030 is the receivers').
-        from idempotency_django import checks, webhook_receivers  # noqa: F401
+        from idempotency_django import checks  # noqa: F401
+        from idempotency_django.webhooks import receivers  # noqa: F401
 
         install_log_redaction()
 
 
 def install_log_redaction() -> None:
-    """Put :class:`~idempotency_django.webhook_receivers.RedactTriggerURLs` on URL_LOGGERS, once.
+    """Put :class:`~idempotency_django.webhooks.receivers.RedactTriggerURLs` on URL_LOGGERS, once.
 
     On the loggers, not on handlers, so that it applies whatever handlers a
     project sets, its own included. Django applies ``LOGGING`` before apps are
@@ -30,7 +31,7 @@ def install_log_redaction() -> None:
     keeps its filters, also when it disables the logger, so no configuration
     removes it. A filter the project already put there is not added twice.
     """
-    from idempotency_django.webhook_receivers import RedactTriggerURLs
+    from idempotency_django.webhooks.receivers import RedactTriggerURLs
 
     for name in URL_LOGGERS:
         logger = logging.getLogger(name)

@@ -21,9 +21,9 @@ from idempotency_django.conf import (
     STORE_ALIASES,
     idempotency_settings,
 )
-from idempotency_django.marks import is_ninja_view, unprotected_ninja_methods
-from idempotency_django.options import MAX_SECONDS
-from idempotency_django.routes import walk_patterns
+from idempotency_django.protocol.marks import is_ninja_view, unprotected_ninja_methods
+from idempotency_django.protocol.options import MAX_SECONDS
+from idempotency_django.protocol.routes import walk_patterns
 
 MIDDLEWARE_PATH = "idempotency_django.middleware.IdempotencyMiddleware"
 #: Middleware that must run before ours: it sets request.user, which scopes keys.
@@ -237,7 +237,7 @@ def _check_required_paths(patterns: Any) -> list[checks.CheckMessage]:
 
 
 def _check_encryption_keys(key: Any, fallbacks: Any) -> list[checks.CheckMessage]:
-    from idempotency_django.encryption import invalid_keys
+    from idempotency_django.stores.encryption import invalid_keys
 
     problems = invalid_keys(key, fallbacks)
     if problems:
@@ -245,7 +245,8 @@ def _check_encryption_keys(key: Any, fallbacks: Any) -> list[checks.CheckMessage
             checks.Error(
                 f"{problem}.",
                 hint="A key is 32 URL-safe base64-encoded bytes, as "
-                "idempotency_django.encryption.generate_key() (Fernet.generate_key()) makes.",
+                "idempotency_django.stores.encryption.generate_key() "
+                "(Fernet.generate_key()) makes.",
                 id="idempotency_django.E015",
             )
             for problem in problems

@@ -33,8 +33,8 @@ DEFAULTS: dict[str, Any] = {
     # Which methods a key protects. Safe methods are never protected.
     "METHODS": ("POST", "PUT", "PATCH", "DELETE"),
     # Pluggable functions, by dotted path.
-    "SCOPE_FUNCTION": "idempotency_django.scope.default_scope",
-    "FINGERPRINT_FUNCTION": "idempotency_django.fingerprint.default_fingerprint",
+    "SCOPE_FUNCTION": "idempotency_django.protocol.scope.default_scope",
+    "FINGERPRINT_FUNCTION": "idempotency_django.protocol.fingerprint.default_fingerprint",
     # Seconds before a reservation left by an unfinished request may be taken over.
     "LOCK_TIMEOUT": 300,
     # Seconds a completed response is kept and replayed.
@@ -106,7 +106,7 @@ DEFAULTS: dict[str, Any] = {
         "Expires",
         "Vary",
     ),
-    # A Fernet key (idempotency_django.encryption.generate_key()) that encrypts stored
+    # A Fernet key (idempotency_django.stores.encryption.generate_key()) that encrypts stored
     # headers and bodies at rest (needs cryptography). None: stored as they are.
     "ENCRYPTION_KEY": None,
     # Older keys that still decrypt what they encrypted, as SECRET_KEY_FALLBACKS: for
@@ -124,7 +124,7 @@ DEFAULTS: dict[str, Any] = {
     # None: "about:blank".
     "PROBLEM_TYPE_BASE": None,
     # Dotted path to a function(request, members, headers) -> HttpResponse.
-    "PROBLEM_RENDERER": "idempotency_django.problems.render_problem",
+    "PROBLEM_RENDERER": "idempotency_django.protocol.problems.render_problem",
     # On DRF views, raise refusals as idempotency_django.drf.IdempotencyError
     # for DRF's EXCEPTION_HANDLER to render, instead of answering them.
     "DRF_EXCEPTION_HANDLER": False,

@@ -10,7 +10,7 @@ from asgiref.sync import iscoroutinefunction
 from django.core.exceptions import ImproperlyConfigured
 from django.views import View
 
-from idempotency_django.marks import (
+from idempotency_django.protocol.marks import (
     EXEMPT_ATTRIBUTE,
     OPTIONS_ATTRIBUTE,
     PROTECTED_ATTRIBUTE,
@@ -19,8 +19,8 @@ from idempotency_django.marks import (
     is_drf_request,
     is_ninja_view,
 )
-from idempotency_django.options import ViewOptions
-from idempotency_django.phases import aprotect, protect
+from idempotency_django.protocol.options import ViewOptions
+from idempotency_django.protocol.phases import aprotect, protect
 
 ViewT = TypeVar("ViewT", bound=Callable[..., Any])
 
@@ -28,7 +28,7 @@ ViewT = TypeVar("ViewT", bound=Callable[..., Any])
 class IdempotentOptions(TypedDict, total=False):
     """The keyword options of ``@idempotent`` (and of the ninja integration's).
 
-    They are :class:`~idempotency_django.options.ViewOptions`' fields; a function
+    They are :class:`~idempotency_django.protocol.options.ViewOptions`' fields; a function
     option takes the request a view gets (Django's, DRF's or ninja's).
     """
 
@@ -63,7 +63,7 @@ def idempotent(view: Any = None, **options: Unpack[IdempotentOptions]) -> Any:
     not kept. ``wait_for_in_progress``: seconds a duplicate waits for the
     request it duplicates. ``fingerprint`` and ``scope``: functions (or dotted
     paths) used instead of ``FINGERPRINT_FUNCTION`` and ``SCOPE_FUNCTION``, for
-    example [`json_fields`][idempotency_django.fingerprint.json_fields]. ``retain``:
+    example [`json_fields`][idempotency_django.protocol.fingerprint.json_fields]. ``retain``:
     a function ``(request, response, exception) -> bool`` (or its dotted path) that
     says whether an answer is kept, used instead of ``RETAIN_FUNCTION`` (a 5xx never
     is). Each defaults to the ``IDEMPOTENCY`` setting.

@@ -16,7 +16,7 @@ import json
 from django.http import HttpRequest
 from django.utils.crypto import salted_hmac
 
-from idempotency_django.marks import FINGERPRINT_ATTRIBUTE, KEY_ATTRIBUTE, django_request
+from idempotency_django.protocol.marks import FINGERPRINT_ATTRIBUTE, KEY_ATTRIBUTE, django_request
 from idempotency_django.stores import RecordKey
 
 __all__ = ["NotProtected", "downstream_key"]

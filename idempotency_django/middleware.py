@@ -15,8 +15,8 @@ the stored response commits with the view's writes (database store), or the
 reservation is checked before they commit (other stores).
 
 Under ASGI a sync view is protected the same way, on one worker thread; an
-async view through :func:`~idempotency_django.phases.arun`. Either runs to
-its end when the client hangs up (:func:`~idempotency_django.phases.run_to_the_end`).
+async view through :func:`~idempotency_django.protocol.phases.arun`. Either runs to
+its end when the client hangs up (:func:`~idempotency_django.protocol.phases.run_to_the_end`).
 """
 
 from __future__ import annotations
@@ -32,18 +32,18 @@ from django.http import HttpRequest
 from django.http.response import HttpResponseBase
 from django.urls import ResolverMatch
 
-from idempotency_django.bodies import ready_body
 from idempotency_django.conf import header, idempotency_settings
-from idempotency_django.marks import (
+from idempotency_django.protocol.bodies import ready_body
+from idempotency_django.protocol.marks import (
     EXEMPT_ATTRIBUTE,
     PROTECTED_ATTRIBUTE,
     is_drf_view,
     is_ninja_protected_view,
 )
-from idempotency_django.options import ViewOptions
-from idempotency_django.phases import Protection, arun, mark_ignored_key, run_to_the_end
-from idempotency_django.problems import refuse
-from idempotency_django.routes import match_of
+from idempotency_django.protocol.options import ViewOptions
+from idempotency_django.protocol.phases import Protection, arun, mark_ignored_key, run_to_the_end
+from idempotency_django.protocol.problems import refuse
+from idempotency_django.protocol.routes import match_of
 from idempotency_django.stores import get_store
 from idempotency_django.tasks import TaskInProgress, TaskKeyReused
 

@@ -6,7 +6,7 @@ from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from idempotency_django.keys import record_digest
+from idempotency_django.stores.digests import record_digest
 
 
 class IdempotencyRecord(models.Model):
@@ -26,7 +26,7 @@ class IdempotencyRecord(models.Model):
         TASK = "task", _("background task")
 
     #: SHA-256 of principal, location and key: the record's identity (see
-    #: :func:`~idempotency_django.keys.record_digest`). The three columns
+    #: :func:`~idempotency_django.stores.digests.record_digest`). The three columns
     #: below are for reading; a principal or location longer than its
     #: column is kept there as its own digest.
     digest = models.CharField(_("digest"), max_length=64)

@@ -30,8 +30,8 @@ from drf_spectacular.utils import OpenApiParameter
 
 from idempotency_django.conf import idempotency_settings
 from idempotency_django.drf import IdempotentMixin
-from idempotency_django.marks import EXEMPT_ATTRIBUTE, OPTIONS_ATTRIBUTE
-from idempotency_django.openapi_contract import (
+from idempotency_django.protocol.marks import EXEMPT_ATTRIBUTE, OPTIONS_ATTRIBUTE
+from idempotency_django.protocol.openapi_contract import (
     KEY_SCHEMA,
     PROBLEM_SCHEMA,
     ProblemAnswer,
@@ -42,7 +42,7 @@ from idempotency_django.openapi_contract import (
     replayed_header,
     same_request_description,
 )
-from idempotency_django.options import ViewOptions
+from idempotency_django.protocol.options import ViewOptions
 
 __all__ = ["PROBLEM_COMPONENT_NAME", "IdempotentAutoSchema", "view_idempotency_options"]
 

@@ -33,9 +33,9 @@ from django.db import DEFAULT_DB_ALIAS, connections, models, router, transaction
 from django.db.models import Q
 
 from idempotency_django import signals
-from idempotency_django.heartbeat import renewal_grace
-from idempotency_django.keys import readable_value
 from idempotency_django.models import IdempotencyRecord
+from idempotency_django.protocol.heartbeat import renewal_grace
+from idempotency_django.stores.digests import readable_value
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
@@ -106,7 +106,8 @@ def deliveries_filter(now: datetime, cutoff: datetime | None) -> Q:
 
 def abandoned_filter(now: datetime, cutoff: datetime | None) -> Q:
     """Reservations past their takeover time (and
-    :func:`~idempotency_django.heartbeat.renewal_grace`). A live reservation is never matched."""
+    :func:`~idempotency_django.protocol.heartbeat.renewal_grace`). A live reservation is never
+    matched."""
     return Q(state=IdempotencyRecord.State.IN_PROGRESS, expires_at__lte=now - renewal_grace())
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from idempotency_django.scope import principal_of
+from idempotency_django.protocol.scope import principal_of
 from idempotency_django.stores import KeyState, RecordKey, get_store
 
 __all__ = ["KeyState", "lookup"]

@@ -166,7 +166,7 @@ def _check_first(first: TestResponse, duplicate: TestResponse | None, request: s
 
 
 def _check_in_progress(duplicate: TestResponse | None) -> None:
-    from idempotency_django import problems
+    from idempotency_django.protocol import problems
 
     assert duplicate is not None
     if (
@@ -208,8 +208,8 @@ def _check_replay(first: TestResponse, retry: TestResponse) -> None:
 
 
 def _check_reused(reused: TestResponse) -> None:
-    from idempotency_django import problems
     from idempotency_django.conf import idempotency_settings
+    from idempotency_django.protocol import problems
 
     reuse_status = idempotency_settings.REUSE_STATUS
     if reused.status_code != reuse_status or _code(reused) != problems.KEY_REUSED:

@@ -19,7 +19,7 @@ from django.utils import timezone
 from django.utils.text import capfirst
 
 from idempotency_django import admin as record_admin
-from idempotency_django.admin_display import (
+from idempotency_django.admin.display import (
     BODY_DISPLAY_LIMIT,
     TOKEN_MAX_LENGTH,
     body_digest,
@@ -27,7 +27,7 @@ from idempotency_django.admin_display import (
     render_body,
     render_headers,
 )
-from idempotency_django.admin_filters import EstimatedCountPaginator, LocationFilter, expiry_state
+from idempotency_django.admin.filters import EstimatedCountPaginator, LocationFilter, expiry_state
 from idempotency_django.models import IdempotencyRecord
 from idempotency_django.stores import Outcome, RecordKey, RequestInfo, get_store
 from tests.factories import IdempotencyRecordFactory

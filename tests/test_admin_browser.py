@@ -18,7 +18,7 @@ from django.contrib.auth.models import Permission, User
 from django.test import override_settings
 from django.utils import timezone
 
-from idempotency_django.admin_display import TOKEN_MAX_LENGTH
+from idempotency_django.admin.display import TOKEN_MAX_LENGTH
 from idempotency_django.models import IdempotencyRecord
 from tests.browser import CHROMIUM, CHROMIUM_ARGS, publish_screenshot
 from tests.factories import IdempotencyRecordFactory

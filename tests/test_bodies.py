@@ -21,9 +21,9 @@ from django.urls import ResolverMatch
 from django.utils.crypto import salted_hmac
 from django.utils.http import urlencode
 
-from idempotency_django import bodies, routes
-from idempotency_django.fingerprint import FINGERPRINT_SALT
 from idempotency_django.models import IdempotencyRecord
+from idempotency_django.protocol import bodies, routes
+from idempotency_django.protocol.fingerprint import FINGERPRINT_SALT
 from tests.testapp.models import Booking
 
 pytestmark = pytest.mark.django_db
@@ -238,7 +238,7 @@ def test_a_body_that_is_not_the_multipart_it_claims_counts_byte_for_byte() -> No
     fingerprint; the raw bytes count, boundary and all."""
     from django.test import RequestFactory
 
-    from idempotency_django.fingerprint import default_fingerprint
+    from idempotency_django.protocol.fingerprint import default_fingerprint
 
     body = b'--b-1\r\nContent-Disposition: form-data; name="slot"\r\n\r\nfp'
     request = RequestFactory().post(

@@ -40,8 +40,8 @@ from idempotency_client import (
     RetriesExhausted,
     RetryPolicy,
 )
-from idempotency_django import problems
 from idempotency_django.conf import DEFAULTS
+from idempotency_django.protocol import problems
 from tests.docs_examples import client_httpx, client_requests
 from tests.fault_proxy import DROP, FORWARD, HOLD, Answer, Step, fault_proxy
 from tests.servers import free_port

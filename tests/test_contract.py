@@ -318,7 +318,7 @@ def test_oversized_location_is_400(alice_client: Client) -> None:
 def _fingerprint_of(client: Client) -> str:
     from django.test import RequestFactory
 
-    from idempotency_django.fingerprint import default_fingerprint
+    from idempotency_django.protocol.fingerprint import default_fingerprint
 
     request = RequestFactory().post(URL, BODY, content_type="application/json")
     return default_fingerprint(request)

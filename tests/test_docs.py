@@ -29,15 +29,16 @@ from django.contrib.auth.models import User
 from django.core import checks
 from django.test import Client, RequestFactory, override_settings
 
-from idempotency_django import problems, webhooks
+from idempotency_django import webhooks
 from idempotency_django.checks import check_settings
 from idempotency_django.conf import DEFAULTS
-from idempotency_django.fingerprint import default_fingerprint
 from idempotency_django.models import WebhookDelivery
-from idempotency_django.options import ViewOptions
-from idempotency_django.phases import protect
+from idempotency_django.protocol import problems
+from idempotency_django.protocol.fingerprint import default_fingerprint
+from idempotency_django.protocol.options import ViewOptions
+from idempotency_django.protocol.phases import protect
 from idempotency_django.stores import RecordKey, RequestInfo, get_store
-from idempotency_django.webhook_identity import TRIGGER_PREFIX, trigger_digest
+from idempotency_django.webhooks.identity import TRIGGER_PREFIX, trigger_digest
 from tests.docs_examples import metrics, settings_examples
 from tests.docs_examples.webhooks import WEBHOOK_SECRET, sign
 from tests.redis_helpers import DOWN_ALIAS, caches_with

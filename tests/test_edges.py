@@ -11,7 +11,7 @@ from django.contrib.auth.models import AnonymousUser, User
 from django.test import AsyncClient, Client, RequestFactory, override_settings
 
 from idempotency_django import idempotent
-from idempotency_django.scope import default_scope, principal_of, session_scope
+from idempotency_django.protocol.scope import default_scope, principal_of, session_scope
 from tests.testapp.models import Booking
 
 pytestmark = pytest.mark.django_db

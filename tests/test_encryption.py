@@ -25,9 +25,9 @@ from django.test import Client, override_settings
 from django.urls import reverse
 
 from idempotency_django.checks import check_settings
-from idempotency_django.encryption import SEALED_HEADER, generate_key, invalid_keys
 from idempotency_django.models import IdempotencyRecord
 from idempotency_django.stores import get_store
+from idempotency_django.stores.encryption import SEALED_HEADER, generate_key, invalid_keys
 from tests.redis_helpers import redis_store_settings, stored_entries
 from tests.testapp.models import Booking
 
@@ -368,7 +368,7 @@ import django
 from django.conf import settings
 settings.configure(IDEMPOTENCY={IDEMPOTENCY!r}, INSTALLED_APPS=["idempotency_django"])
 django.setup()
-from idempotency_django.encryption import SEALED_HEADER, seal, unseal
+from idempotency_django.stores.encryption import SEALED_HEADER, seal, unseal
 from idempotency_django.stores.base import StoredResponse, StoreUnavailable
 from idempotency_django.checks import _check_encryption_keys
 from idempotency_django.conf import idempotency_settings as s

@@ -26,7 +26,7 @@ from django.core.checks import run_checks
 from django.db import connection
 from django.test import Client, override_settings
 
-from idempotency_django.heartbeat import heartbeat
+from idempotency_django.protocol.heartbeat import heartbeat
 from idempotency_django.stores import RecordKey, RequestInfo
 from idempotency_django.stores.memory import MemoryStore
 from tests.checkpoints import Checkpoint

@@ -14,9 +14,9 @@ from django.urls import reverse
 
 import idempotency_django
 from idempotency_django import signals
-from idempotency_django.keys import key_digest
 from idempotency_django.models import IdempotencyRecord
 from idempotency_django.purge import purge_principal
+from idempotency_django.stores.digests import key_digest
 from tests.factories import IdempotencyRecordFactory
 
 pytestmark = pytest.mark.django_db

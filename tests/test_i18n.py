@@ -73,10 +73,10 @@ def test_the_french_catalog_is_compiled_and_translates_every_entry() -> None:
             assert translation.gettext(msgid) != msgid, msgid
     sources = "".join(
         (Path(idempotency_django.__file__).parent / name).read_text()
-        for name in ("problems.py", "webhooks.py")
+        for name in ("protocol/problems.py", "webhooks/__init__.py")
     )
     flat = re.sub(r'"\s*\n\s*"', "", sources)  # implicit concatenation of adjacent literals
-    keys = (Path(idempotency_django.__file__).parent / "keys.py").read_text()
+    keys = (Path(idempotency_django.__file__).parent / "protocol" / "keys.py").read_text()
     flat += re.sub(r'"\s*\n\s*"', "", keys)
     for msgid in ids:
         marked = (f'_("{msgid}")', f'gettext_noop("{msgid}")')

@@ -16,8 +16,8 @@ from django.contrib.auth.models import User
 from django.test import Client, override_settings
 from rest_framework.test import APIClient
 
-from idempotency_django import phases
 from idempotency_django.models import IdempotencyRecord
+from idempotency_django.protocol import phases
 from tests.testapp.models import Booking
 
 pytestmark = pytest.mark.django_db

@@ -68,8 +68,8 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_graph_is_read_from_the_sources() -> None:
     graph = import_graph()
-    assert "idempotency_django.phases" in graph["idempotency_django.middleware"]
-    assert "idempotency_django.problems" in graph["idempotency_django.phases"]
+    assert "idempotency_django.protocol.phases" in graph["idempotency_django.middleware"]
+    assert "idempotency_django.protocol.problems" in graph["idempotency_django.protocol.phases"]
 
 
 def test_a_cycle_is_found() -> None:
@@ -78,3 +78,98 @@ def test_a_cycle_is_found() -> None:
 
 def test_no_module_of_the_package_imports_itself_through_others() -> None:
     assert cycles(import_graph()) == []
+
+
+# -- the layers ----------------------------------------------------------------
+
+#: The integrations: each adapts the protocol to one kind of door or tool.
+INTEGRATIONS = (
+    "idempotency_django.drf",
+    "idempotency_django.ninja",
+    "idempotency_django.webhooks",
+    "idempotency_django.tasks",
+    "idempotency_django.admin",
+    "idempotency_django.contrib",
+    "idempotency_django.openapi",
+    "idempotency_django.middleware",
+    "idempotency_django.decorators",
+    "idempotency_django.downstream",
+    "idempotency_django.testing",
+    "idempotency_django.purge",
+    "idempotency_django.management",
+)
+#: The 0.2.0 paths of moved modules: re-exports that warn, imported by nobody inside.
+MOVED = {
+    "idempotency_django.fingerprint": "idempotency_django.protocol.fingerprint",
+    "idempotency_django.scope": "idempotency_django.protocol.scope",
+    "idempotency_django.problems": "idempotency_django.protocol.problems",
+    "idempotency_django.phases": "idempotency_django.protocol.phases",
+    "idempotency_django.encryption": "idempotency_django.stores.encryption",
+    "idempotency_django.contract": "idempotency_django.stores.contract",
+}
+
+
+def under(name: str, *packages: str) -> bool:
+    return any(name == package or name.startswith(package + ".") for package in packages)
+
+
+def imports_under(layer: str) -> dict[str, set[str]]:
+    return {name: imported for name, imported in import_graph().items() if under(name, layer)}
+
+
+def test_the_protocol_imports_no_integration() -> None:
+    crossing = {
+        name: sorted(target for target in imported if under(target, *INTEGRATIONS))
+        for name, imported in imports_under("idempotency_django.protocol").items()
+    }
+    assert {name: targets for name, targets in crossing.items() if targets} == {}
+
+
+def test_the_stores_import_neither_the_protocol_nor_an_integration() -> None:
+    above = ("idempotency_django.protocol", *INTEGRATIONS)
+    crossing = {
+        name: sorted(target for target in imported if under(target, *above))
+        for name, imported in imports_under("idempotency_django.stores").items()
+    }
+    assert {name: targets for name, targets in crossing.items() if targets} == {}
+
+
+def test_nothing_inside_imports_a_moved_path() -> None:
+    importers = {
+        name: sorted(set(imported) & MOVED.keys())
+        for name, imported in import_graph().items()
+        if name not in MOVED
+    }
+    assert {name: targets for name, targets in importers.items() if targets} == {}
+
+
+def test_each_moved_path_warns_and_is_the_new_module() -> None:
+    import importlib
+    import sys
+    import warnings
+
+    for old, new in MOVED.items():
+        sys.modules.pop(old, None)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            module = importlib.import_module(old)
+        assert [str(w.message) for w in caught if w.category is DeprecationWarning] == [
+            f"{old} moved to {new}: import it from there ({old} goes in 1.0)."
+        ]
+        new_module = importlib.import_module(new)
+        public = [name for name in vars(new_module) if not name.startswith("_")]
+        assert all(getattr(module, name) is getattr(new_module, name) for name in public)
+
+
+def test_every_path_the_api_reference_documents_imports() -> None:
+    import importlib
+
+    api = (PACKAGE.parent / "docs" / "api.md").read_text()
+    paths = [line.split()[1] for line in api.splitlines() if line.startswith("::: ")]
+    assert len(paths) > 20
+    for path in paths:
+        try:
+            importlib.import_module(path)
+        except ImportError:
+            module, _, name = path.rpartition(".")
+            assert hasattr(importlib.import_module(module), name), path

@@ -42,8 +42,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from idempotency_django.webhook_receivers import RedactTriggerURLs
 from idempotency_django.webhooks import deduplicate_webhook
+from idempotency_django.webhooks.receivers import RedactTriggerURLs
 from tests.servers import free_port, stop
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -459,7 +459,7 @@ def test_operating_md_lists_every_decision_event_at_its_level() -> None:
 
     root = Path(__file__).resolve().parent.parent
     protocol = ("phases.py", "attempt.py", "reservation.py", "waiting.py")
-    source = "".join((root / "idempotency_django" / name).read_text() for name in protocol)
+    source = "".join((root / "idempotency_django" / "protocol" / name).read_text() for name in protocol)
     logged = set(re.findall(r"logging\.(INFO|WARNING|ERROR),\s*\"(\w+)\"", source))
     page = (root / "docs" / "operating.md").read_text()
     documented = {

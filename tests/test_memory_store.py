@@ -10,8 +10,8 @@ import pytest
 from django.test import override_settings
 
 from idempotency_django.checks import check_settings
-from idempotency_django.contract import KEY, LOCK_TIMEOUT, REQUEST, RESPONSE, StoreContract
 from idempotency_django.stores import BaseStore, Outcome, RecordKey, get_store
+from idempotency_django.stores.contract import KEY, LOCK_TIMEOUT, REQUEST, RESPONSE, StoreContract
 from idempotency_django.stores.memory import MemoryStore
 
 

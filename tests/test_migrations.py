@@ -9,8 +9,8 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
-from idempotency_django.keys import record_digest
 from idempotency_django.stores import Outcome, RecordKey, RequestInfo, get_store
+from idempotency_django.stores.digests import record_digest
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

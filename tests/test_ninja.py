@@ -27,7 +27,7 @@ from rest_framework.authtoken.models import Token
 
 from idempotency_django.models import IdempotencyRecord
 from idempotency_django.ninja import auth_principal, idempotent
-from idempotency_django.ninja_scope import SECRET_PREFIX
+from idempotency_django.ninja.scope import SECRET_PREFIX
 from tests.concurrency import in_threads
 from tests.testapp import ninja_api
 from tests.testapp.models import Booking
@@ -578,7 +578,7 @@ def test_the_package_imports_without_ninja() -> None:
         "'django.contrib.contenttypes', 'idempotency_django'])\n"
         "django.setup()\n"
         "import idempotency_django.middleware, idempotency_django.decorators\n"
-        "import idempotency_django.marks, idempotency_django.openapi_contract\n"
+        "import idempotency_django.protocol.marks, idempotency_django.protocol.openapi_contract\n"
         "try:\n    import idempotency_django.ninja\nexcept ImportError:\n    print('ok')\n"
     )
     result = subprocess.run(

@@ -17,7 +17,7 @@ from idempotency_django import signals
 from idempotency_django.checks import check_middleware, check_settings
 from idempotency_django.decorators import idempotent
 from idempotency_django.models import IdempotencyRecord
-from idempotency_django.options import MAX_SECONDS, ViewOptions
+from idempotency_django.protocol.options import MAX_SECONDS, ViewOptions
 from idempotency_django.tasks import idempotent_task
 from idempotency_django.webhooks import deduplicate_webhook
 from tests.testapp.models import Booking

@@ -1,8 +1,8 @@
 """A model of the whole protocol: requests that fail at every step, and clients that hang up.
 
 ``test_store_protocol.py`` checks the stores' own contract. This machine drives
-whole requests through :func:`~idempotency_django.phases.run` (sync, in the
-transaction the middleware opens) and :func:`~idempotency_django.phases.arun`
+whole requests through :func:`~idempotency_django.protocol.phases.run` (sync, in the
+transaction the middleware opens) and :func:`~idempotency_django.protocol.phases.arun`
 (async, the task cancelled as Django cancels it when the client disconnects),
 with a view that books one ``Booking`` per run. Each request may:
 
@@ -40,8 +40,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from idempotency_django.models import IdempotencyRecord
-from idempotency_django.options import ViewOptions
-from idempotency_django.phases import arun, begin, run
+from idempotency_django.protocol.options import ViewOptions
+from idempotency_django.protocol.phases import arun, begin, run
 from idempotency_django.stores import Outcome, get_store
 from tests import redis_helpers
 from tests.testapp.models import Booking
@@ -188,7 +188,7 @@ async def wait_for(condition: Callable[[], bool]) -> None:
 
 
 def record_key(user: User, key: str) -> Any:
-    from idempotency_django.scope import default_scope
+    from idempotency_django.protocol.scope import default_scope
     from idempotency_django.stores import RecordKey
 
     scope = default_scope(keyed_request(user, key))

@@ -490,7 +490,7 @@ def test_purge_principal_in_batches_logging_each_record() -> None:
 
 def test_purge_principal_finds_a_principal_stored_as_its_digest() -> None:
     """The store keeps a principal too long for its column as sha256:<hex> of it."""
-    from idempotency_django.keys import readable_value
+    from idempotency_django.stores.digests import readable_value
 
     long_principal = "tenant-with-a-very-long-name:" + "x" * 300
     IdempotencyRecordFactory.create(key="long", principal=readable_value(long_principal))
@@ -578,8 +578,8 @@ def forget_deleted_user(sender: type[Any], instance: Any, **kwargs: Any) -> None
     Connect it once, e.g. in an AppConfig.ready():
     post_delete.connect(forget_deleted_user, sender=settings.AUTH_USER_MODEL)
     """
+    from idempotency_django.protocol.scope import principal_of
     from idempotency_django.purge import purge_principal
-    from idempotency_django.scope import principal_of
 
     principal = principal_of(instance)  # "auth.user:42": as the default scope names users
     if principal is not None:

@@ -373,8 +373,8 @@ def test_the_short_name_builds_the_store() -> None:
 
 
 def test_the_logged_key_digest_is_the_start_of_the_redis_key() -> None:
-    from idempotency_django.keys import key_digest
     from idempotency_django.stores import RecordKey
+    from idempotency_django.stores.digests import key_digest
 
     store = RedisStore()
     key = RecordKey("auth.user:1", "portland", "booking-1")

@@ -34,7 +34,7 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from schemathesis import GenerationMode
 
-from idempotency_django.keys import InvalidKey, parse_key
+from idempotency_django.protocol.keys import InvalidKey, parse_key
 from tests.test_openapi import schema_class_setting
 
 MAX_EXAMPLES = 25

@@ -28,16 +28,16 @@ from rest_framework.decorators import api_view, authentication_classes, permissi
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 
-from idempotency_django.bodies import BODY_COPY_ATTRIBUTE
 from idempotency_django.checks import check_settings
 from idempotency_django.conf import DEFAULTS
 from idempotency_django.decorators import idempotent
-from idempotency_django.fingerprint import FINGERPRINT_SALT
 from idempotency_django.models import IdempotencyRecord, WebhookDelivery
-from idempotency_django.scope import Scope
+from idempotency_django.protocol.bodies import BODY_COPY_ATTRIBUTE
+from idempotency_django.protocol.fingerprint import FINGERPRINT_SALT
+from idempotency_django.protocol.scope import Scope
 from idempotency_django.stores import RecordKey, RequestInfo, StoredResponse, get_store
-from idempotency_django.webhook_receivers import check_receiver_namespaces
 from idempotency_django.webhooks import deduplicate_webhook, stripe_event_id
+from idempotency_django.webhooks.receivers import check_receiver_namespaces
 from tests.docs_examples.webhooks import WEBHOOK_SECRET, sign
 from tests.redis_helpers import (
     caches_with,

@@ -22,10 +22,10 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.test import Client, override_settings
 
-from idempotency_django.encryption import SEALED_HEADER, ForeignResponse, seal, unseal
-from idempotency_django.logs import log_value
 from idempotency_django.models import IdempotencyRecord
+from idempotency_django.protocol.logs import log_value
 from idempotency_django.stores.base import RecordKey, StoredResponse
+from idempotency_django.stores.encryption import SEALED_HEADER, ForeignResponse, seal, unseal
 from tests import servers
 from tests.redis_helpers import REDIS_URL, raw_client, skip_without_redis
 from tests.testapp.models import Booking

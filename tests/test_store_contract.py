@@ -14,9 +14,9 @@ import pytest
 from django.test import override_settings
 from django.utils import timezone
 
-from idempotency_django.contract import StoreContract
 from idempotency_django.models import IdempotencyRecord
 from idempotency_django.stores import BaseStore, RecordKey, get_store
+from idempotency_django.stores.contract import StoreContract
 from idempotency_django.stores.redis import RedisStore
 from tests.redis_helpers import DOWN_ALIAS, raw_client, redis_store_settings
 

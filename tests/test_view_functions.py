@@ -10,8 +10,12 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.test import Client, override_settings
 
-from idempotency_django.fingerprint import default_fingerprint, ignore_json_fields, json_fields
 from idempotency_django.models import IdempotencyRecord
+from idempotency_django.protocol.fingerprint import (
+    default_fingerprint,
+    ignore_json_fields,
+    json_fields,
+)
 from tests.testapp.models import Booking
 
 pytestmark = pytest.mark.django_db

@@ -15,7 +15,7 @@ from django.db.models import F
 from django.test import AsyncClient, Client, RequestFactory, override_settings
 
 from idempotency_django.models import IdempotencyRecord, WebhookDelivery
-from idempotency_django.webhook_identity import (
+from idempotency_django.webhooks.identity import (
     TRIGGER_PREFIX,
     DeliveryIdentity,
     fallback_identity,

@@ -10,7 +10,7 @@ from typing import Any
 
 from django.db import migrations, models
 
-from idempotency_django.keys import record_digest
+from idempotency_django.stores.digests import record_digest
 
 BATCH = 2000
 

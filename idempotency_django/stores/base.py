@@ -2,7 +2,7 @@
 
 A store answers three questions atomically: may this request run (claim),
 here is its answer (complete), and never mind, let a retry run (release).
-The rules about *which* answer to give live in :mod:`idempotency_django.attempt`;
+The rules about *which* answer to give live in :mod:`idempotency_django.protocol.attempt`;
 a store only keeps state. Times are the store's own: the database's clock
 or Redis's TTLs, never an app server's.
 """
@@ -19,7 +19,7 @@ from typing import Any
 
 from django.core.checks import CheckMessage
 
-from idempotency_django.keys import record_digest
+from idempotency_django.stores.digests import record_digest
 
 
 def backoff() -> Iterator[float]:
@@ -44,7 +44,7 @@ class RecordKey:
 
     @functools.cached_property
     def digest(self) -> str:
-        """What stores find the record by: :func:`~idempotency_django.keys.record_digest`."""
+        """What stores find the record by: :func:`~.digests.record_digest`."""
         return record_digest(self.principal, self.location, self.key)
 
 

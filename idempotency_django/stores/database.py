@@ -44,9 +44,6 @@ from django.db import (
 )
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from idempotency_django.encryption import seal
-from idempotency_django.fingerprint import same_request
-from idempotency_django.keys import readable_value
 from idempotency_django.models import IdempotencyRecord
 from idempotency_django.stores.base import (
     BaseStore,
@@ -69,6 +66,8 @@ from idempotency_django.stores.database_rows import (
     request_values,
 )
 from idempotency_django.stores.database_sql import later_params, statements
+from idempotency_django.stores.digests import readable_value, same_request
+from idempotency_django.stores.encryption import seal
 
 #: MariaDB/MySQL errors a NOWAIT read raises when another transaction holds the row.
 _MYSQL_LOCK_ERRORS = frozenset({1205, 3572})

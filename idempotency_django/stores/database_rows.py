@@ -9,11 +9,11 @@ from typing import Any, NamedTuple
 from django.db import models
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from idempotency_django.encryption import unseal
-from idempotency_django.keys import readable_value
 from idempotency_django.models import IdempotencyRecord
 from idempotency_django.stores.base import RecordKey, RequestInfo, StoredResponse
 from idempotency_django.stores.database_sql import later_params
+from idempotency_django.stores.digests import readable_value
+from idempotency_django.stores.encryption import unseal
 
 State = IdempotencyRecord.State
 IN_PROGRESS = str(State.IN_PROGRESS)

@@ -18,8 +18,6 @@ from typing import Any
 from django.conf import settings
 from django.core import checks
 
-from idempotency_django.encryption import seal, unseal
-from idempotency_django.fingerprint import same_request
 from idempotency_django.stores.base import (
     BaseStore,
     Claim,
@@ -29,6 +27,8 @@ from idempotency_django.stores.base import (
     RequestInfo,
     StoredResponse,
 )
+from idempotency_django.stores.digests import same_request
+from idempotency_django.stores.encryption import seal, unseal
 
 IN_PROGRESS = "in_progress"
 COMPLETED = "completed"

@@ -41,7 +41,7 @@ Value (format 1)
     With ``ENCRYPTION_KEY`` set, ``headers`` is the one pair
     ``[":idempotency-encrypted","fernet-2"]`` and the body a Fernet token of
     the real headers and body, bound to the entry's digest and kind
-    (:mod:`idempotency_django.encryption`): the same
+    (:mod:`idempotency_django.stores.encryption`): the same
     format, so entries written before and after encryption was turned on live
     side by side.
 
@@ -95,7 +95,6 @@ from redis.commands.core import Script
 from redis.exceptions import RedisClusterException, RedisError
 
 from idempotency_django.conf import idempotency_settings
-from idempotency_django.encryption import seal
 from idempotency_django.stores.base import (
     BaseStore,
     Claim,
@@ -106,6 +105,7 @@ from idempotency_django.stores.base import (
     StoredResponse,
     StoreUnavailable,
 )
+from idempotency_django.stores.encryption import seal
 from idempotency_django.stores.redis_checks import redis_store_checks
 from idempotency_django.stores.redis_scripts import (
     CLAIM_SCRIPT,

@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from idempotency_django.encryption import unseal
 from idempotency_django.stores.base import RecordKey, StoredResponse, StoreUnavailable
+from idempotency_django.stores.encryption import unseal
 
 FORMAT_VERSION = 1
 IN_PROGRESS = "in_progress"

@@ -7,8 +7,6 @@ import threading
 import time
 import uuid
 
-from idempotency_django.encryption import seal, unseal
-from idempotency_django.fingerprint import same_request
 from idempotency_django.stores import (
     BaseStore,
     Claim,
@@ -18,6 +16,8 @@ from idempotency_django.stores import (
     RequestInfo,
     StoredResponse,
 )
+from idempotency_django.stores.digests import same_request
+from idempotency_django.stores.encryption import seal, unseal
 
 
 class DictStore(BaseStore):

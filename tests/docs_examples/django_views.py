@@ -50,7 +50,7 @@ def track_click(request):
 
 
 # --8<-- [start:fingerprint]
-from idempotency_django.fingerprint import json_fields  # noqa: E402
+from idempotency_django.protocol.fingerprint import json_fields  # noqa: E402
 
 
 @idempotent(fingerprint=json_fields("slot", "customer"))

@@ -6,8 +6,8 @@ import time
 import pytest
 from django.test import override_settings
 
-from idempotency_django.contract import StoreContract
 from idempotency_django.stores import get_store
+from idempotency_django.stores.contract import StoreContract
 
 
 class TestDictStore(StoreContract):

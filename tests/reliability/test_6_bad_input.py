@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from idempotency_django.keys import InvalidKey, parse_key
+from idempotency_django.protocol.keys import InvalidKey, parse_key
 from tests.reliability import harness
 from tests.reliability.harness import STORE_LABELS, Row
 

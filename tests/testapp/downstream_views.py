@@ -25,7 +25,7 @@ from rest_framework.response import Response
 from idempotency_django import downstream_key, idempotent
 from idempotency_django.drf import IdempotentMixin
 from idempotency_django.ninja import idempotent as ninja_idempotent
-from idempotency_django.options import ViewOptions
+from idempotency_django.protocol.options import ViewOptions
 from idempotency_django.webhooks import deduplicate_webhook
 from tests import checkpoints
 from tests.testapp.models import Booking

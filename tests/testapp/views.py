@@ -30,8 +30,8 @@ from rest_framework.serializers import BaseSerializer
 
 from idempotency_django import idempotency_exempt, idempotent
 from idempotency_django.drf import IdempotentMixin
-from idempotency_django.fingerprint import ignore_json_fields, json_fields
-from idempotency_django.options import ViewOptions
+from idempotency_django.protocol.fingerprint import ignore_json_fields, json_fields
+from idempotency_django.protocol.options import ViewOptions
 from idempotency_django.webhooks import deduplicate_webhook
 from tests.testapp.models import Booking
 
@@ -434,7 +434,7 @@ def small_limit_booking(request: HttpRequest) -> HttpResponse:
 
 def long_principal_scope(request: HttpRequest):  # type: ignore[no-untyped-def]
     """A custom SCOPE_FUNCTION whose principals are longer than the column."""
-    from idempotency_django.scope import Scope, location_of
+    from idempotency_django.protocol.scope import Scope, location_of
 
     if not request.user.is_authenticated:
         return None
@@ -458,7 +458,7 @@ def nonce_booking(request: HttpRequest) -> HttpResponse:
 
 def organisation_scope(request: HttpRequest):  # type: ignore[no-untyped-def]
     """Keys shared by everyone of an organisation (its X-Organisation header, in this test)."""
-    from idempotency_django.scope import Scope
+    from idempotency_django.protocol.scope import Scope
 
     organisation = request.headers.get("X-Organisation")
     return Scope(principal=f"org:{organisation}") if organisation else None

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import Enum
 
-# The server's problem codes (docs/errors.md; idempotency_django.problems on the
+# The server's problem codes (docs/errors.md; idempotency_django.protocol.problems on the
 # server), written here so that a client needs no Django.
 PROBLEM_CONTENT_TYPE = "application/problem+json"
 KEY_IN_PROGRESS = "idempotency_key_in_progress"

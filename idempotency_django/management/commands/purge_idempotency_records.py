@@ -17,6 +17,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import Error, connections
 from django.utils.connection import ConnectionDoesNotExist
 
+from idempotency_django.protocol.scope import principal_of
 from idempotency_django.purge import (
     DEFAULT_BATCH_SIZE,
     KINDS,
@@ -28,7 +29,6 @@ from idempotency_django.purge import (
     purge,
     purge_principal,
 )
-from idempotency_django.scope import principal_of
 from idempotency_django.stores import get_store
 
 

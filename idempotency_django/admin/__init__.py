@@ -28,8 +28,8 @@ from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from idempotency_django.admin_actions import RecordActionsMixin, ReleaseMixin
-from idempotency_django.admin_display import (
+from idempotency_django.admin.actions import RecordActionsMixin, ReleaseMixin
+from idempotency_django.admin.display import (
     BODY_DISPLAY_LIMIT,
     TOKEN_MAX_LENGTH,
     open_stored_response,
@@ -44,7 +44,7 @@ from idempotency_django.admin_display import (
     render_relative_time,
     render_token,
 )
-from idempotency_django.admin_filters import (
+from idempotency_django.admin.filters import (
     EXPIRED,
     EstimatedCountPaginator,
     ExpiryStateFilter,
@@ -58,7 +58,7 @@ from idempotency_django.admin_filters import (
 )
 from idempotency_django.models import IdempotencyRecord, WebhookDelivery
 from idempotency_django.purge import send_evicted
-from idempotency_django.webhook_identity import TRIGGER_PREFIX
+from idempotency_django.webhooks.identity import TRIGGER_PREFIX
 
 __all__ = [
     "BODY_DISPLAY_LIMIT",

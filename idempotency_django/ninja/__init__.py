@@ -25,8 +25,8 @@ response is stored: a stored answer is always the bytes the client got,
 and a result ninja cannot serialize is an error of the attempt (its key is
 released, its transaction rolled back), never a 500 after the answer was
 kept. It also documents the key contract in the API's OpenAPI schema
-(:mod:`idempotency_django.ninja_openapi`); whose key it is, is
-:mod:`idempotency_django.ninja_scope`'s to say.
+(:mod:`idempotency_django.ninja.openapi`); whose key it is, is
+:mod:`idempotency_django.ninja.scope`'s to say.
 
 This module imports django-ninja; nothing else in the package imports it,
 so django-ninja stays optional (``pip install idempotency-django[ninja]``).
@@ -47,25 +47,25 @@ from django.http.response import HttpResponseBase
 from ninja.decorators import decorate_view
 from ninja.operation import AsyncOperation, Operation
 
-from idempotency_django.bodies import BodyRefused, prepare_body
 from idempotency_django.conf import header, idempotency_settings
 from idempotency_django.decorators import IdempotentOptions
-from idempotency_django.marks import (
-    EXEMPT_ATTRIBUTE,
-    NINJA_INNER_ATTRIBUTE,
-    NINJA_OPTIONS_ATTRIBUTE,
-    note_handled_exception,
-)
-from idempotency_django.ninja_openapi import operation_openapi_extra
-from idempotency_django.ninja_scope import (
+from idempotency_django.ninja.openapi import operation_openapi_extra
+from idempotency_django.ninja.scope import (
     AUTHENTICATED_BY_ATTRIBUTE,
     PRINCIPAL_ATTRIBUTE,
     auth_principal,
     ninja_scope,
 )
-from idempotency_django.options import ViewOptions
-from idempotency_django.phases import aprotect, protect
-from idempotency_django.transactions import roll_back_open_transactions
+from idempotency_django.protocol.bodies import BodyRefused, prepare_body
+from idempotency_django.protocol.marks import (
+    EXEMPT_ATTRIBUTE,
+    NINJA_INNER_ATTRIBUTE,
+    NINJA_OPTIONS_ATTRIBUTE,
+    note_handled_exception,
+)
+from idempotency_django.protocol.options import ViewOptions
+from idempotency_django.protocol.phases import aprotect, protect
+from idempotency_django.protocol.transactions import roll_back_open_transactions
 
 __all__ = ["PRINCIPAL_ATTRIBUTE", "NinjaIdempotency", "auth_principal", "idempotent", "ninja_scope"]
 

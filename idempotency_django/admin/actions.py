@@ -25,7 +25,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from idempotency_django.admin_display import principal_usernames, render_principal
+from idempotency_django.admin.display import principal_usernames, render_principal
 from idempotency_django.models import IdempotencyRecord
 from idempotency_django.purge import (
     database_now,

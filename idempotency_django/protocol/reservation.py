@@ -1,6 +1,6 @@
 """The key protocol every door goes through: :class:`KeyReservation`.
 
-A request (:class:`~idempotency_django.attempt.Attempt`, and the webhooks'
+A request (:class:`~idempotency_django.protocol.attempt.Attempt`, and the webhooks'
 delivery), and a background task's run (:class:`~idempotency_django.tasks.TaskRun`)
 hold their key the same way:
 
@@ -35,9 +35,10 @@ from django.http import HttpRequest
 
 from idempotency_django import signals
 from idempotency_django.conf import idempotency_settings
-from idempotency_django.heartbeat import Beat, start_beat
-from idempotency_django.logs import log
-from idempotency_django.options import ViewOptions, option
+from idempotency_django.protocol.heartbeat import Beat, start_beat
+from idempotency_django.protocol.logs import log
+from idempotency_django.protocol.options import ViewOptions, option
+from idempotency_django.protocol.transactions import open_transactions, roll_back, will_roll_back
 from idempotency_django.stores import (
     Claim,
     Outcome,
@@ -47,7 +48,6 @@ from idempotency_django.stores import (
     StoreUnavailable,
     get_store,
 )
-from idempotency_django.transactions import open_transactions, roll_back, will_roll_back
 
 
 class Settled(Enum):
@@ -282,7 +282,7 @@ class KeyReservation(ABC):
 class Reservation(KeyReservation):
     """A request's reservation: logged with the request, and signalled.
 
-    :class:`~idempotency_django.attempt.Attempt` claims it and decides which
+    :class:`~idempotency_django.protocol.attempt.Attempt` claims it and decides which
     answer it is settled with.
     """
 

@@ -15,10 +15,10 @@ from typing import Any
 
 from django.utils.module_loading import import_string
 
-from idempotency_django import problems
 from idempotency_django.conf import idempotency_settings
-from idempotency_django.keys import MAX_KEY_LENGTH
-from idempotency_django.scope import MAX_LOCATION_LENGTH
+from idempotency_django.protocol import problems
+from idempotency_django.protocol.keys import MAX_KEY_LENGTH
+from idempotency_django.protocol.scope import MAX_LOCATION_LENGTH
 
 __all__ = [
     "KEY_PATTERN",
@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 #: Printable ASCII without a comma, no leading or trailing space: the bare keys
-#: :func:`idempotency_django.keys.parse_key` accepts (it also accepts a quoted
+#: :func:`idempotency_django.protocol.keys.parse_key` accepts (it also accepts a quoted
 #: RFC 8941 sf-string, which may contain a comma).
 KEY_PATTERN = r"^[\x21-\x2B\x2D-\x7E](?:[\x20-\x2B\x2D-\x7E]*[\x21-\x2B\x2D-\x7E])?$"
 #: The ``Idempotency-Key`` header's schema.
@@ -113,7 +113,7 @@ def replayed_header() -> dict[str, Any]:
 def problem_answers(required: bool) -> list[ProblemAnswer]:
     """(status, description, [(code, detail)], headers) for each problem response.
 
-    Read from :data:`idempotency_django.problems.REFUSALS`, with the settings
+    Read from :data:`idempotency_django.protocol.problems.REFUSALS`, with the settings
     that change them (``REUSE_STATUS``, ``ANONYMOUS``).
     """
     settings = idempotency_settings

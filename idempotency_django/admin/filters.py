@@ -22,7 +22,7 @@ from django.utils import timezone
 from django.utils.functional import cached_property
 from django.utils.translation import gettext_lazy as _
 
-from idempotency_django.admin_display import principal_usernames
+from idempotency_django.admin.display import principal_usernames
 from idempotency_django.conf import DEFAULTS, idempotency_settings
 from idempotency_django.models import IdempotencyRecord
 

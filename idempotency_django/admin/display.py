@@ -31,9 +31,9 @@ from django.utils.timesince import timesince, timeuntil
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from idempotency_django.encryption import open_columns
 from idempotency_django.models import IdempotencyRecord
 from idempotency_django.stores.base import StoreUnavailable
+from idempotency_django.stores.encryption import open_columns
 
 #: Bodies longer than this are shown cut, with a note.
 BODY_DISPLAY_LIMIT = 64 * 1024
@@ -160,7 +160,7 @@ def render_body_summary(body: bytes | memoryview | None, headers: Any) -> SafeSt
 # -- principals -----------------------------------------------------------------
 #
 # The default scope function names a user "app_label.model:pk" (see
-# idempotency_django.scope.principal_of). Principals of any other form, or of
+# idempotency_django.protocol.scope.principal_of). Principals of any other form, or of
 # another model, are shown and searched as they are.
 
 

@@ -15,7 +15,7 @@ from django.db import DEFAULT_DB_ALIAS
 from django.http import HttpRequest
 
 from idempotency_django.conf import idempotency_settings
-from idempotency_django.scope import (
+from idempotency_django.protocol.scope import (
     Scope,
     credential_digests,
     credential_principal,
@@ -42,7 +42,7 @@ def auth_principal(auth: Any, authenticated_by: Any = None) -> str | None:
       principal, e.g. ``"partner:42"``); empty or None for nobody;
     * a Django user (``django_auth`` returns ``request.user``, a token auth
       often the token's user): the name the middleware and DRF give it
-      (:func:`idempotency_django.scope.principal_of`), so a user's keys are
+      (:func:`idempotency_django.protocol.scope.principal_of`), so a user's keys are
       the same keys whichever way they came in;
     * a model instance (an ``ApiKey`` row, a ``Client``):
       ``app_label.model:pk``, ``app_label.model@alias:pk`` for one of

@@ -18,8 +18,8 @@ from typing import Any
 from django.http import HttpRequest
 
 from idempotency_django.conf import header, idempotency_settings
-from idempotency_django.marks import django_request
-from idempotency_django.routes import match_of
+from idempotency_django.protocol.marks import django_request
+from idempotency_django.protocol.routes import match_of
 
 logger = logging.getLogger("idempotency_django")
 

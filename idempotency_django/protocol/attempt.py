@@ -1,11 +1,11 @@
 """Phase 1 and phase 2 of one protected request: :class:`Attempt`.
 
-:func:`~idempotency_django.phases.begin` builds it; it claims the key (or
+:func:`~idempotency_django.protocol.phases.begin` builds it; it claims the key (or
 answers for a key already taken: a replay, a conflict, a
-:class:`~idempotency_django.waiting.Busy` key to wait for), then, once the view
+:class:`~idempotency_django.protocol.waiting.Busy` key to wait for), then, once the view
 has answered, stores that answer for replay or gives the key back, at the
 moment the transactions around the view allow (see
-:mod:`~idempotency_django.phases`).
+:mod:`~idempotency_django.protocol.phases`).
 """
 
 from __future__ import annotations
@@ -18,18 +18,20 @@ from typing import Any
 from django.http import FileResponse, HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
 
-from idempotency_django import problems, signals, transactions
+from idempotency_django import signals
 from idempotency_django.conf import NEVER_RETAINED_CLIENT_ERRORS, idempotency_settings
-from idempotency_django.marks import (
+from idempotency_django.protocol import problems, transactions
+from idempotency_django.protocol.marks import (
     ACTIVE_ATTRIBUTE,
     FINGERPRINT_ATTRIBUTE,
     HANDLED_EXCEPTION_ATTRIBUTE,
     KEY_ATTRIBUTE,
     django_request,
 )
-from idempotency_django.options import ViewOptions, function, option, scope_of
-from idempotency_django.problems import refuse, replay_headers, replay_response
-from idempotency_django.reservation import Reservation, Settled, error_name
+from idempotency_django.protocol.options import ViewOptions, function, option, scope_of
+from idempotency_django.protocol.problems import refuse, replay_headers, replay_response
+from idempotency_django.protocol.reservation import Reservation, Settled, error_name
+from idempotency_django.protocol.waiting import Busy
 from idempotency_django.stores import (
     Claim,
     Outcome,
@@ -38,7 +40,6 @@ from idempotency_django.stores import (
     StoredResponse,
     StoreUnavailable,
 )
-from idempotency_django.waiting import Busy
 
 
 class Attempt(Reservation):

@@ -18,7 +18,7 @@ from django.http.response import HttpResponseBase
 from django.utils.module_loading import import_string
 
 from idempotency_django.conf import idempotency_settings
-from idempotency_django.scope import Scope, session_scope
+from idempotency_django.protocol.scope import Scope, session_scope
 
 OptionT = TypeVar("OptionT")
 

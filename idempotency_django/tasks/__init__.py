@@ -4,7 +4,7 @@ Queues deliver at least once: Celery redelivers a task whose worker died
 under ``acks_late``, a producer's retried ``apply_async`` or ``enqueue``
 sends it twice. :func:`idempotent_task` wraps the task's function so that
 the deliveries of one key run it once, through the key protocol a request
-goes through (:class:`~idempotency_django.reservation.KeyReservation`):
+goes through (:class:`~idempotency_django.protocol.reservation.KeyReservation`):
 
 * the first delivery claims the key (principal ``task:<task name>``) and runs;
 * a duplicate while it runs waits for it, or raises :class:`TaskInProgress`
@@ -40,10 +40,11 @@ from django.db import DEFAULT_DB_ALIAS, transaction
 from django.dispatch import Signal
 
 from idempotency_django.conf import idempotency_settings
-from idempotency_django.fingerprint import keyed_digest
-from idempotency_django.keys import MAX_KEY_LENGTH
-from idempotency_django.options import check_retention, option
-from idempotency_django.reservation import KeyReservation, Settled
+from idempotency_django.protocol.fingerprint import keyed_digest
+from idempotency_django.protocol.keys import MAX_KEY_LENGTH
+from idempotency_django.protocol.options import check_retention, option
+from idempotency_django.protocol.reservation import KeyReservation, Settled
+from idempotency_django.protocol.transactions import open_transactions
 from idempotency_django.stores import (
     Outcome,
     RecordKey,
@@ -51,7 +52,6 @@ from idempotency_django.stores import (
     StoredResponse,
     StoreUnavailable,
 )
-from idempotency_django.transactions import open_transactions
 
 __all__ = [
     "KEY_ARGUMENT",

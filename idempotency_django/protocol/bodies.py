@@ -19,11 +19,11 @@ from django.core.handlers.wsgi import LimitedStream
 from django.http import HttpRequest
 from django.http.response import HttpResponseBase
 
-from idempotency_django import problems
 from idempotency_django.conf import idempotency_settings
-from idempotency_django.marks import EXEMPT_ATTRIBUTE, OPTIONS_ATTRIBUTE
-from idempotency_django.routes import match_of
-from idempotency_django.scope import default_scope, principal_of
+from idempotency_django.protocol import problems
+from idempotency_django.protocol.marks import EXEMPT_ATTRIBUTE, OPTIONS_ATTRIBUTE
+from idempotency_django.protocol.routes import match_of
+from idempotency_django.protocol.scope import default_scope, principal_of
 
 #: Where a body too large to keep in memory was copied (see :func:`prepare_body`).
 BODY_COPY_ATTRIBUTE = "_idempotency_body_copy"

@@ -9,7 +9,7 @@ one key and ``MAX_WAITERS`` in all in this process (threads and event loops
 alike); any other duplicate is answered its 409 at once.
 
 :class:`Busy` is phase 1's answer when the view waits: the driver
-(:mod:`~idempotency_django.phases`) waits with it, outside any transaction.
+(:mod:`~idempotency_django.protocol.phases`) waits with it, outside any transaction.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def waiting() -> tuple[int, int]:
 class HeldKey(Protocol):
     """What :class:`Busy` needs of the attempt that found the key held.
 
-    An :class:`~idempotency_django.attempt.Attempt`, which builds a :class:`Busy`
+    An :class:`~idempotency_django.protocol.attempt.Attempt`, which builds a :class:`Busy`
     (so this module cannot import it).
     """
 

@@ -10,9 +10,9 @@ response: a delivery id names one event, whatever the body.
 
 The claim, the takeover of abandoned reservations and the expiry are the
 stores' own (records of kind "webhook"), so both stores serve both contracts.
-How a delivery is identified is in :mod:`idempotency_django.webhook_identity`;
+How a delivery is identified is in :mod:`idempotency_django.webhooks.identity`;
 finding receivers by their URL (log redaction, the system check) in
-:mod:`idempotency_django.webhook_receivers`. :class:`RedactTriggerURLs` is
+:mod:`idempotency_django.webhooks.receivers`. :class:`RedactTriggerURLs` is
 imported here because ``LOGGING`` configurations name it by this path.
 """
 
@@ -30,16 +30,16 @@ from django.http import HttpRequest, JsonResponse, RawPostDataException
 from django.http.response import HttpResponseBase
 from django.utils.translation import gettext, gettext_noop
 
-from idempotency_django import problems
-from idempotency_django.attempt import Attempt
-from idempotency_django.bodies import BodyRefused, prepare_body
 from idempotency_django.conf import idempotency_settings
-from idempotency_django.keys import InvalidKey
-from idempotency_django.logs import log_fields, request_id
-from idempotency_django.marks import PROTECTED_ATTRIBUTE, decide, find_request
-from idempotency_django.options import ViewOptions, check_retention
-from idempotency_django.phases import arun, run
-from idempotency_django.problems import Refusal
+from idempotency_django.protocol import problems
+from idempotency_django.protocol.attempt import Attempt
+from idempotency_django.protocol.bodies import BodyRefused, prepare_body
+from idempotency_django.protocol.keys import InvalidKey
+from idempotency_django.protocol.logs import log_fields, request_id
+from idempotency_django.protocol.marks import PROTECTED_ATTRIBUTE, decide, find_request
+from idempotency_django.protocol.options import ViewOptions, check_retention
+from idempotency_django.protocol.phases import arun, run
+from idempotency_django.protocol.problems import Refusal
 from idempotency_django.stores import (
     Claim,
     Outcome,
@@ -48,7 +48,7 @@ from idempotency_django.stores import (
     StoredResponse,
     StoreUnavailable,
 )
-from idempotency_django.webhook_identity import (
+from idempotency_django.webhooks.identity import (
     FALLBACK_SOURCE,
     TRIGGER_PREFIX,
     DeliveryIdentity,
@@ -58,7 +58,7 @@ from idempotency_django.webhook_identity import (
     kwargs_namespace,
     trigger_digest,
 )
-from idempotency_django.webhook_receivers import (
+from idempotency_django.webhooks.receivers import (
     NAMESPACE_ATTRIBUTE,
     RECEIVER_ATTRIBUTE,
     RedactTriggerURLs,

@@ -16,7 +16,7 @@ from typing import Any
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 
 from idempotency_django.conf import idempotency_settings
-from idempotency_django.options import ViewOptions, option
+from idempotency_django.protocol.options import ViewOptions, option
 from idempotency_django.stores import get_store
 
 #: The transaction to run phase 1, the view and phase 2 in (or none).

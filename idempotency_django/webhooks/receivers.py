@@ -17,7 +17,7 @@ from django.core import checks
 from django.http import HttpRequest
 from django.urls import Resolver404, get_resolver, resolve
 
-from idempotency_django.routes import walk_patterns
+from idempotency_django.protocol.routes import walk_patterns
 
 __all__ = [
     "NAMESPACE_ATTRIBUTE",

@@ -18,9 +18,9 @@ from typing import Any
 from django.http import HttpRequest
 from django.utils.crypto import salted_hmac
 
-from idempotency_django.bodies import body_chunks, body_length
 from idempotency_django.conf import idempotency_settings
-from idempotency_django.keys import MAX_KEY_LENGTH, parse_key
+from idempotency_django.protocol.bodies import body_chunks, body_length
+from idempotency_django.protocol.keys import MAX_KEY_LENGTH, parse_key
 
 __all__ = [
     "FALLBACK_SOURCE",
@@ -91,7 +91,7 @@ def delivery_identity(
     any other header is ignored, so nobody can make a captured delivery new
     again by adding one the signature does not cover.
 
-    Raises :class:`~idempotency_django.keys.InvalidKey` for a malformed
+    Raises :class:`~idempotency_django.protocol.keys.InvalidKey` for a malformed
     ``Idempotency-Key`` named as the id, :class:`DeliveryIdMissing` when the
     named header is absent.
     """

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 
 MAX_KEY_LENGTH = 255
@@ -78,29 +77,3 @@ def _unquote_sf_string(inner: str) -> str:
     if escaped:
         raise InvalidKey(gettext_noop("The quoted Idempotency-Key ends with a lone backslash."))
     return "".join(chars)
-
-
-def record_digest(principal: str, location: str, key: str) -> str:
-    """SHA-256 (hex) of a key within its scope: what a store finds its record by.
-
-    Exact whatever the database's collation (MySQL's compare case- and
-    space-insensitively), and fixed-length whatever the lengths of the parts.
-    """
-    material = "\x1f".join((principal, location, key)).encode("utf-8", "surrogateescape")
-    return hashlib.sha256(material).hexdigest()
-
-
-def readable_value(value: str, length: int = 255) -> str:
-    """``value`` for a text column of ``length`` characters: itself, or its digest if longer.
-
-    Records keep the principal and the location for people to read; the
-    record's identity is :func:`record_digest`, over the full values.
-    """
-    if len(value) <= length:
-        return value
-    return "sha256:" + hashlib.sha256(value.encode("utf-8", "surrogateescape")).hexdigest()
-
-
-def key_digest(principal: str, location: str, key: str) -> str:
-    """A short non-reversible label for logs: identifies a key without printing it."""
-    return record_digest(principal, location, key)[:16]

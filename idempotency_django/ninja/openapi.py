@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from django.http import HttpRequest
 
 from idempotency_django.conf import idempotency_settings
-from idempotency_django.openapi_contract import (
+from idempotency_django.protocol.openapi_contract import (
     KEY_SCHEMA,
     PROBLEM_SCHEMA,
     add_problem_response,

@@ -25,13 +25,17 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from idempotency_django.bodies import ready_body
 from idempotency_django.conf import header, idempotency_settings
-from idempotency_django.marks import EXEMPT_ATTRIBUTE, OPTIONS_ATTRIBUTE, note_handled_exception
-from idempotency_django.options import ViewOptions
-from idempotency_django.phases import Protection, protect
-from idempotency_django.problems import PROBLEM_ATTRIBUTE
-from idempotency_django.transactions import roll_back_open_transactions, transaction_block
+from idempotency_django.protocol.bodies import ready_body
+from idempotency_django.protocol.marks import (
+    EXEMPT_ATTRIBUTE,
+    OPTIONS_ATTRIBUTE,
+    note_handled_exception,
+)
+from idempotency_django.protocol.options import ViewOptions
+from idempotency_django.protocol.phases import Protection, protect
+from idempotency_django.protocol.problems import PROBLEM_ATTRIBUTE
+from idempotency_django.protocol.transactions import roll_back_open_transactions, transaction_block
 
 __all__ = ["IdempotencyError", "IdempotentMixin", "protect_drf_call"]
 
