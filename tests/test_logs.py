@@ -459,7 +459,9 @@ def test_operating_md_lists_every_decision_event_at_its_level() -> None:
 
     root = Path(__file__).resolve().parent.parent
     protocol = ("phases.py", "attempt.py", "reservation.py", "waiting.py")
-    source = "".join((root / "idempotency_django" / "protocol" / name).read_text() for name in protocol)
+    source = "".join(
+        (root / "idempotency_django" / "protocol" / name).read_text() for name in protocol
+    )
     logged = set(re.findall(r"logging\.(INFO|WARNING|ERROR),\s*\"(\w+)\"", source))
     page = (root / "docs" / "operating.md").read_text()
     documented = {
