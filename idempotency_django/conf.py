@@ -7,7 +7,6 @@ the setting with ``override_settings``.
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -15,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings as django_settings
 from django.core.signals import setting_changed
 from django.http import HttpRequest, HttpResponse
-from django.http.request import HttpHeaders
 from django.utils.module_loading import import_string
 
 SETTING_NAME = "IDEMPOTENCY"
@@ -268,21 +266,6 @@ class IdempotencySettings:
 
 
 idempotency_settings = IdempotencySettings()
-
-
-def header(request: HttpRequest, name: str) -> str | None:
-    """A request header's value, read in ``request.META``.
-
-    The same value ``request.headers`` holds, without building that mapping
-    (a copy of every header) on requests where nothing else needs it.
-    """
-    value = request.META.get(_meta_name(name))
-    return None if value is None else str(value)
-
-
-@functools.cache
-def _meta_name(name: str) -> str:
-    return str(HttpHeaders.to_wsgi_name(name))
 
 
 def _reload(*, setting: str, **kwargs: Any) -> None:

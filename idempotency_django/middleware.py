@@ -21,30 +21,28 @@ its end when the client hangs up (:func:`~idempotency_django.protocol.phases.run
 
 from __future__ import annotations
 
-import contextlib
-import functools
 from collections.abc import Callable
 from typing import Any
 
 from asgiref.sync import async_to_sync, iscoroutinefunction, markcoroutinefunction, sync_to_async
-from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.http import HttpRequest
 from django.http.response import HttpResponseBase
 from django.urls import ResolverMatch
 
-from idempotency_django.conf import header, idempotency_settings
+from idempotency_django.conf import idempotency_settings
 from idempotency_django.protocol.bodies import ready_body
 from idempotency_django.protocol.marks import (
     EXEMPT_ATTRIBUTE,
     PROTECTED_ATTRIBUTE,
+    header,
     is_drf_view,
     is_ninja_protected_view,
 )
 from idempotency_django.protocol.options import ViewOptions
-from idempotency_django.protocol.phases import Protection, arun, mark_ignored_key, run_to_the_end
+from idempotency_django.protocol.phases import arun, mark_ignored_key, run, run_to_the_end
 from idempotency_django.protocol.problems import refuse
 from idempotency_django.protocol.routes import match_of
-from idempotency_django.stores import get_store
+from idempotency_django.protocol.transactions import view_transaction_of
 from idempotency_django.tasks import TaskInProgress, TaskKeyReused
 
 #: Views of these modules never need a key, whatever REQUIRED_PATHS says.
@@ -79,7 +77,7 @@ class IdempotencyMiddleware:
             response = self.get_response(request)
         else:
             view, options = protected
-            response = run_protected(request, view, options, self.get_response)
+            response = run(request, options, self.get_response, view_transaction_of(view))
         if keyed:
             mark_ignored_key(request, response)  # a key nobody used: say so
         return response
@@ -120,27 +118,9 @@ class IdempotencyMiddleware:
         # (Django sends it back to this thread) and the completion share one
         # transaction. Run to the end even if the client hangs up.
         get_response = async_to_sync(self.get_response)
-        protected_call = sync_to_async(run_protected)(request, view, options, get_response)
+        block = view_transaction_of(view)
+        protected_call = sync_to_async(run)(request, options, get_response, block)
         return await run_to_the_end(protected_call)
-
-
-def run_protected(
-    request: HttpRequest,
-    view: Callable[..., Any],
-    options: ViewOptions,
-    get_response: Callable[[HttpRequest], HttpResponseBase],
-) -> HttpResponseBase:
-    """Claim, ``get_response`` and store (or release), in the view's transactions."""
-    protection = Protection(request, options, functools.partial(view_transaction, view))
-    answer = protection.enter()  # phase 1: claim the key, or answer for it
-    if answer is not None:
-        return answer  # a replay, a conflict, a refusal: get_response is not called
-    try:
-        response = get_response(request)
-    except BaseException as error:
-        protection.fail(error)  # the key is given back (kept if the view may still commit)
-        raise
-    return protection.exit(response)  # phase 2: store the response, or give the key back
 
 
 def is_keyed(request: HttpRequest) -> bool:
@@ -193,79 +173,3 @@ def never_required(match: ResolverMatch) -> bool:
         return True
     view = getattr(match.func, "view_class", match.func)
     return str(getattr(view, "__module__", "")).startswith(NEVER_REQUIRED_MODULES)
-
-
-def view_transaction(view: Callable[..., Any]) -> contextlib.ExitStack:
-    """The transactions Django would open around ``view``, opened here instead.
-
-    One per database with ``ATOMIC_REQUESTS`` (unless the view is marked
-    ``non_atomic_requests`` for it), as Django's handler does, and one on
-    the store's database under ``IDEMPOTENCY["ATOMIC"]``. The store's
-    database is opened first, so that it commits last: a stored response
-    never commits before the work it answers for.
-
-    A database that committed stays committed: an ``on_commit`` hook of the
-    view that raises after one of the inner commits must not roll back the
-    transactions around it (the store's, with the claim). They commit as
-    they would have, then the hook's error goes on (:class:`CommittedThenRaise`).
-    """
-    non_atomic: set[str] = getattr(view, "_non_atomic_requests", set())
-    aliases = [
-        alias
-        for alias, database in connections.settings.items()
-        if database.get("ATOMIC_REQUESTS") and alias not in non_atomic
-    ]
-    store_alias = get_store().database_alias
-    if idempotency_settings.ATOMIC:
-        aliases.append(store_alias or DEFAULT_DB_ALIAS)
-    aliases.sort(key=lambda alias: alias != store_alias)
-    stack = contextlib.ExitStack()
-    raised_after_commit: list[BaseException] = []
-    stack.push(functools.partial(_raise_after_all, raised_after_commit))  # exited last
-    for position, alias in enumerate(dict.fromkeys(aliases)):
-        block = transaction.atomic(using=alias)
-        if position == 0:
-            stack.enter_context(block)  # the outermost: nothing around it to roll back
-        else:
-            stack.enter_context(CommittedThenRaise(alias, block, raised_after_commit))
-    return stack
-
-
-class CommittedThenRaise:
-    """A transaction inside others: an error raised after its COMMIT succeeded (by an
-    ``on_commit`` hook that is not robust) is kept for later, not raised into them.
-
-    Without it the error would reach the outer transactions' exits, which roll back:
-    the store's, with the claim, would free the key of work already committed here,
-    and a retry would run it again. The outer ones commit instead, as they would have
-    without the hook, the answer is stored, and the error goes on after them.
-    """
-
-    def __init__(self, alias: str, block: Any, raised_after_commit: list[BaseException]) -> None:
-        self.alias = alias
-        self.block = block
-        self.raised_after_commit = raised_after_commit
-        self.committed = False
-
-    def __enter__(self) -> None:
-        self.block.__enter__()
-        # Robust and hooked first: it runs first when (and only when) this commits.
-        transaction.on_commit(self.mark_committed, using=self.alias, robust=True)
-
-    def mark_committed(self) -> None:
-        self.committed = True
-
-    def __exit__(self, *exc_info: Any) -> bool:
-        try:
-            return bool(self.block.__exit__(*exc_info))
-        except Exception as error:
-            if exc_info[0] is not None or not self.committed:
-                raise  # the view failed, or the COMMIT did: the outer ones roll back
-            self.raised_after_commit.append(error)
-            return False
-
-
-def _raise_after_all(raised_after_commit: list[BaseException], exc_type: Any, *_: Any) -> None:
-    """Once every transaction is closed: the first error a hook raised after a commit."""
-    if exc_type is None and raised_after_commit:
-        raise raised_after_commit[0]

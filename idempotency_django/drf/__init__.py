@@ -25,11 +25,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from idempotency_django.conf import header, idempotency_settings
+from idempotency_django.conf import idempotency_settings
 from idempotency_django.protocol.bodies import ready_body
 from idempotency_django.protocol.marks import (
     EXEMPT_ATTRIBUTE,
     OPTIONS_ATTRIBUTE,
+    header,
     note_handled_exception,
 )
 from idempotency_django.protocol.options import ViewOptions

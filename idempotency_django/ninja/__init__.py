@@ -47,7 +47,7 @@ from django.http.response import HttpResponseBase
 from ninja.decorators import decorate_view
 from ninja.operation import AsyncOperation, Operation
 
-from idempotency_django.conf import header, idempotency_settings
+from idempotency_django.conf import idempotency_settings
 from idempotency_django.decorators import IdempotentOptions
 from idempotency_django.ninja.openapi import operation_openapi_extra
 from idempotency_django.ninja.scope import (
@@ -61,6 +61,7 @@ from idempotency_django.protocol.marks import (
     EXEMPT_ATTRIBUTE,
     NINJA_INNER_ATTRIBUTE,
     NINJA_OPTIONS_ATTRIBUTE,
+    header,
     note_handled_exception,
 )
 from idempotency_django.protocol.options import ViewOptions

@@ -15,12 +15,14 @@ import logging
 import math
 from typing import Any
 
+from django.dispatch import Signal
 from django.http import FileResponse, HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
 
 from idempotency_django import signals
 from idempotency_django.conf import NEVER_RETAINED_CLIENT_ERRORS, idempotency_settings
 from idempotency_django.protocol import problems, transactions
+from idempotency_django.protocol.logs import error_name, log
 from idempotency_django.protocol.marks import (
     ACTIVE_ATTRIBUTE,
     FINGERPRINT_ATTRIBUTE,
@@ -30,7 +32,7 @@ from idempotency_django.protocol.marks import (
 )
 from idempotency_django.protocol.options import ViewOptions, function, option, scope_of
 from idempotency_django.protocol.problems import refuse, replay_headers, replay_response
-from idempotency_django.protocol.reservation import Reservation, Settled, error_name
+from idempotency_django.protocol.reservation import KeyReservation, Settled
 from idempotency_django.protocol.waiting import Busy
 from idempotency_django.stores import (
     Claim,
@@ -42,7 +44,7 @@ from idempotency_django.stores import (
 )
 
 
-class Attempt(Reservation):
+class Attempt(KeyReservation):
     """One claim of a key: :meth:`claim` it, then :meth:`finish` or :meth:`abort`.
 
     Subclasses change the answers (webhook deliveries answer duplicates with
@@ -56,9 +58,26 @@ class Attempt(Reservation):
         info: RequestInfo,
         options: ViewOptions = ViewOptions(),
     ) -> None:
-        super().__init__(request, key, info, options)
+        super().__init__(key, info)
+        self.request = request
+        self.options = options
+        #: For the logs: "first" or "takeover" once claimed; any request that
+        #: finds the key held is a "retry" of the operation.
+        self.attempt = "retry"
         #: Who the request was authenticated as when the key was claimed.
         self.authenticated_as: tuple[Any, ...] = ()
+
+    def retention(self) -> int:
+        return option(self.options.retention, idempotency_settings.RETENTION)
+
+    def send(self, signal: Signal, **kwargs: Any) -> None:
+        if signal.receivers and signal.has_listeners(type(self.store)):
+            signal.send(
+                sender=type(self.store), request=self.request, key_digest=self.digest, **kwargs
+            )
+
+    def log(self, level: int, event: str, **fields: Any) -> None:
+        log(level, event, self.request, key_digest=self.digest, attempt=self.attempt, **fields)
 
     # -- phase 1: claim --
 

@@ -30,10 +30,9 @@ from datetime import timedelta
 from django.db import close_old_connections
 
 from idempotency_django.conf import idempotency_settings
+from idempotency_django.protocol.logs import emit, error_name
 from idempotency_django.stores import StoreUnavailable
 from idempotency_django.stores.base import BaseStore, RecordKey, RequestInfo
-
-logger = logging.getLogger("idempotency_django")
 
 
 def _interval() -> float:
@@ -78,15 +77,14 @@ class Beat:
             )
         except StoreUnavailable as exc:
             # Tried again next beat; the reservation lives LOCK_TIMEOUT meanwhile.
-            self.log("heartbeat_failed", error=type(exc.__cause__ or exc).__name__)
+            self.log("heartbeat_failed", error=error_name(exc))
             return True
         if not owned and not self.settling and not self.stopped:
             self.log("heartbeat_lost")
         return owned
 
     def log(self, event: str, **fields: str) -> None:
-        extra = "".join(f" {name}={value}" for name, value in fields.items())
-        logger.warning("idempotency event=%s key_digest=%s%s", event, self.key.digest[:16], extra)
+        emit(logging.WARNING, {"event": event, "key_digest": self.key.digest[:16], **fields})
 
 
 class Heartbeat:
@@ -157,18 +155,16 @@ class Heartbeat:
             close_old_connections()
             took = time.monotonic() - now
             if took > _interval():
-                logger.warning(
-                    "idempotency event=heartbeat_slow beats=%d seconds=%.1f", len(due), took
-                )
+                fields = {"event": "heartbeat_slow", "beats": len(due), "seconds": f"{took:.1f}"}
+                emit(logging.WARNING, fields)
 
     @staticmethod
     def _renewed(beat: Beat) -> bool:
         try:
             return beat.renew()
         except Exception:  # a store's own error must not end every renewal of the process
-            logger.exception(
-                "idempotency event=heartbeat_failed key_digest=%s", beat.key.digest[:16]
-            )
+            fields = {"event": "heartbeat_failed", "key_digest": beat.key.digest[:16]}
+            emit(logging.ERROR, fields, exc_info=True)
             beat.due = time.monotonic() + _interval()
             return True
 

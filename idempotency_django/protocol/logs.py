@@ -17,8 +17,8 @@ from typing import Any
 
 from django.http import HttpRequest
 
-from idempotency_django.conf import header, idempotency_settings
-from idempotency_django.protocol.marks import django_request
+from idempotency_django.conf import idempotency_settings
+from idempotency_django.protocol.marks import django_request, header
 from idempotency_django.protocol.routes import match_of
 
 logger = logging.getLogger("idempotency_django")
@@ -41,7 +41,35 @@ def log(level: int, event: str, request: HttpRequest, **fields: Any) -> None:
         "request_id": request_id(request) or None,
         **fields,
     }
-    logger.log(level, "idempotency %s", log_fields(fields), extra={"idempotency": fields})
+    emit(level, fields)
+
+
+def emit(
+    level: int,
+    fields: dict[str, Any],
+    *,
+    to: logging.Logger = logger,
+    prefix: str = "idempotency",
+    exc_info: bool = False,
+) -> None:
+    """Write one line, ``{prefix} name=value ...``: the emitter of every line of the library.
+
+    A request's, a task's, a webhook delivery's and the heartbeat's; the fields
+    also go to handlers as ``extra["idempotency"]``, for structured logging.
+    """
+    if to.isEnabledFor(level):
+        to.log(
+            level,
+            f"{prefix} %s",
+            log_fields(fields),
+            extra={"idempotency": fields},
+            exc_info=exc_info,
+        )
+
+
+def error_name(exc: BaseException) -> str:
+    """What failed, for a log line: the error a store's ``StoreUnavailable`` wraps, or itself."""
+    return type(exc.__cause__ or exc).__name__
 
 
 def log_fields(fields: Mapping[str, Any]) -> str:

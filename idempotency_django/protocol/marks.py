@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from django.http import HttpRequest
+from django.http.request import HttpHeaders
 
 #: Set on a view by ``@idempotent`` (or ``@deduplicate_webhook``): protected there.
 PROTECTED_ATTRIBUTE = "idempotency_protected"
@@ -135,3 +136,18 @@ def note_handled_exception(request: HttpRequest, error: Exception) -> None:
 def decide(request: HttpRequest, decision: str) -> None:
     """Note what became of the request's key: "protected" or "anonymous"."""
     setattr(django_request(request), DECISION_ATTRIBUTE, decision)
+
+
+def header(request: HttpRequest, name: str) -> str | None:
+    """A request header's value, read in ``request.META``.
+
+    The same value ``request.headers`` holds, without building that mapping
+    (a copy of every header) on requests where nothing else needs it.
+    """
+    value = request.META.get(_meta_name(name))
+    return None if value is None else str(value)
+
+
+@functools.cache
+def _meta_name(name: str) -> str:
+    return str(HttpHeaders.to_wsgi_name(name))

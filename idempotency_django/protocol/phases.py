@@ -58,7 +58,7 @@ from django.http.request import RawPostDataException
 from django.http.response import HttpResponseBase
 from django.utils.translation import gettext
 
-from idempotency_django.conf import header, idempotency_settings
+from idempotency_django.conf import idempotency_settings
 from idempotency_django.protocol import problems
 from idempotency_django.protocol.attempt import Attempt
 from idempotency_django.protocol.bodies import BodyRefused, prepare_body
@@ -69,6 +69,7 @@ from idempotency_django.protocol.marks import (
     DECISION_ATTRIBUTE,
     decide,
     django_request,
+    header,
 )
 from idempotency_django.protocol.options import (
     ViewOptions as ViewOptions,  # importable here, as documented

@@ -17,7 +17,7 @@ hold their key the same way:
    :meth:`~KeyReservation.release` gives the key back instead (the work
    failed), and :meth:`~KeyReservation.commit_failed` when the COMMIT did.
 
-Each step is logged, and a request's signalled.
+Each step is logged, and a request's signalled (the holder says how).
 """
 
 from __future__ import annotations
@@ -31,13 +31,11 @@ from typing import Any
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.dispatch import Signal
-from django.http import HttpRequest
 
 from idempotency_django import signals
 from idempotency_django.conf import idempotency_settings
 from idempotency_django.protocol.heartbeat import Beat, start_beat
-from idempotency_django.protocol.logs import log
-from idempotency_django.protocol.options import ViewOptions, option
+from idempotency_django.protocol.logs import error_name
 from idempotency_django.protocol.transactions import open_transactions, roll_back, will_roll_back
 from idempotency_django.stores import (
     Claim,
@@ -277,41 +275,3 @@ class KeyReservation(ABC):
     @abstractmethod
     def log(self, level: int, event: str, **fields: Any) -> None:
         """Log ``event`` of this reservation, never its key."""
-
-
-class Reservation(KeyReservation):
-    """A request's reservation: logged with the request, and signalled.
-
-    :class:`~idempotency_django.protocol.attempt.Attempt` claims it and decides which
-    answer it is settled with.
-    """
-
-    def __init__(
-        self,
-        request: HttpRequest,
-        key: RecordKey,
-        info: RequestInfo,
-        options: ViewOptions = ViewOptions(),
-    ) -> None:
-        super().__init__(key, info)
-        self.request = request
-        self.options = options
-        #: For the logs: "first" or "takeover" once claimed; any request that
-        #: finds the key held is a "retry" of the operation.
-        self.attempt = "retry"
-
-    def retention(self) -> int:
-        return option(self.options.retention, idempotency_settings.RETENTION)
-
-    def send(self, signal: Signal, **kwargs: Any) -> None:
-        if signal.receivers and signal.has_listeners(type(self.store)):
-            signal.send(
-                sender=type(self.store), request=self.request, key_digest=self.digest, **kwargs
-            )
-
-    def log(self, level: int, event: str, **fields: Any) -> None:
-        log(level, event, self.request, key_digest=self.digest, attempt=self.attempt, **fields)
-
-
-def error_name(exc: StoreUnavailable) -> str:
-    return type(exc.__cause__ or exc).__name__

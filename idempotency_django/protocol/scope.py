@@ -16,8 +16,9 @@ from django.middleware.csrf import CsrfViewMiddleware
 from django.utils.crypto import salted_hmac
 from django.utils.module_loading import import_string
 
-from idempotency_django.conf import header, idempotency_settings
+from idempotency_django.conf import idempotency_settings
 from idempotency_django.protocol.keys import InvalidKey, parse_key
+from idempotency_django.protocol.marks import header
 
 MAX_LOCATION_LENGTH = 255
 #: Starts the name of a user that is not a model; a model's label never does.

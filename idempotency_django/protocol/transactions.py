@@ -10,6 +10,7 @@ them for rollback when the work must not commit.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -72,3 +73,84 @@ def roll_back(aliases: list[str]) -> None:
 def roll_back_open_transactions() -> None:
     """Mark every transaction open around the view for rollback."""
     roll_back(open_transactions())
+
+
+def view_transaction_of(view: Callable[..., Any]) -> Block:
+    """The block of :func:`view_transaction` for ``view``, for :func:`~.phases.run`."""
+    return functools.partial(view_transaction, view)
+
+
+def view_transaction(view: Callable[..., Any]) -> contextlib.ExitStack:
+    """The transactions Django would open around ``view``, opened here instead.
+
+    One per database with ``ATOMIC_REQUESTS`` (unless the view is marked
+    ``non_atomic_requests`` for it), as Django's handler does, and one on
+    the store's database under ``IDEMPOTENCY["ATOMIC"]``. The store's
+    database is opened first, so that it commits last: a stored response
+    never commits before the work it answers for.
+
+    A database that committed stays committed: an ``on_commit`` hook of the
+    view that raises after one of the inner commits must not roll back the
+    transactions around it (the store's, with the claim). They commit as
+    they would have, then the hook's error goes on (:class:`CommittedThenRaise`).
+    """
+    non_atomic: set[str] = getattr(view, "_non_atomic_requests", set())
+    aliases = [
+        alias
+        for alias, database in connections.settings.items()
+        if database.get("ATOMIC_REQUESTS") and alias not in non_atomic
+    ]
+    store_alias = get_store().database_alias
+    if idempotency_settings.ATOMIC:
+        aliases.append(store_alias or DEFAULT_DB_ALIAS)
+    aliases.sort(key=lambda alias: alias != store_alias)
+    stack = contextlib.ExitStack()
+    raised_after_commit: list[BaseException] = []
+    stack.push(functools.partial(_raise_after_all, raised_after_commit))  # exited last
+    for position, alias in enumerate(dict.fromkeys(aliases)):
+        block = transaction.atomic(using=alias)
+        if position == 0:
+            stack.enter_context(block)  # the outermost: nothing around it to roll back
+        else:
+            stack.enter_context(CommittedThenRaise(alias, block, raised_after_commit))
+    return stack
+
+
+class CommittedThenRaise:
+    """A transaction inside others: an error raised after its COMMIT succeeded (by an
+    ``on_commit`` hook that is not robust) is kept for later, not raised into them.
+
+    Without it the error would reach the outer transactions' exits, which roll back:
+    the store's, with the claim, would free the key of work already committed here,
+    and a retry would run it again. The outer ones commit instead, as they would have
+    without the hook, the answer is stored, and the error goes on after them.
+    """
+
+    def __init__(self, alias: str, block: Any, raised_after_commit: list[BaseException]) -> None:
+        self.alias = alias
+        self.block = block
+        self.raised_after_commit = raised_after_commit
+        self.committed = False
+
+    def __enter__(self) -> None:
+        self.block.__enter__()
+        # Robust and hooked first: it runs first when (and only when) this commits.
+        transaction.on_commit(self.mark_committed, using=self.alias, robust=True)
+
+    def mark_committed(self) -> None:
+        self.committed = True
+
+    def __exit__(self, *exc_info: Any) -> bool:
+        try:
+            return bool(self.block.__exit__(*exc_info))
+        except Exception as error:
+            if exc_info[0] is not None or not self.committed:
+                raise  # the view failed, or the COMMIT did: the outer ones roll back
+            self.raised_after_commit.append(error)
+            return False
+
+
+def _raise_after_all(raised_after_commit: list[BaseException], exc_type: Any, *_: Any) -> None:
+    """Once every transaction is closed: the first error a hook raised after a commit."""
+    if exc_type is None and raised_after_commit:
+        raise raised_after_commit[0]

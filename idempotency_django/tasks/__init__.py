@@ -42,6 +42,7 @@ from django.dispatch import Signal
 from idempotency_django.conf import idempotency_settings
 from idempotency_django.protocol.fingerprint import keyed_digest
 from idempotency_django.protocol.keys import MAX_KEY_LENGTH
+from idempotency_django.protocol.logs import emit
 from idempotency_django.protocol.options import check_retention, option
 from idempotency_django.protocol.reservation import KeyReservation, Settled
 from idempotency_django.protocol.transactions import open_transactions
@@ -392,12 +393,10 @@ class TaskRun(KeyReservation):
 
     def log(self, level: int, event: str, **fields: Any) -> None:
         """The task's name and the key's digest: never the key or the arguments."""
-        if logger.isEnabledFor(level):
-            # A task's result has no HTTP status: its StoredResponse's is a placeholder.
-            fields.pop("status", None)
-            fields = {"event": event, "task": self.name, "key_digest": self.digest, **fields}
-            line = " ".join(f"{field}={value}" for field, value in fields.items())
-            logger.log(level, "idempotency %s", line, extra={"idempotency": fields})
+        # A task's result has no HTTP status: its StoredResponse's is a placeholder.
+        fields.pop("status", None)
+        fields = {"event": event, "task": self.name, "key_digest": self.digest, **fields}
+        emit(level, fields, to=logger)
 
 
 def _task_key(value: Any) -> str:

@@ -35,7 +35,7 @@ from idempotency_django.protocol import problems
 from idempotency_django.protocol.attempt import Attempt
 from idempotency_django.protocol.bodies import BodyRefused, prepare_body
 from idempotency_django.protocol.keys import InvalidKey
-from idempotency_django.protocol.logs import log_fields, request_id
+from idempotency_django.protocol.logs import emit, error_name, request_id
 from idempotency_django.protocol.marks import PROTECTED_ATTRIBUTE, decide, find_request
 from idempotency_django.protocol.options import ViewOptions, check_retention
 from idempotency_django.protocol.phases import arun, run
@@ -284,7 +284,7 @@ def begin_delivery(
             if held is not None:
                 return attempt.held(Claim(held))
     except StoreUnavailable as exc:
-        attempt.log(logging.ERROR, "unavailable", error=type(exc.__cause__ or exc).__name__)
+        attempt.log(logging.ERROR, "unavailable", error=error_name(exc))
         return attempt.unavailable()
     return attempt.claim()  # type: ignore[return-value]
 
@@ -362,7 +362,7 @@ class DeliveryAttempt(Attempt):
             "source": self.info.source,
             **fields,
         }
-        logger.log(level, "webhook %s", log_fields(fields), extra={"idempotency": fields})
+        emit(level, fields, to=logger, prefix="webhook")
 
 
 def _run_id(response: HttpResponseBase) -> str | None:
