@@ -646,3 +646,24 @@ def test_plain_pytest_leaves_out_the_real_service_tests_and_ci_runs_them() -> No
     for command in ("pytest -m services", "pytest --all"):
         assert command in development, command
     assert re.search(r"`pytest -m services` took\s+\d+ min \d+ s", development)
+
+
+def test_one_install_story() -> None:
+    """The package is installed one way, shown in one place (docs/quickstart.md#install,
+    and README.md's quickstart): other pages name the extra and link there; the extras
+    list there names every extra a user installs (issue 38, item 3)."""
+    import tomllib
+
+    for page in [*PAGES, REPO_ROOT / "README.md"]:
+        if page.name in {"quickstart.md", "README.md", "changelog.md"}:
+            continue
+        text = page.read_text()
+        # From an index (nothing after the extras): the package is not on one.
+        index = re.search(r"pip install ['\"]?idempotency-(django|client)\[[^\]]*\](?!\s*@)", text)
+        assert not index, (page.name, index)
+    extras = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    install = (DOCS / "quickstart.md").read_text().split("## Start a project")[0]
+    users = set(extras) - {"dev", "mariadb", "example", "docs"}
+    assert {extra for extra in users if f"`{extra}`" not in install} == set()
