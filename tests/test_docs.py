@@ -667,3 +667,11 @@ def test_one_install_story() -> None:
     install = (DOCS / "quickstart.md").read_text().split("## Start a project")[0]
     users = set(extras) - {"dev", "mariadb", "example", "docs"}
     assert {extra for extra in users if f"`{extra}`" not in install} == set()
+
+
+def test_the_readme_states_no_test_counts() -> None:
+    """Counts go stale with every test added (issue 38, item 4): the README says what each
+    command runs and roughly how long it takes."""
+    readme = (REPO_ROOT / "README.md").read_text()
+    assert not re.findall(r"\b\d[\d,]* (?:passed|skipped|tests)\b", readme)
+    assert "manage.py demo 8001" in readme  # how to pick the demo's port
