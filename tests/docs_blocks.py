@@ -36,7 +36,7 @@ from sybil.parsers.markdown.lexers import DirectiveInHTMLCommentLexer, RawFenced
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 #: The pages whose blocks run here; the others are listed in docs/contributing.md.
-PAGES = ["README.md", "docs/quickstart.md", "docs/drf.md"]
+PAGES = ["README.md", "docs/quickstart.md", "docs/drf.md", "docs/production.md"]
 PYTHON_FENCE = re.compile(r"(?P<language>python|py)(?P<info>[^\n]*)$\n", re.MULTILINE)
 TITLE = re.compile(r'^\s*(?:title="(?P<title>[^"]+)")?\s*$')
 

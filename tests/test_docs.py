@@ -71,6 +71,7 @@ MY_PAGES = {
     "contributing.md",
     "architecture.md",
     "writing-a-store.md",
+    "production.md",
 }
 OTHERS_PAGES = {p.name for p in PAGES} - MY_PAGES | {"stores.md", "operating.md"}
 INCLUDE_LANGUAGES = {"python", "py", "pycon", "js", "javascript"}
@@ -675,3 +676,32 @@ def test_the_readme_states_no_test_counts() -> None:
     readme = (REPO_ROOT / "README.md").read_text()
     assert not re.findall(r"\b\d[\d,]* (?:passed|skipped|tests)\b", readme)
     assert "manage.py demo 8001" in readme  # how to pick the demo's port
+
+
+def test_the_production_checklist_names_only_what_exists() -> None:
+    """Every setting, check, signal and command docs/production.md names exists (issue 38,
+    item 5); the page is linked from the README."""
+    from django.conf import global_settings
+
+    from idempotency_django import signals
+    from idempotency_django.stores.database import DatabaseStore
+
+    text = (DOCS / "production.md").read_text()
+    named = set(re.findall(r"`([A-Z][A-Z_]+)`", text))
+    django_settings = {name for name in dir(global_settings) if name.isupper()}
+    database_keys = {"CONN_MAX_AGE", "ATOMIC_REQUESTS"}
+    levels = {"INFO", "WARNING"}
+    assert named - set(DEFAULTS) - django_settings - database_keys - levels == set()
+    assert {"LOCK_TIMEOUT", "HEARTBEAT", "MAX_KEYS_PER_PRINCIPAL", "ENCRYPTION_KEY"} <= named
+    checks_named = set(re.findall(r"check `(E\d{3})`", text))
+    source = (REPO_ROOT / "idempotency_django").rglob("*.py")
+    ids = set(re.findall(r"[.\"](E\d{3})\"", "".join(p.read_text() for p in source)))
+    assert checks_named and checks_named <= ids
+    for signal in ("unavailable", "conflict", "released", "replayed", "reserved"):
+        assert f"`{signal}`" in text and hasattr(signals, signal)
+    assert "async_claim_commit" in DatabaseStore.__init__.__code__.co_varnames
+    assert (
+        REPO_ROOT / "idempotency_django/management/commands/purge_idempotency_records.py"
+    ).exists()
+    assert "purge_idempotency_records" in text
+    assert "(docs/production.md)" in (REPO_ROOT / "README.md").read_text()
