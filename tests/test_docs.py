@@ -589,7 +589,8 @@ def test_the_readme_says_what_plain_pytest_uses() -> None:
     assert {"curl", "redis-server"} <= programs
     for needed in [*programs, "/usr/bin/chromium", "127.0.0.1:5432", "127.0.0.1:6379"]:
         assert needed in development, needed
-    assert re.search(r"`pytest` took \d+ min \d+ s", development)
+    # Roughly how long, not a count that goes stale (issue 38, item 4).
+    assert re.search(r"`pytest` takes a couple of minutes", development)
 
 
 def test_security_md_says_how_to_report_what_is_supported_and_in_scope() -> None:
@@ -646,7 +647,7 @@ def test_plain_pytest_leaves_out_the_real_service_tests_and_ci_runs_them() -> No
     development = readme.split("## Development", 1)[1].split("\n## ", 1)[0]
     for command in ("pytest -m services", "pytest --all"):
         assert command in development, command
-    assert re.search(r"`pytest -m services` took\s+\d+ min \d+ s", development)
+    assert re.search(r"`pytest -m services` five or so", development)
 
 
 def test_one_install_story() -> None:
