@@ -21,7 +21,13 @@ from idempotency_django.conf import (
     STORE_ALIASES,
     idempotency_settings,
 )
-from idempotency_django.protocol.marks import is_ninja_view, unprotected_ninja_methods
+from idempotency_django.protocol.marks import (
+    NINJA_OPTIONS_ATTRIBUTE,
+    PROTECTED_ATTRIBUTE,
+    _ninja_operations,
+    is_ninja_view,
+    unprotected_ninja_methods,
+)
 from idempotency_django.protocol.options import MAX_SECONDS
 from idempotency_django.protocol.routes import walk_patterns
 
@@ -359,15 +365,42 @@ def check_ninja_operations(**kwargs: Any) -> list[checks.CheckMessage]:
     except Exception:  # a broken URLconf is Django's own check to report
         return []
     methods = idempotency_settings.METHODS
+    ninja_views = [(r, v) for r, v, _ in walk_patterns(patterns) if is_ninja_view(v)]
+    # The Django views' @idempotent on an operation: it finds no Django request where
+    # ninja calls it, and every call is a 500.
+    mistaken = sorted(
+        {
+            f"{route} ({', '.join(sorted(operation.methods))})"
+            for route, view in ninja_views
+            for operation in _ninja_operations(view)
+            if getattr(getattr(operation, "view_func", None), PROTECTED_ATTRIBUTE, False)
+            and getattr(operation, NINJA_OPTIONS_ATTRIBUTE, None) is None
+            and set(getattr(operation, "methods", ())) & set(methods)
+        }
+    )
+    messages: list[checks.CheckMessage] = []
+    if mistaken:
+        messages.append(
+            checks.Error(
+                f"{len(mistaken)} django-ninja operations carry the Django views' "
+                f"@idempotent (idempotency_django.idempotent): {'; '.join(mistaken)}. "
+                "Every request to them would fail (500).",
+                hint="Use idempotency_django.ninja.idempotent on django-ninja operations "
+                "(docs/ninja.md).",
+                id="idempotency_django.E017",
+            )
+        )
     routes = [
         f"{route} ({', '.join(sorted(unprotected))})"
-        for route, view, _ in walk_patterns(patterns)
-        if is_ninja_view(view) and (unprotected := unprotected_ninja_methods(view, methods))
+        for route, view in ninja_views
+        if (unprotected := unprotected_ninja_methods(view, methods))
+        and f"{route} ({', '.join(sorted(unprotected))})" not in mistaken
     ]
     if not routes:
-        return []
+        return messages
     shown = "; ".join(routes[:5]) + (f"; and {len(routes) - 5} more" if len(routes) > 5 else "")
     return [
+        *messages,
         checks.Warning(
             f"django-ninja authenticates inside its views, and {len(routes)} of its routes "
             f"serve unsafe methods without idempotency_django.ninja: {shown}. "
@@ -375,5 +408,5 @@ def check_ninja_operations(**kwargs: Any) -> list[checks.CheckMessage]:
             hint="Protect them with idempotency_django.ninja.idempotent (docs/ninja.md), "
             "or mark the operations @idempotency_exempt.",
             id="idempotency_django.W043",
-        )
+        ),
     ]

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.core import checks
 from django.test import Client, override_settings
 from rest_framework.test import APIClient
 
@@ -98,11 +99,23 @@ def test_a_check_names_the_ninja_operations_the_integration_does_not_protect() -
     pytest.importorskip("ninja")
     from idempotency_django.checks import check_ninja_operations
 
-    (warning,) = check_ninja_operations()
+    _, warning = check_ninja_operations()
     assert warning.id == "idempotency_django.W043"
+    assert "core-decorated" not in warning.msg  # an error of its own (E017)
     assert "ninja/unprotected-bookings (POST)" in warning.msg
     assert "ninja/bookings " not in warning.msg  # protected by the integration
     assert "exempt" not in warning.msg  # @idempotency_exempt says it is meant
+
+
+def test_the_django_decorator_on_a_ninja_operation_is_an_error_at_check_time() -> None:
+    """Not a warning at check time and a 500 at request time (issue 38, item 7)."""
+    pytest.importorskip("ninja")
+    from idempotency_django.checks import check_ninja_operations
+
+    error = check_ninja_operations()[0]
+    assert error.id == "idempotency_django.E017" and error.level == checks.ERROR
+    assert "ninja/core-decorated (POST)" in error.msg
+    assert "ninja/bookings " not in error.msg and "unprotected" not in error.msg
 
 
 @override_settings(IDEMPOTENCY={"METHODS": ("DELETE",)})

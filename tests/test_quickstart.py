@@ -43,17 +43,6 @@ def section(module: object, name: str) -> str:
     return match[1].strip()
 
 
-def readme_python_blocks() -> list[str]:
-    return [block.strip() for block in re.findall(r"^```python\n(.*?)^```", README, re.M | re.S)]
-
-
-def test_the_readme_shows_the_tested_files() -> None:
-    assert readme_python_blocks() == [
-        section(quickstart_settings, "settings"),
-        section(quickstart_views, "views"),
-    ]
-
-
 def test_the_readme_installs_the_published_names() -> None:
     installs = re.findall(r"^pip install (.+)$", README, re.M)
     assert any(re.fullmatch(r'"idempotency-django\[drf\] @ git\+https://\S+"', i) for i in installs)
@@ -109,12 +98,11 @@ def test_the_viewset_replays_a_retry(alice: User) -> None:
 
 QUICKSTART = REPO_ROOT / "docs" / "quickstart.md"
 BLOCK = re.compile(r'^```(\w+)(?: title="([^"]+)")?\n(.*?)^```', re.M | re.S)
-INCLUDE = re.compile(r'^--8<-- "([^":]+):([\w-]+)"$')
 
 
 def walkthrough() -> list[tuple[str, str]]:
     """("file", path) and its text, or ("command", line), for every block of the
-    quickstart's walkthrough in page order; included sections are read from their files."""
+    quickstart's walkthrough in page order."""
     page = QUICKSTART.read_text()
     match = re.search(r"<!-- walkthrough: start -->(.*)<!-- walkthrough: end -->", page, re.S)
     assert match, "docs/quickstart.md has no walkthrough markers"
@@ -122,14 +110,7 @@ def walkthrough() -> list[tuple[str, str]]:
     for lang, title, body in BLOCK.findall(match[1]):
         if lang == "python":
             assert title, "a python block of the walkthrough names its file (title=...)"
-            include = INCLUDE.match(body.strip())
-            assert include, f"{title}: not a snippet include"
-            text = (REPO_ROOT / include[1]).read_text()
-            found = re.search(
-                rf"# --8<-- \[start:{include[2]}\]\n(.*?)# --8<-- \[end:{include[2]}\]", text, re.S
-            )
-            assert found, f"{include[1]} has no section {include[2]}"
-            steps.append((title, found[1]))
+            steps.append((title, body))
         else:
             assert lang == "console", lang
             for line in body.replace("\\\n", " ").splitlines():
@@ -198,6 +179,7 @@ def test_the_quickstart_pasted_into_a_fresh_project(tmp_path: Path) -> None:
             server.terminate()
             server.wait(10)
 
+    docs_blocks(tmp_path, env)
     first, again, changed, listing = replies
     assert first.startswith("HTTP/1.1 201") and "Idempotency-Replayed" not in first, first
     assert again.startswith("HTTP/1.1 201") and "Idempotency-Replayed: true" in again, again
@@ -210,3 +192,26 @@ def test_the_quickstart_pasted_into_a_fresh_project(tmp_path: Path) -> None:
     events = re.findall(r"^idempotency event=(\w+) method=POST route=api/bookings/\$? ", out, re.M)
     assert events == ["reserved", "stored", "replayed", "conflict"], out
     assert re.search(r"event=conflict .*key_digest=[0-9a-f]{16} .*code=idempotency_key_reused", out)
+
+
+def docs_blocks(project: Path, env: dict[str, str]) -> None:
+    """Sybil runs the docs' Python blocks from the Markdown in the project the
+    walkthrough built (tests/docs_blocks.py says how each kind of block runs)."""
+    from tests import docs_blocks as plugin
+
+    (project / "pytest.ini").write_text("[pytest]\n")
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"),
+            *("-p", "tests.docs_blocks", "-c", "pytest.ini", "--ds", "mysite.settings"),
+            *(str(REPO_ROOT / page) for page in plugin.PAGES),
+        ],
+        cwd=project,
+        env={**env, "PYTHONPATH": os.pathsep.join([str(project), str(REPO_ROOT)])},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-20000:] + done.stderr[-5000:]
+    assert re.search(r"\b\d+ passed", done.stdout), done.stdout

@@ -1,0 +1,120 @@
+"""Sybil runs the documentation's Python blocks from the Markdown (docs/contributing.md).
+
+A pytest plugin loaded inside the fresh ``startproject`` that tests/test_quickstart.py
+builds from docs/quickstart.md (``-p tests.docs_blocks``, DJANGO_SETTINGS_MODULE
+``mysite.settings``): the blocks run against the quickstart's own models, in the
+project a reader has after the quickstart.
+
+* A block titled ``…settings.py`` is lines added to settings: it runs in a namespace
+  seeded with the project's settings (``INSTALLED_APPS += [...]`` works), and every
+  ``IDEMPOTENCY`` key it sets must be a setting; its values pass the system checks.
+* A block titled ``bookings/….py`` or ``mysite/….py`` is a file of the project; the
+  walkthrough of docs/quickstart.md writes its own files, so Sybil skips that part
+  (``<!-- skip: start -->``).
+* Any other block runs in the page's namespace as a module of the ``bookings`` app
+  (relative imports work), one namespace per page, in page order;
+  ``<!-- invisible-code-block: python -->`` comments exercise what a block defines.
+
+A block that is not Python of a known form fails: a fence ``python`` that Sybil did not
+understand would otherwise be skipped in silence.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import textwrap
+from importlib import import_module
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sybil import Example, Sybil
+from sybil.evaluators.python import pad
+from sybil.parsers.markdown import SkipParser
+from sybil.parsers.markdown.lexers import DirectiveInHTMLCommentLexer, RawFencedCodeBlockLexer
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+#: The pages whose blocks run here; the others are listed in docs/contributing.md.
+PAGES = ["README.md", "docs/quickstart.md", "docs/drf.md", "docs/production.md"]
+PYTHON_FENCE = re.compile(r"(?P<language>python|py)(?P<info>[^\n]*)$\n", re.MULTILINE)
+TITLE = re.compile(r'^\s*(?:title="(?P<title>[^"]+)")?\s*$')
+
+
+def _settings_namespace() -> dict[str, Any]:
+    from django.conf import settings
+
+    module = import_module(settings.SETTINGS_MODULE)
+    return {k: copy.deepcopy(v) for k, v in vars(module).items() if k.isupper()}
+
+
+def evaluate_settings(example: Example) -> None:
+    from django.core import checks
+    from django.test import override_settings
+
+    from idempotency_django.conf import DEFAULTS
+
+    namespace = _settings_namespace()
+    before = copy.deepcopy(namespace)
+    exec(compile(pad(example.parsed, example.line), example.path, "exec"), namespace)
+    unknown = set(namespace.get("IDEMPOTENCY", {})) - set(DEFAULTS)
+    assert not unknown, f"not settings: {sorted(unknown)}"
+    changed = {
+        name: namespace[name]
+        for name in ("IDEMPOTENCY", "CACHES")
+        if name in namespace and namespace[name] != before.get(name)
+    }
+    with override_settings(**changed):
+        from idempotency_django.checks import check_settings
+
+        errors = [m for m in check_settings() if m.level >= checks.ERROR]
+    assert not errors, errors
+    example.namespace.setdefault("settings_blocks", []).append(namespace)
+
+
+def evaluate_module(example: Example) -> None:
+    namespace = example.namespace
+    namespace.setdefault("__name__", f"bookings.docs_{Path(example.path).stem}")
+    namespace.setdefault("__package__", "bookings")
+    exec(compile(pad(example.parsed, example.line), example.path, "exec"), namespace)
+
+
+class PythonBlocks:
+    """```python blocks (with an optional title="…"), and invisible ones."""
+
+    def __init__(self) -> None:
+        self.fences = RawFencedCodeBlockLexer(info_pattern=PYTHON_FENCE)
+        self.invisible = DirectiveInHTMLCommentLexer(
+            directive="invisible-code-block", arguments="python"
+        )
+
+    def __call__(self, document: Any) -> Any:
+        for region in self.fences(document):
+            info = TITLE.match(region.lexemes["info"])
+            assert info, (
+                f"{document.path}: a python fence Sybil cannot read: {region.lexemes['info']!r}"
+            )
+            title = info["title"] or ""
+            region.parsed = textwrap.dedent(str(region.lexemes["source"]))
+            region.evaluator = (
+                evaluate_settings if title.endswith("settings.py") else evaluate_module
+            )
+            yield region
+        for region in self.invisible(document):
+            region.parsed = textwrap.dedent(str(region.lexemes["source"]))
+            region.evaluator = evaluate_module
+            yield region
+
+
+@pytest.fixture
+def docs_db(transactional_db: None) -> None:
+    """Each block may touch the database (the project's, migrated for the test)."""
+
+
+sybil = Sybil(
+    parsers=[PythonBlocks(), SkipParser()],
+    path=str(REPO_ROOT),
+    patterns=PAGES,
+    fixtures=["docs_db"],
+)
+pytest_collect_file = sybil.pytest()
