@@ -216,7 +216,7 @@ class IdempotencyRecordAdmin(RecordActionsMixin, ExpiringRecordAdmin):
             (_("Stored response"), {"fields": response}),
         )
 
-    # -- the record's page: a readable title, and a link to release its reservation --
+    # -- the record's page: a readable title --
 
     def record_title(self, obj: IdempotencyRecord) -> str:
         """``order-1001-move by alice at hotel-lisbon``: the key and whose it is, in words."""
@@ -242,9 +242,6 @@ class IdempotencyRecordAdmin(RecordActionsMixin, ExpiringRecordAdmin):
     ) -> HttpResponse:
         if obj is not None:
             context["subtitle"] = self.record_title(obj)
-            context["can_release"] = obj.state == State.IN_PROGRESS and self.has_delete_permission(
-                request, obj
-            )
         return super().render_change_form(request, context, add, change, form_url, obj)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
