@@ -56,8 +56,12 @@ def confirmation(
     return response
 
 
-class ReleaseMixin(_AdminMixin):
-    """The "release selected stuck reservations" action, of both admins."""
+class RecordActionsMixin(_AdminMixin):
+    """Both admins' actions: the requests' lists both, the deliveries' the release only."""
+
+    #: The most principals one "delete all records of" may cover: it is meant
+    #: for one person's data, not for emptying the table.
+    max_principals_per_deletion = 100
 
     @admin.action(description=_("Release selected stuck reservations"), permissions=["delete"])
     def release_reservations(
@@ -103,14 +107,6 @@ class ReleaseMixin(_AdminMixin):
         )
         self.message_user(request, done % {"count": len(released)}, messages.SUCCESS)
         return None
-
-
-class RecordActionsMixin(ReleaseMixin):
-    """Deleting every record of principals, for the requests' admin."""
-
-    #: The most principals one "delete all records of" may cover: it is meant
-    #: for one person's data, not for emptying the table.
-    max_principals_per_deletion = 100
 
     @admin.action(
         description=_("Delete all records of the selected records' principals"),
