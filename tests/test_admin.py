@@ -326,24 +326,39 @@ def test_no_add_and_no_edit(admin_client: Client) -> None:
 
 # -- actions -------------------------------------------------------------------
 
+DJANGO_CONFIRMATION = "admin/delete_selected_confirmation.html"
 
-def test_release_asks_for_confirmation_then_releases(
+
+def confirmed(client: Client, page: Any, **extra: str) -> Any:
+    """POST the confirmation ``page``'s form as a browser would: its hidden fields only."""
+    content = page.content.decode()
+    form = content[content.index('<form method="post">') :]
+    fields: dict[str, list[str]] = {}
+    for name, value in re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)"', form):
+        fields.setdefault(name, []).append(value)
+    return client.post(page.wsgi_request.get_full_path(), {**fields, **extra}, follow=True)
+
+
+def test_release_is_confirmed_on_djangos_delete_page_then_releases(
     admin_client: Client, admin_user: User, records: dict[str, IdempotencyRecord]
 ) -> None:
     selected = [records["reserved"].pk, records["abandoned"].pk, records["completed"].pk]
     data = {"action": "release_reservations", "_selected_action": selected}
-    response = admin_client.post(reverse(CHANGELIST), data)
-    assert response.status_code == 200
-    assert "admin/idempotency_django/release_confirmation.html" in [
-        t.name for t in response.templates
-    ]
-    content = response.content.decode()
-    assert "Release these 2 reservations?" in content
-    assert "1 of them is still within its takeover window" in content
+    page = admin_client.post(reverse(CHANGELIST), data)
+    assert page.status_code == 200
+    assert DJANGO_CONFIRMATION in [t.name for t in page.templates]
+    content = page.content.decode()
+    assert "<h1>Release stuck reservations?</h1>" in content
+    assert "1 of them is a reservation still within its takeover window" in content
     assert "1 selected record is not a reservation in progress" in content
+    # What goes: the two reservations, not the completed record.
+    assert "key-reserved (svc:c, -)" in content and "key-abandoned (svc:d, -)" in content
+    assert "key-completed" not in content
+    assert '<input type="hidden" name="action" value="release_reservations">' in content
+    assert 'value="delete_selected"' not in content
     assert IdempotencyRecord.objects.filter(pk__in=selected).count() == 3
 
-    response = admin_client.post(reverse(CHANGELIST), {**data, "post": "yes"}, follow=True)
+    response = confirmed(admin_client, page)
     assert response.status_code == 200
     assert "Released 2 reservations." in response.content.decode()
     assert set(IdempotencyRecord.objects.filter(pk__in=selected).values_list("key", flat=True)) == {
@@ -367,18 +382,22 @@ def test_release_warns_of_a_live_reservation_by_the_databases_clock(admin_client
     data = {"action": "release_reservations", "_selected_action": [record.pk]}
     with time_machine.travel(timezone.now() + timedelta(minutes=10)):
         content = admin_client.post(reverse(CHANGELIST), data).content.decode()
-    assert "1 of them is still within its takeover window" in content
-    assert "abandoned (takeover time passed)" not in content
+    assert "1 of them is a reservation still within its takeover window" in content
+    with time_machine.travel(timezone.now() - timedelta(minutes=10)):
+        IdempotencyRecord.objects.filter(pk=record.pk).update(expires_at=timezone.now())
+        content = admin_client.post(reverse(CHANGELIST), data).content.decode()
+    assert "Release stuck reservations?" in content and "takeover window" not in content
 
 
 def test_release_keeps_a_record_completed_after_confirmation(admin_client: Client) -> None:
     record = IdempotencyRecordFactory.create(in_progress=True)
     data = {"action": "release_reservations", "_selected_action": [record.pk]}
-    assert admin_client.post(reverse(CHANGELIST), data).status_code == 200
+    page = admin_client.post(reverse(CHANGELIST), data)
+    assert page.status_code == 200
     IdempotencyRecord.objects.filter(pk=record.pk).update(
         state=IdempotencyRecord.State.COMPLETED, status_code=201
     )
-    response = admin_client.post(reverse(CHANGELIST), {**data, "post": "yes"}, follow=True)
+    response = confirmed(admin_client, page)
     assert "None of the selected records is a reservation." in response.content.decode()
     assert IdempotencyRecord.objects.filter(pk=record.pk).exists()
     assert not LogEntry.objects.exists()
@@ -399,22 +418,30 @@ def test_delete_selected_evicts_keys(
 ) -> None:
     selected = [records["completed"].pk, records["expired"].pk]
     data = {"action": "delete_selected", "_selected_action": selected}
-    response = admin_client.post(reverse(CHANGELIST), data)
-    assert response.status_code == 200
-    assert "Are you sure" in response.content.decode()
-    response = admin_client.post(reverse(CHANGELIST), {**data, "post": "yes"})
-    assert response.status_code == 302
+    page = admin_client.post(reverse(CHANGELIST), data)
+    assert page.status_code == 200
+    assert "Are you sure" in page.content.decode()
+    response = confirmed(admin_client, page)
+    assert "Successfully deleted 2 idempotency records." in response.content.decode()
     assert not IdempotencyRecord.objects.filter(pk__in=selected).exists()
     assert IdempotencyRecord.objects.count() == len(records) - 2
     assert LogEntry.objects.filter(action_flag=DELETION).count() == 2
 
 
-def test_delete_one_from_its_page(admin_client: Client) -> None:
-    record = IdempotencyRecordFactory.create()
-    assert admin_client.get(delete_url(record)).status_code == 200
-    response = admin_client.post(delete_url(record), {"post": "yes"})
+def test_a_reservation_is_released_from_its_page_by_djangos_delete(
+    admin_client: Client, records: dict[str, IdempotencyRecord]
+) -> None:
+    """A record's Delete is Django's, for a reservation too: its page warns while the
+    reservation is within its takeover window, then the key is free."""
+    warning = "still within its takeover window"
+    live, abandoned = records["reserved"], records["abandoned"]
+    assert delete_url(live) in admin_client.get(change_url(live)).content.decode()
+    assert warning in admin_client.get(delete_url(live)).content.decode()
+    assert warning not in admin_client.get(delete_url(abandoned)).content.decode()
+    assert warning not in admin_client.get(delete_url(records["completed"])).content.decode()
+    response = admin_client.post(delete_url(live), {"post": "yes"})
     assert response.status_code == 302
-    assert not IdempotencyRecord.objects.exists()
+    assert not IdempotencyRecord.objects.filter(pk=live.pk).exists()
     assert LogEntry.objects.get().action_flag == DELETION
 
 
@@ -426,7 +453,8 @@ def test_a_task_reservation_is_listed_and_released(admin_client: Client) -> None
     record = IdempotencyRecord.objects.get(digest=key.digest)
     assert listed(admin_client.get(reverse(CHANGELIST))) == {"invoice-77"}
     assert "billing.charge" in admin_client.get(change_url(record)).content.decode()
-    released = admin_client.post(release_url(record), {"post": "yes"}, follow=True)
+    data = {"action": "release_reservations", "_selected_action": [record.pk]}
+    released = confirmed(admin_client, admin_client.post(reverse(CHANGELIST), data))
     assert "Released 1 reservation." in released.content.decode()
     assert not IdempotencyRecord.objects.exists()
 
@@ -435,19 +463,15 @@ def test_evicting_a_live_reservation_warns_as_releasing_does(
     admin_client: Client, records: dict[str, IdempotencyRecord]
 ) -> None:
     """Deleting a reservation is releasing it: a retry may then run a request still running."""
-    warning = "still within its takeover window"
     live, abandoned = records["reserved"], records["abandoned"]
-    assert warning in admin_client.get(delete_url(live)).content.decode()
-    assert warning not in admin_client.get(delete_url(abandoned)).content.decode()
-    assert warning not in admin_client.get(delete_url(records["completed"])).content.decode()
-
     selected = [live.pk, abandoned.pk, records["completed"].pk]
     data = {"action": "delete_selected", "_selected_action": selected}
     content = admin_client.post(reverse(CHANGELIST), data).content.decode()
     assert "1 of them is a reservation still within its takeover window" in content
     assert "Are you sure" in content
     data["_selected_action"] = [abandoned.pk, records["completed"].pk]
-    assert warning not in admin_client.post(reverse(CHANGELIST), data).content.decode()
+    content = admin_client.post(reverse(CHANGELIST), data).content.decode()
+    assert "Are you sure" in content and "takeover window" not in content
 
 
 # -- permissions ---------------------------------------------------------------
@@ -469,14 +493,14 @@ def logged_in_with_csrf_checks(username: str, password: str) -> tuple[Client, st
 def test_actions_need_the_csrf_token_and_the_delete_permission_after_a_real_login(
     admin_user: User,
 ) -> None:
-    """No forged POST releases, evicts or erases; a viewer's valid POST does not either."""
+    """No forged POST releases, evicts or erases; a viewer's valid POST does not either;
+    the confirmation's own form, token and all, releases."""
     record = IdempotencyRecordFactory.create(key="stuck", in_progress=True)
     root, root_token = logged_in_with_csrf_checks("root", "root-password")
     actions = ["release_reservations", "delete_principal_records", "delete_selected"]
     for action in actions:
         data = {"action": action, "_selected_action": [record.pk], "post": "yes"}
         assert root.post(reverse(CHANGELIST), data).status_code == 403
-    assert root.post(release_url(record), {"post": "yes"}).status_code == 403
     assert root.post(delete_url(record), {"post": "yes"}).status_code == 403
     assert IdempotencyRecord.objects.filter(pk=record.pk).exists()
 
@@ -490,14 +514,19 @@ def test_actions_need_the_csrf_token_and_the_delete_permission_after_a_real_logi
             "post": "yes",
             "csrfmiddlewaretoken": token,
         }
-        client.post(reverse(CHANGELIST), data)  # an action it does not have: nothing done
+        answer = client.post(reverse(CHANGELIST), data)  # none of its actions: nothing done
+        assert DJANGO_CONFIRMATION not in [t.name for t in answer.templates]
     form = {"post": "yes", "csrfmiddlewaretoken": token}
-    assert client.post(release_url(record), form).status_code == 403
     assert client.post(delete_url(record), form).status_code == 403
     assert IdempotencyRecord.objects.filter(pk=record.pk).exists()
 
-    released = root.post(release_url(record), {"post": "yes", "csrfmiddlewaretoken": root_token})
-    assert released.status_code == 302
+    data = {
+        "action": "release_reservations",
+        "_selected_action": [record.pk],
+        "csrfmiddlewaretoken": root_token,
+    }
+    page = root.post(reverse(CHANGELIST), data)
+    assert "Released 1 reservation." in confirmed(root, page).content.decode()
     assert not IdempotencyRecord.objects.filter(pk=record.pk).exists()
 
 
@@ -733,13 +762,13 @@ def test_delete_principal_records_asks_then_deletes_all_of_theirs(
     IdempotencyRecordFactory.create(key="similar", principal=f"{principal}0")
     data = {"action": "delete_principal_records", "_selected_action": [selected.pk, service.pk]}
 
-    response = admin_client.post(reverse(CHANGELIST), data)
-    assert response.status_code == 200
-    assert "admin/idempotency_django/principal_delete_confirmation.html" in [
-        t.name for t in response.templates
-    ]
-    content = response.content.decode()
-    assert "Delete all 7 records?" in content
+    page = admin_client.post(reverse(CHANGELIST), data)
+    assert page.status_code == 200
+    assert DJANGO_CONFIRMATION in [t.name for t in page.templates]
+    content = page.content.decode()
+    assert "<h1>Delete all records of these principals?</h1>" in content
+    assert "<li>Idempotency records: 7</li>" in content  # Django's summary: all of theirs
+    assert "selected or not, in every location" in content
     assert (
         '<span class="idempotency-token">carol</span> <span class="quiet">'
         f'<span class="idempotency-token">({principal})</span></span>: 5 records' in content
@@ -747,7 +776,7 @@ def test_delete_principal_records_asks_then_deletes_all_of_theirs(
     assert '<span class="idempotency-token">svc:reports</span>: 2 records' in content
     assert IdempotencyRecord.objects.count() == 9
 
-    response = admin_client.post(reverse(CHANGELIST), {**data, "post": "yes"}, follow=True)
+    response = confirmed(admin_client, page)
     assert "Deleted every record of 2 principals (7 in all)." in response.content.decode()
     assert set(IdempotencyRecord.objects.values_list("key", flat=True)) == {
         "someone-else",
@@ -771,7 +800,7 @@ def test_delete_principal_records_needs_the_delete_permission(
     client = staff_client("reader", "view_idempotencyrecord", "view_stored_response")
     data = {"action": "delete_principal_records", "_selected_action": [secret_record.pk]}
     response = client.post(reverse(CHANGELIST), data)
-    assert "principal_delete_confirmation" not in response.content.decode()
+    assert DJANGO_CONFIRMATION not in [t.name for t in response.templates]
     client.post(reverse(CHANGELIST), {**data, "post": "yes"})
     assert IdempotencyRecord.objects.filter(pk=secret_record.pk).exists()
 
@@ -933,11 +962,7 @@ def test_delete_principal_records_covers_a_bounded_number_of_principals(
     assert IdempotencyRecord.objects.count() == most + 1
 
 
-# -- the record's page: its title, and releasing a reservation from it ----------------
-
-
-def release_url(record: IdempotencyRecord) -> str:
-    return reverse("admin:idempotency_django_idempotencyrecord_release", args=[record.pk])
+# -- the record's page: its title -------------------------------------------------
 
 
 def test_the_record_page_is_titled_with_the_key_and_the_username(admin_client: Client) -> None:
@@ -956,44 +981,3 @@ def test_the_record_page_is_titled_with_the_key_and_the_username(admin_client: C
         "<h2>k-2 by svc:billing at hotel-porto</h2>"
         in admin_client.get(change_url(located)).content.decode()
     )
-
-
-def test_a_reservation_is_released_from_its_page_after_confirmation(
-    admin_client: Client, admin_user: User
-) -> None:
-    record = IdempotencyRecordFactory.create(key="stuck", in_progress=True)
-    page = admin_client.get(change_url(record)).content.decode()
-    assert f'href="{release_url(record)}" class="release-link"' in page
-
-    confirmation = admin_client.get(release_url(record))
-    assert confirmation.status_code == 200
-    assert "Release this reservation?" in confirmation.content.decode()
-    assert IdempotencyRecord.objects.filter(pk=record.pk).exists()
-
-    released = admin_client.post(release_url(record), {"post": "yes"}, follow=True)
-    assert released.redirect_chain[-1][0] == reverse(CHANGELIST)
-    assert "Released 1 reservation." in released.content.decode()
-    assert not IdempotencyRecord.objects.filter(pk=record.pk).exists()
-    entry = LogEntry.objects.get(action_flag=DELETION)
-    assert (entry.user_id, entry.change_message) == (admin_user.pk, "Released stuck reservation.")
-
-
-def test_a_completed_record_has_no_release_link_and_is_not_released(
-    admin_client: Client,
-) -> None:
-    record = IdempotencyRecordFactory.create(key="done", status_code=201)
-    assert "release-link" not in admin_client.get(change_url(record)).content.decode()
-    answer = admin_client.post(release_url(record), {"post": "yes"}, follow=True)
-    assert answer.redirect_chain[-1][0] == change_url(record)
-    assert "None of the selected records is a reservation." in answer.content.decode()
-    assert IdempotencyRecord.objects.filter(pk=record.pk).exists()
-
-
-def test_releasing_from_the_page_needs_the_delete_permission(viewer_client: Client) -> None:
-    record = IdempotencyRecordFactory.create(key="stuck", in_progress=True)
-    assert "release-link" not in viewer_client.get(change_url(record)).content.decode()
-    assert viewer_client.get(release_url(record)).status_code == 403
-    assert viewer_client.post(release_url(record), {"post": "yes"}).status_code == 403
-    assert IdempotencyRecord.objects.filter(pk=record.pk).exists()
-    assert Client().post(release_url(record), {"post": "yes"}).status_code == 302  # to login
-    assert IdempotencyRecord.objects.filter(pk=record.pk).exists()

@@ -1,17 +1,15 @@
 """The Django admin for idempotency records: inspect, evict a key, release a stuck reservation.
 
-Records are read-only here: they are written by the store, never by hand.
-:class:`ExpiringRecordAdmin` holds what the two admins here (requests' records,
-webhook deliveries) share; actions, filters and rendering are in the ``admin_*`` modules.
+Records are read-only here: the store writes them, never a person.
+:class:`ExpiringRecordAdmin` is what the requests' and the webhook deliveries' admins
+share; the actions are in ``actions.py``, the changelist's filters and paginator in
+``filters.py``, the rendering in ``display.py``.
 
-The changelist stays fast on a table of millions of rows: no full COUNT(*)
-beyond the filtered one (none at all on PostgreSQL when unfiltered), no
-facet counts, no DISTINCT scans for the filter choices, no foreign keys to
-join, the stored bodies and headers are not loaded, and the users that the
-page's principals name are read in one query.
-
-Stored responses are other people's data: only staff holding
-``idempotency_django.view_stored_response`` see bodies and header values.
+The changelist stays fast on a table of millions of rows: no full COUNT(*) beyond the
+filtered one (none on PostgreSQL when unfiltered), no facet counts, no DISTINCT scans
+for the filter choices, the stored bodies and headers not loaded, the users the page's
+principals name read in one query. Stored responses are other people's data: only
+staff holding ``idempotency_django.view_stored_response`` see bodies and header values.
 """
 
 from __future__ import annotations
@@ -28,7 +26,7 @@ from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from idempotency_django.admin.actions import RecordActionsMixin, ReleaseMixin
+from idempotency_django.admin.actions import RecordActionsMixin
 from idempotency_django.admin.display import (
     BODY_DISPLAY_LIMIT,
     TOKEN_MAX_LENGTH,
@@ -37,7 +35,6 @@ from idempotency_django.admin.display import (
     principals_of_users,
     render_body,
     render_body_summary,
-    render_header_names,
     render_headers,
     render_opened,
     render_principal,
@@ -95,7 +92,7 @@ else:  # ModelAdmin is not subscriptable at runtime without django-stubs-ext.
     _ModelAdmin = admin.ModelAdmin
 
 
-class ExpiringRecordAdmin(ReleaseMixin, _ModelAdmin):
+class ExpiringRecordAdmin(RecordActionsMixin, _ModelAdmin):
     """Read-only admin for rows of the idempotency table (requests or webhook deliveries).
 
     Viewing needs the view permission; deleting ("evict a key") and releasing
@@ -154,8 +151,6 @@ class ExpiringRecordAdmin(ReleaseMixin, _ModelAdmin):
             return False
         return super().lookup_allowed(lookup, value, request)
 
-    # -- queries --
-
     # -- columns and detail fields --
 
     @admin.display(description=_("state"), ordering="state")
@@ -179,7 +174,7 @@ class ExpiringRecordAdmin(ReleaseMixin, _ModelAdmin):
 
 
 @admin.register(IdempotencyRecord)
-class IdempotencyRecordAdmin(RecordActionsMixin, ExpiringRecordAdmin):
+class IdempotencyRecordAdmin(ExpiringRecordAdmin):
     """Requests' and tasks' records: who sent them (the user a principal names), and their
     responses."""
 
@@ -216,7 +211,7 @@ class IdempotencyRecordAdmin(RecordActionsMixin, ExpiringRecordAdmin):
             (_("Stored response"), {"fields": response}),
         )
 
-    # -- the record's page: a readable title, and a link to release its reservation --
+    # -- the record's page: a readable title --
 
     def record_title(self, obj: IdempotencyRecord) -> str:
         """``order-1001-move by alice at hotel-lisbon``: the key and whose it is, in words."""
@@ -242,9 +237,6 @@ class IdempotencyRecordAdmin(RecordActionsMixin, ExpiringRecordAdmin):
     ) -> HttpResponse:
         if obj is not None:
             context["subtitle"] = self.record_title(obj)
-            context["can_release"] = obj.state == State.IN_PROGRESS and self.has_delete_permission(
-                request, obj
-            )
         return super().render_change_form(request, context, add, change, form_url, obj)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
@@ -320,7 +312,7 @@ class IdempotencyRecordAdmin(RecordActionsMixin, ExpiringRecordAdmin):
 
     @admin.display(description=_("response headers"))
     def header_names_display(self, obj: IdempotencyRecord) -> SafeString:
-        return render_opened(obj, lambda headers, body: render_header_names(headers))
+        return render_opened(obj, lambda headers, body: render_headers(headers, values=False))
 
     @admin.display(description=_("response body"))
     def body_summary_display(self, obj: IdempotencyRecord) -> SafeString:

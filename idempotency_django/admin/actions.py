@@ -1,9 +1,9 @@
-"""What staff may do to records beyond viewing them, each after a confirmation page.
+"""Releasing stuck reservations and deleting principals' records: actions confirmed on
+Django's own "Delete selected" page.
 
-Releasing stuck reservations (an action of both admins, and a button on a
-request record's page) and deleting every record of principals (an account
-deletion, an erasure request). Rows are deleted where the store writes, never
-through a read replica, and every deletion is in the admin's log.
+Each action's first POST returns that page (:func:`confirmation`), its form posting back
+to the action; the second does the deletion, where the store writes (never through a
+read replica), each record logged in the admin's history.
 """
 
 from __future__ import annotations
@@ -13,26 +13,19 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
-from django.contrib.admin import helpers
+from django.contrib.admin.actions import delete_selected
 from django.contrib.admin.models import DELETION, LogEntry
-from django.contrib.admin.utils import unquote
-from django.core.exceptions import PermissionDenied
 from django.db import models, transaction
-from django.db.models import Q, QuerySet
-from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
+from django.db.models import QuerySet
+from django.http import HttpRequest
 from django.template.response import TemplateResponse
-from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from idempotency_django.admin.display import principal_usernames, render_principal
 from idempotency_django.models import IdempotencyRecord
-from idempotency_django.purge import (
-    database_now,
-    default_database,
-    purge_principal,
-    send_evicted,
-)
+from idempotency_django.purge import default_database, purge_principal, send_evicted
 
 State = IdempotencyRecord.State
 
@@ -42,8 +35,8 @@ else:  # a mixin: the admins list it before ModelAdmin in their bases
     _AdminMixin = object
 
 
-def _log_deletions(request: HttpRequest, objects: Sequence[models.Model], message: str) -> None:
-    """One admin log entry per deleted object."""
+def log_deletions(request: HttpRequest, objects: Sequence[models.Model], message: str) -> None:
+    """One admin log entry per object, saying why it went (Django's says nothing)."""
     user_id = request.user.pk
     assert user_id is not None  # the admin's views need a logged-in user
     LogEntry.objects.log_actions(
@@ -51,147 +44,69 @@ def _log_deletions(request: HttpRequest, objects: Sequence[models.Model], messag
     )
 
 
-def live_reservation_count(records: models.Model | QuerySet[Any]) -> int:
-    """How many of ``records`` (a record, or a queryset of them) are reservations within
-    their takeover window by the database's clock: their requests may still be running.
-
-    Django's delete pages (evicting keys) show it, as the release confirmation does.
-    """
-    using = default_database()
-    if isinstance(records, models.Model):
-        records = type(records)._base_manager.using(using).filter(pk=records.pk)
-    # The selection's own query (a COUNT), never a list of its keys: "select all"
-    # on a big table is a selection of millions.
-    return records.filter(state=State.IN_PROGRESS, expires_at__gt=database_now(using)).count()
+def confirmation(
+    model_admin: Any, request: HttpRequest, queryset: QuerySet[Any], action: str, **context: Any
+) -> TemplateResponse:
+    """Django's "Delete selected" confirmation of ``queryset`` (the records its form posts
+    back), for ``action``, with ``context`` on top (the app's template shows it)."""
+    response = delete_selected(model_admin, request, queryset)
+    assert isinstance(response, TemplateResponse)  # without "post", always the page
+    assert response.context_data is not None
+    response.context_data.update(action_name=action, **context)
+    return response
 
 
-class ReleaseMixin(_AdminMixin):
-    """The "release selected stuck reservations" action, and the confirmation pages' context."""
-
-    @admin.action(description=_("Release selected stuck reservations"), permissions=["delete"])
-    def release_reservations(
-        self, request: HttpRequest, queryset: QuerySet[Any]
-    ) -> HttpResponse | None:
-        """Delete the selected reservations (after confirmation), so a retry of the key runs.
-
-        Only rows still in progress go: a record that completed meanwhile is kept.
-        """
-        reservations = queryset.filter(state=State.IN_PROGRESS)
-        if request.POST.get("post") == "yes":
-            # Where the store writes, never the read alias a router may send
-            # the changelist's queryset to (a replica keeps its rows otherwise).
-            using = default_database()
-            with transaction.atomic(using=using):
-                released = list(reservations.using(using).select_for_update())
-                if released:
-                    _log_deletions(request, released, "Released stuck reservation.")
-                    self.model._base_manager.using(using).filter(
-                        Q(pk__in=[obj.pk for obj in released]) & Q(state=State.IN_PROGRESS)
-                    ).delete()
-                    send_evicted(released, reason="release", user=request.user)
-            if released:
-                self.message_user(
-                    request,
-                    ngettext(
-                        "Released %(count)d reservation.",
-                        "Released %(count)d reservations.",
-                        len(released),
-                    )
-                    % {"count": len(released)},
-                    messages.SUCCESS,
-                )
-            else:
-                self.message_user(
-                    request, _("None of the selected records is a reservation."), messages.WARNING
-                )
-            return None
-
-        selected = list(reservations.order_by("expires_at"))
-        if not selected:
-            self.message_user(
-                request,
-                _("None of the selected records is a reservation in progress; nothing released."),
-                messages.WARNING,
-            )
-            return None
-        # The database's clock, which the store's claims and takeovers use: an app
-        # server whose clock runs ahead must not call a running request's
-        # reservation abandoned, and so not warn before it is released.
-        now = database_now(default_database())
-        context = {
-            **self._action_context(request, _("Release stuck reservations?")),
-            "reservations": [(obj, obj.expires_at <= now) for obj in selected],
-            "live_count": sum(1 for obj in selected if obj.expires_at > now),
-            "skipped_count": queryset.count() - len(selected),
-            "action_name": "release_reservations",
-        }
-        return TemplateResponse(
-            request, self._confirmation_templates("release_confirmation"), context
-        )
-
-    def _action_context(self, request: HttpRequest, title: Any) -> dict[str, Any]:
-        opts = self.model._meta
-        request.current_app = self.admin_site.name
-        return {
-            **self.admin_site.each_context(request),
-            "title": title,
-            "subtitle": None,
-            "opts": opts,
-            "app_label": opts.app_label,
-            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
-            "media": self.media,
-        }
-
-    def _confirmation_templates(self, name: str) -> list[str]:
-        """The model's, then the app's template: Django's lookup for delete pages."""
-        opts = self.model._meta
-        return [
-            f"admin/{opts.app_label}/{opts.model_name}/{name}.html",
-            f"admin/{opts.app_label}/{name}.html",
-        ]
-
-
-class RecordActionsMixin(ReleaseMixin):
-    """A request record's page releases its reservation; principals' records deleted at once."""
+class RecordActionsMixin(_AdminMixin):
+    """Both admins' actions: the requests' lists both, the deliveries' the release only."""
 
     #: The most principals one "delete all records of" may cover: it is meant
     #: for one person's data, not for emptying the table.
     max_principals_per_deletion = 100
 
-    def get_urls(self) -> list[URLPattern]:
-        opts = self.model._meta
-        release = path(
-            "<path:object_id>/release/",
-            self.admin_site.admin_view(self.release_view),
-            name=f"{opts.app_label}_{opts.model_name}_release",
-        )
-        # First: the admin's own "<path:object_id>/" would take ".../release/" too.
-        return [release, *super().get_urls()]
+    @admin.action(description=_("Release selected stuck reservations"), permissions=["delete"])
+    def release_reservations(
+        self, request: HttpRequest, queryset: QuerySet[Any]
+    ) -> TemplateResponse | None:
+        """Delete the selected reservations (after confirmation), so a retry of the key runs.
 
-    def release_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        """The record page's "Release this reservation": the release action's confirmation
-        for this one record (GET), then the release (its form's POST)."""
-        obj = self.get_object(request, unquote(object_id))
-        opts = self.model._meta
-        changelist = reverse(f"admin:{opts.app_label}_{opts.model_name}_changelist")
-        if obj is None:
-            self.message_user(request, _("The record is gone."), messages.WARNING)
-            return HttpResponseRedirect(changelist)
-        if not self.has_delete_permission(request, obj):
-            raise PermissionDenied
-        if request.method not in ("GET", "POST"):
-            return HttpResponseNotAllowed(["GET", "POST"])
-        selected = self.get_queryset(request).filter(pk=obj.pk)
-        response = self.release_reservations(request, selected)
-        if response is not None:
-            return response
-        if not self.model._base_manager.using(default_database()).filter(pk=obj.pk).exists():
-            return HttpResponseRedirect(changelist)  # released: its page is gone
-        return HttpResponseRedirect(
-            reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[obj.pk])
+        Only rows still in progress go: a record that completed meanwhile is kept.
+        """
+        reservations = queryset.filter(state=State.IN_PROGRESS)
+        if not request.POST.get("post"):
+            if not reservations.exists():
+                message = _(
+                    "None of the selected records is a reservation in progress; nothing released."
+                )
+                self.message_user(request, message, messages.WARNING)
+                return None
+            return confirmation(
+                self,
+                request,
+                reservations,
+                "release_reservations",
+                title=_("Release stuck reservations?"),
+                skipped_count=queryset.count() - reservations.count(),
+            )
+        # Where the store writes, never the read alias a router may send
+        # the changelist's queryset to (a replica keeps its rows otherwise).
+        using = default_database()
+        with transaction.atomic(using=using):
+            released = list(reservations.using(using).select_for_update())
+            if released:
+                log_deletions(request, released, "Released stuck reservation.")
+                self.model._base_manager.using(using).filter(
+                    pk__in=[obj.pk for obj in released], state=State.IN_PROGRESS
+                ).delete()
+                send_evicted(released, reason="release", user=request.user)
+        if not released:
+            gone = _("None of the selected records is a reservation.")
+            self.message_user(request, gone, messages.WARNING)
+            return None
+        done = ngettext(
+            "Released %(count)d reservation.", "Released %(count)d reservations.", len(released)
         )
-
-    # -- deleting every record of principals --
+        self.message_user(request, done % {"count": len(released)}, messages.SUCCESS)
+        return None
 
     @admin.action(
         description=_("Delete all records of the selected records' principals"),
@@ -199,7 +114,7 @@ class RecordActionsMixin(ReleaseMixin):
     )
     def delete_principal_records(
         self, request: HttpRequest, queryset: QuerySet[Any]
-    ) -> HttpResponse | None:
+    ) -> TemplateResponse | None:
         """Delete every record of each selected record's principal, after confirmation.
 
         For an account deletion or an erasure request: all of the principal's
@@ -209,47 +124,48 @@ class RecordActionsMixin(ReleaseMixin):
         # Where the store writes: an erasure on a replica would erase nothing.
         using = default_database()
         if len(principals) > self.max_principals_per_deletion:
+            too_many = _(
+                "The selected records belong to %(count)d principals; select the records "
+                "of at most %(most)d at a time."
+            )
+            most = self.max_principals_per_deletion
             self.message_user(
-                request,
-                _(
-                    "The selected records belong to %(count)d principals; select the records "
-                    "of at most %(most)d at a time."
-                )
-                % {"count": len(principals), "most": self.max_principals_per_deletion},
-                messages.ERROR,
+                request, too_many % {"count": len(principals), "most": most}, messages.ERROR
             )
             return None
-        if request.POST.get("post") == "yes":
-            deleted = 0
-            for principal in principals:
-                message = f"Deleted with every record of principal {principal}."
-                log = partial(_log_deletions, request, message=message)
-                deleted += purge_principal(principal, using=using, on_batch=log)
-            self.message_user(
-                request,
-                ngettext(
-                    "Deleted every record of %(principals)d principal (%(count)d in all).",
-                    "Deleted every record of %(principals)d principals (%(count)d in all).",
-                    len(principals),
+        if not request.POST.get("post"):
+            # The page lists the principals and how many records of each will go, exactly,
+            # in place of the selected records; its form posts the selection back.
+            counts = {p: purge_principal(p, using=using, dry_run=True) for p in principals}
+            names = principal_usernames(principals)
+            listed = [
+                format_html(
+                    "{}: {}",
+                    render_principal(principal, names.get(principal)),
+                    ngettext("%(count)d record", "%(count)d records", count) % {"count": count},
                 )
-                % {"count": deleted, "principals": len(principals)},
-                messages.SUCCESS,
+                for principal, count in counts.items()
+            ]
+            return confirmation(
+                self,
+                request,
+                queryset,
+                "delete_principal_records",
+                title=_("Delete all records of these principals?"),
+                deletable_objects=[listed],
+                model_count={self.opts.verbose_name_plural: sum(counts.values())}.items(),
+                erasing_principals=True,
             )
-            return None
-
-        # What the deletion will count: each principal's records, exactly.
-        counts = {p: purge_principal(p, using=using, dry_run=True) for p in principals}
-        names = principal_usernames(principals)
-        rows = [
-            (render_principal(principal, names.get(principal)), counts.get(principal, 0))
-            for principal in principals
-        ]
-        context = {
-            **self._action_context(request, _("Delete all records of these principals?")),
-            "principals": rows,
-            "total": sum(counts.values()),
-            "selected_pks": list(queryset.order_by().values_list("pk", flat=True)),
-            "action_name": "delete_principal_records",
-        }
-        templates = self._confirmation_templates("principal_delete_confirmation")
-        return TemplateResponse(request, templates, context)
+        deleted = 0
+        for principal in principals:
+            why = f"Deleted with every record of principal {principal}."
+            log = partial(log_deletions, request, message=why)
+            deleted += purge_principal(principal, using=using, on_batch=log)
+        done = ngettext(
+            "Deleted every record of %(principals)d principal (%(count)d in all).",
+            "Deleted every record of %(principals)d principals (%(count)d in all).",
+            len(principals),
+        )
+        totals = {"count": deleted, "principals": len(principals)}
+        self.message_user(request, done % totals, messages.SUCCESS)
+        return None

@@ -6,7 +6,7 @@ decrypted once (:func:`open_stored_response`) for the columns that show it.
 Stored responses are other people's data. :func:`render_body` and
 :func:`render_headers` show them whole, for staff holding the
 ``view_stored_response`` permission; :func:`render_body_summary` and
-:func:`render_header_names` show everyone else only what cannot carry the
+:func:`render_headers` without values show everyone else only what cannot carry the
 response's data: the size, the content type and a keyed digest of the body (equal
 digests mean equal bodies), and the names of the headers.
 """
@@ -114,11 +114,6 @@ def render_headers(headers: Any, *, values: bool = True) -> SafeString:
     return format_html('<table class="idempotency-headers"><tbody>{}</tbody></table>', rows)
 
 
-def render_header_names(headers: Any) -> SafeString:
-    """The stored headers' names; of the values, only the content type's."""
-    return render_headers(headers, values=False)
-
-
 def body_digest(body: bytes) -> str:
     """A keyed SHA-256 of ``body`` (HMAC with ``SECRET_KEY``), cut to ``BODY_DIGEST_LENGTH``.
 
@@ -127,14 +122,6 @@ def body_digest(body: bytes) -> str:
     to anyone who hashes the candidates.
     """
     return salted_hmac(BODY_DIGEST_SALT, body, algorithm="sha256").hexdigest()[:BODY_DIGEST_LENGTH]
-
-
-def render_undecryptable() -> SafeString:
-    """In place of a stored response that neither the key nor a fallback opens."""
-    return format_html(
-        "<em>{}</em>",
-        _("(encrypted with a key that IDEMPOTENCY no longer holds)"),
-    )
 
 
 def render_body_summary(body: bytes | memoryview | None, headers: Any) -> SafeString:
@@ -280,7 +267,11 @@ def render_relative_time(value: datetime | None) -> SafeString | str:
 def render_opened(obj: IdempotencyRecord, render: Callable[[Any, bytes], SafeString]) -> SafeString:
     """``render(headers, body)`` of the record's stored response, or a note that no key opens it."""
     opened = open_stored_response(obj)
-    return render_undecryptable() if opened is None else render(*opened)
+    if opened is None:  # neither the key nor a fallback opens it
+        return format_html(
+            "<em>{}</em>", _("(encrypted with a key that IDEMPOTENCY no longer holds)")
+        )
+    return render(*opened)
 
 
 def open_stored_response(obj: IdempotencyRecord) -> tuple[Any, bytes] | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from argparse import ArgumentParser, ArgumentTypeError
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -31,37 +32,24 @@ from idempotency_django.purge import (
 )
 from idempotency_django.stores import get_store
 
-
-def _positive_int(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise ArgumentTypeError(f"{value!r} is not a whole number.") from None
-    if number < 1:
-        raise ArgumentTypeError("it must be at least 1.")
-    return number
-
-
 #: The largest --batch-size: one DELETE of a million keys is already a long lock,
 #: and a larger number overflows the databases' LIMIT (an SQL error, not a purge).
 MAX_BATCH_SIZE = 1_000_000
 
 
-def _batch_size(value: str) -> int:
-    number = _positive_int(value)
-    if number > MAX_BATCH_SIZE:
-        raise ArgumentTypeError(f"it must be at most {MAX_BATCH_SIZE:,}.")
-    return number
+def _number(kind: type[float], low: float, high: float, what: str) -> Callable[[str], Any]:
+    """An argparse type: a ``kind`` from ``low`` to ``high`` (NaN and infinity are neither)."""
 
+    def parse(value: str) -> Any:
+        try:
+            number = kind(value)
+        except ValueError:
+            raise ArgumentTypeError(f"{value!r} is not {what}.") from None
+        if not low <= number <= high:
+            raise ArgumentTypeError(f"it must be between {low:,} and {high:,}.")
+        return number
 
-def _pause(value: str) -> float:
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise ArgumentTypeError(f"{value!r} is not a number of seconds.") from None
-    if not 0 <= seconds <= 3600:
-        raise ArgumentTypeError("it must be between 0 and 3600 seconds.")
-    return seconds
+    return parse
 
 
 def _duration(value: str) -> timedelta:
@@ -87,7 +75,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument(
             "--batch-size",
-            type=_batch_size,
+            type=_number(int, 1, MAX_BATCH_SIZE, "a whole number"),
             default=DEFAULT_BATCH_SIZE,
             help=f"Rows deleted per batch, at most 1,000,000 (default {DEFAULT_BATCH_SIZE}).",
         )
@@ -109,7 +97,7 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--pause",
-            type=_pause,
+            type=_number(float, 0, 3600, "a number of seconds"),
             default=0.0,
             metavar="SECONDS",
             help="Sleep this long between batches, to leave the database to traffic (default 0).",
