@@ -29,9 +29,7 @@ the values a row is written with and read back as,
 
 from __future__ import annotations
 
-import contextlib
 import uuid
-from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
@@ -54,6 +52,8 @@ from idempotency_django.stores.base import (
     RequestInfo,
     StoredResponse,
     StoreUnavailable,
+    in_request_transaction,
+    unavailable_on,
 )
 from idempotency_django.stores.database_checks import database_store_checks
 from idempotency_django.stores.database_rows import (
@@ -100,10 +100,10 @@ class DatabaseStore(BaseStore):
         connection = connections[self.alias]
         sql = statements(connection)
         token = uuid.uuid4().hex
-        in_transaction = _in_request_transaction(connection)
+        in_transaction = in_request_transaction(connection)
         wait = in_transaction or not self.async_claim_commit
         read_first = sql.read_first and not in_transaction
-        with _unavailable_on_error():
+        with unavailable_on(Error):
             if in_transaction and sql.lock is not None:
                 with connection.cursor() as cursor:
                     cursor.execute(sql.lock, [_lock_id(key)])
@@ -148,7 +148,7 @@ class DatabaseStore(BaseStore):
 
     def peek(self, key: RecordKey) -> Outcome | None:
         connection = connections[self.alias]
-        with _unavailable_on_error():
+        with unavailable_on(Error):
             row = _read(connection, statements(connection).read, key)
         if row is None or row.expired:
             return None
@@ -156,7 +156,7 @@ class DatabaseStore(BaseStore):
 
     def lookup(self, key: RecordKey) -> KeyState | None:
         connection = connections[self.alias]
-        with _unavailable_on_error(), connection.cursor() as cursor:
+        with unavailable_on(Error), connection.cursor() as cursor:
             cursor.execute(statements(connection).lookup, _scope(key))
             row = cursor.fetchone()
         if row is None:
@@ -172,8 +172,8 @@ class DatabaseStore(BaseStore):
         # visible yet: ask for the lock that transaction holds on the key.
         connection = connections[self.alias]
         sql = statements(connection)
-        with _unavailable_on_error():
-            if not _in_request_transaction(connection):
+        with unavailable_on(Error):
+            if not in_request_transaction(connection):
                 if sql.lock is not None:
                     with connection.cursor() as cursor:
                         cursor.execute(sql.lock, [_lock_id(key)])
@@ -209,7 +209,7 @@ class DatabaseStore(BaseStore):
             response.body_omitted,
             *later_params(connection, retention),
         ]
-        with _unavailable_on_error(), connection.cursor() as cursor:
+        with unavailable_on(Error), connection.cursor() as cursor:
             cursor.execute(sql.complete, [*completed, *_scope(key), token, IN_PROGRESS])
             if cursor.rowcount:
                 return True
@@ -221,7 +221,7 @@ class DatabaseStore(BaseStore):
 
     def release(self, key: RecordKey, token: str) -> None:
         connection = connections[self.alias]
-        with _unavailable_on_error(), connection.cursor() as cursor:
+        with unavailable_on(Error), connection.cursor() as cursor:
             cursor.execute(statements(connection).release, [*_scope(key), token, IN_PROGRESS])
 
     def renew(
@@ -235,7 +235,7 @@ class DatabaseStore(BaseStore):
     ) -> bool:
         connection = connections[self.alias]
         params = [*later_params(connection, lock_timeout), *_scope(key), token, IN_PROGRESS]
-        with _unavailable_on_error(), connection.cursor() as cursor:
+        with unavailable_on(Error), connection.cursor() as cursor:
             cursor.execute(statements(connection).renew, params)
             if cursor.rowcount:
                 return True
@@ -248,7 +248,7 @@ class DatabaseStore(BaseStore):
     def count_keys(self, key: RecordKey, lifetime: int) -> tuple[int, float | None]:
         connection = connections[self.alias]
         principal = readable_value(key.principal)
-        with _unavailable_on_error(), connection.cursor() as cursor:
+        with unavailable_on(Error), connection.cursor() as cursor:
             cursor.execute(statements(connection).count_keys, [principal, principal, key.digest])
             count, first_expiry, now = cursor.fetchone()
         if first_expiry is None:
@@ -257,11 +257,11 @@ class DatabaseStore(BaseStore):
         return int(count), (first_expiry - now).total_seconds()
 
     def clear(self) -> None:
-        with _unavailable_on_error():
+        with unavailable_on(Error):
             IdempotencyRecord.objects.using(self.alias).all().delete()
 
     def joins_transaction(self) -> bool:
-        return _in_request_transaction(connections[self.alias])
+        return in_request_transaction(connections[self.alias])
 
     def now(self) -> datetime:
         """The database's clock, as Django reads a datetime column."""
@@ -345,16 +345,3 @@ def _take_over(
     with connection.cursor() as cursor:
         cursor.execute(statement or sql.take_over, params)
         return bool(cursor.rowcount)
-
-
-def _in_request_transaction(connection: BaseDatabaseWrapper) -> bool:
-    """In a transaction other than the one a Django TestCase wraps each test in."""
-    return any(not getattr(block, "_from_testcase", False) for block in connection.atomic_blocks)
-
-
-@contextlib.contextmanager
-def _unavailable_on_error() -> Iterator[None]:
-    try:
-        yield
-    except Error as exc:
-        raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from exc

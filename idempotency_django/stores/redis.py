@@ -82,12 +82,10 @@ checks :mod:`~idempotency_django.stores.redis_checks`'s.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import re
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 from django.core import checks
@@ -104,6 +102,7 @@ from idempotency_django.stores.base import (
     RequestInfo,
     StoredResponse,
     StoreUnavailable,
+    unavailable_on,
 )
 from idempotency_django.stores.encryption import seal
 from idempotency_django.stores.redis_checks import redis_store_checks
@@ -126,16 +125,8 @@ from idempotency_django.stores.redis_values import (
     text,
 )
 
+#: What the store's failures raise: each becomes StoreUnavailable.
 _ERRORS = (RedisError, RedisClusterException)
-
-
-@contextlib.contextmanager
-def unavailable_on_error() -> Iterator[None]:
-    """The one translation of the store's failures: Redis's errors become StoreUnavailable."""
-    try:
-        yield
-    except _ERRORS as exc:
-        raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from exc
 
 
 class RedisStore(BaseStore):
@@ -222,7 +213,7 @@ class RedisStore(BaseStore):
         if idempotency_settings.MAX_KEYS_PER_PRINCIPAL:
             # A released key no longer counts against its principal. A separate
             # call: the index is another key, maybe on another cluster node.
-            with unavailable_on_error():
+            with unavailable_on(*_ERRORS):
                 self.client().zrem(self.principal_index(key), key.digest)
 
     def lookup(self, key: RecordKey) -> KeyState | None:
@@ -240,7 +231,7 @@ class RedisStore(BaseStore):
     def wait(self, key: RecordKey, timeout: float) -> None:
         # complete and release publish on the entry's channel: no polling.
         deadline = time.monotonic() + timeout
-        with unavailable_on_error():
+        with unavailable_on(*_ERRORS):
             subscription = self.client().pubsub(ignore_subscribe_messages=True)
             try:
                 subscription.subscribe(self.redis_key(key) + ":settled")
@@ -256,7 +247,7 @@ class RedisStore(BaseStore):
         # SCAN for the store's own keys, never FLUSHDB: the cache's database may
         # hold anything else.
         prefix = re.sub(r"([*?\[\]\\])", r"\\\1", self.key_prefix)
-        with unavailable_on_error():
+        with unavailable_on(*_ERRORS):
             client = self.client()
             keys = list(client.scan_iter(match=f"{prefix}:v{FORMAT_VERSION}:*", count=1000))
             for start in range(0, len(keys), 500):
@@ -313,7 +304,7 @@ class RedisStore(BaseStore):
         return get_redis_connection(self.alias, write=True)
 
     def _run(self, name: str, source: str, redis_key: str, *args: str | int | bytes) -> Any:
-        with unavailable_on_error():
+        with unavailable_on(*_ERRORS):
             client = self.client()
             script = self._scripts.get(name)
             if script is None:
