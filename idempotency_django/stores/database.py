@@ -21,8 +21,8 @@ Everything goes through the request's own connection; there is no second one.
 Every time is the database's clock (``statement_timestamp()``,
 ``UTC_TIMESTAMP(6)``, SQLite's ``'now'``), never an app server's, and a
 takeover compares the owner token, the state and the expiry in one UPDATE.
-The statements, per database, are :mod:`idempotency_django.stores.database_sql`'s;
-the values a row is written with and read back as,
+The statements per database, and the values a row is written with, are
+:mod:`idempotency_django.stores.database_sql`'s; what a row is read back as,
 :mod:`~idempotency_django.stores.database_rows`'s; the system checks,
 :mod:`~idempotency_django.stores.database_checks`'s.
 """
@@ -56,16 +56,16 @@ from idempotency_django.stores.base import (
     unavailable_on,
 )
 from idempotency_django.stores.database_checks import database_store_checks
-from idempotency_django.stores.database_rows import (
+from idempotency_django.stores.database_rows import Row, read_datetime
+from idempotency_django.stores.database_sql import (
     COMPLETED,
     IN_PROGRESS,
-    Row,
     headers_json,
     insert_values,
-    read_datetime,
+    later_params,
     request_values,
+    statements,
 )
-from idempotency_django.stores.database_sql import later_params, statements
 from idempotency_django.stores.digests import readable_value, same_request
 from idempotency_django.stores.encryption import seal
 
