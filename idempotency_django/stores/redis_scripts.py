@@ -2,7 +2,7 @@
 
 Every script reads and writes one entry (``KEYS[1]``), except ``COUNT_KEYS_SCRIPT``,
 which keeps a principal's index of keys. The value format they parse and write is
-described in :mod:`idempotency_django.stores.redis` and docs/stores.md.
+:mod:`~idempotency_django.stores.redis_values`'s, described in docs/stores.md.
 """
 
 # read_entry(key): the entry's value (false when there is none), and its header when
