@@ -20,7 +20,8 @@ from django.test import AsyncClient, Client, override_settings
 from idempotency_django import signals
 from idempotency_django.checks import check_settings
 from idempotency_django.models import IdempotencyRecord
-from idempotency_django.stores import get_store
+from idempotency_django.stores import Outcome, get_store
+from idempotency_django.stores.contract import KEY, LOCK_TIMEOUT, REQUEST, RESPONSE
 from idempotency_django.stores.redis import RedisStore
 from tests.checkpoints import Checkpoint
 from tests.redis_helpers import (
@@ -382,3 +383,26 @@ def test_the_logged_key_digest_is_the_start_of_the_redis_key() -> None:
         "idempotency:v1:" + key_digest(key.principal, key.location, key.key)
     )
     assert RedisStore(key_prefix="shop").redis_key(key).startswith("shop:v1:")
+
+
+@pytest.mark.parametrize(
+    "foreign",
+    [b"no newline", b"not json\n", b'{"v":2,"state":"in_progress","token":"t"}\nbody'],
+    ids=["no-header", "bad-json", "format-2"],
+)
+def test_a_value_in_no_format_it_knows_is_nobodys(foreign: bytes) -> None:
+    """Every script reads a value the same way: one not in format 1 holds no key."""
+    with redis_store_settings():
+        store, client = get_store(), raw_client()
+        assert isinstance(store, RedisStore)
+        redis_key = store.redis_key(KEY)
+        client.set(redis_key, foreign)
+        assert (store.peek(KEY), store.lookup(KEY)) == (None, None)
+        # Not our reservation: complete, renew and release leave it as it is.
+        assert store.complete(KEY, "t", RESPONSE, LOCK_TIMEOUT, request=REQUEST) is False
+        assert store.renew(KEY, "t", LOCK_TIMEOUT, REQUEST) is False
+        store.release(KEY, "t")
+        assert client.get(redis_key) == foreign
+        # A claim takes the key.
+        assert store.claim(KEY, REQUEST, LOCK_TIMEOUT).outcome is Outcome.CLAIMED
+        assert store.peek(KEY) is Outcome.IN_PROGRESS

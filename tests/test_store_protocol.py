@@ -48,7 +48,6 @@ from idempotency_django.stores import (
     RecordKey,
     RequestInfo,
     StoredResponse,
-    database_rows,
     database_sql,
     get_store,
 )
@@ -271,7 +270,7 @@ def test_the_model_catches_a_token_only_takeover(monkeypatch: pytest.MonkeyPatch
     def token_only_take_over(
         connection: Any, row: Any, request: Any, token: str, lock: int, *, wait: bool = True
     ) -> bool:
-        values = database_rows.request_values(request, token)
+        values = database_sql.request_values(request, token)
         params = [*values, *database_sql.later_params(connection, lock), row.pk, row.token]
         with connection.cursor() as cursor:
             cursor.execute(token_only, params)

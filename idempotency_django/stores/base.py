@@ -9,6 +9,7 @@ or Redis's TTLs, never an app server's.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import functools
 import time
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.core.checks import CheckMessage
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 from idempotency_django.stores.digests import record_digest
 
@@ -32,6 +34,24 @@ def backoff() -> Iterator[float]:
 
 class StoreUnavailable(Exception):
     """The store could not be reached or failed; the request must not run."""
+
+
+@contextlib.contextmanager
+def unavailable_on(*errors: type[Exception]) -> Iterator[None]:
+    """The one translation of a store's failures: ``errors`` become StoreUnavailable."""
+    try:
+        yield
+    except errors as exc:
+        raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from exc
+
+
+def in_request_transaction(connection: BaseDatabaseWrapper) -> bool:
+    """In a transaction other than the one a Django TestCase wraps each test in.
+
+    The one reader of Django's private ``_from_testcase`` mark: should Django rename it,
+    one line changes (``protocol/transactions.py`` may ask here; stores never import it).
+    """
+    return any(not getattr(block, "_from_testcase", False) for block in connection.atomic_blocks)
 
 
 @dataclass(frozen=True)

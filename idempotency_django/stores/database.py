@@ -21,17 +21,15 @@ Everything goes through the request's own connection; there is no second one.
 Every time is the database's clock (``statement_timestamp()``,
 ``UTC_TIMESTAMP(6)``, SQLite's ``'now'``), never an app server's, and a
 takeover compares the owner token, the state and the expiry in one UPDATE.
-The statements, per database, are :mod:`idempotency_django.stores.database_sql`'s;
-the values a row is written with and read back as,
+The statements per database, and the values a row is written with, are
+:mod:`idempotency_django.stores.database_sql`'s; what a row is read back as,
 :mod:`~idempotency_django.stores.database_rows`'s; the system checks,
 :mod:`~idempotency_django.stores.database_checks`'s.
 """
 
 from __future__ import annotations
 
-import contextlib
 import uuid
-from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
@@ -54,18 +52,20 @@ from idempotency_django.stores.base import (
     RequestInfo,
     StoredResponse,
     StoreUnavailable,
+    in_request_transaction,
+    unavailable_on,
 )
 from idempotency_django.stores.database_checks import database_store_checks
-from idempotency_django.stores.database_rows import (
+from idempotency_django.stores.database_rows import Row, read_datetime
+from idempotency_django.stores.database_sql import (
     COMPLETED,
     IN_PROGRESS,
-    Row,
     headers_json,
     insert_values,
-    read_datetime,
+    later_params,
     request_values,
+    statements,
 )
-from idempotency_django.stores.database_sql import later_params, statements
 from idempotency_django.stores.digests import readable_value, same_request
 from idempotency_django.stores.encryption import seal
 
@@ -100,32 +100,25 @@ class DatabaseStore(BaseStore):
         connection = connections[self.alias]
         sql = statements(connection)
         token = uuid.uuid4().hex
-        in_transaction = _in_request_transaction(connection)
+        in_transaction = in_request_transaction(connection)
         wait = in_transaction or not self.async_claim_commit
         read_first = sql.read_first and not in_transaction
-        with _unavailable_on_error():
-            if in_transaction and sql.lock is not None:
-                with connection.cursor() as cursor:
-                    cursor.execute(sql.lock, [_lock_id(key)])
-                    locked = cursor.fetchone()[0]
-                if not locked:
-                    # Another transaction holds the key: one claiming it, or one
-                    # replaying it. A committed, live record answers for itself.
-                    row = _read(connection, sql.read, key)
-                    if row is None or row.expired:
-                        return Claim(Outcome.IN_PROGRESS)
-                    return _answer(row, key, request)
+        with unavailable_on(Error):
+            if in_transaction and sql.lock is not None and _lock_taken(connection, sql.lock, key):
+                # Another transaction holds the key: one claiming it, or one
+                # replaying it. A committed, live record answers for itself.
+                row = _read(connection, sql.read, key)
+                if row is None or row.expired:
+                    return Claim(Outcome.IN_PROGRESS)
+                return _answer(row, key, request)
             # A bounded loop: each pass either decides or loses a race to a
             # request that changed the row, which can only happen a few times.
             for _attempt in range(5):
                 if in_transaction and sql.read_locked is not None:
                     # MariaDB/MySQL: see an uncommitted claim before inserting.
-                    try:
-                        row = _read(connection, sql.read_locked, key)
-                    except OperationalError as exc:
-                        if exc.args and exc.args[0] in _MYSQL_LOCK_ERRORS:
-                            return Claim(Outcome.IN_PROGRESS)
-                        raise
+                    written, row = _read_nowait(connection, sql.read_locked, key)
+                    if written:
+                        return Claim(Outcome.IN_PROGRESS)
                     if row is None and _insert(connection, key, request, token, lock_timeout):
                         return Claim(Outcome.CLAIMED, token=token)
                 else:
@@ -148,7 +141,7 @@ class DatabaseStore(BaseStore):
 
     def peek(self, key: RecordKey) -> Outcome | None:
         connection = connections[self.alias]
-        with _unavailable_on_error():
+        with unavailable_on(Error):
             row = _read(connection, statements(connection).read, key)
         if row is None or row.expired:
             return None
@@ -156,8 +149,8 @@ class DatabaseStore(BaseStore):
 
     def lookup(self, key: RecordKey) -> KeyState | None:
         connection = connections[self.alias]
-        with _unavailable_on_error(), connection.cursor() as cursor:
-            cursor.execute(statements(connection).lookup, _scope(key))
+        with unavailable_on(Error), connection.cursor() as cursor:
+            cursor.execute(statements(connection).lookup, [key.digest])
             row = cursor.fetchone()
         if row is None:
             return None
@@ -172,20 +165,16 @@ class DatabaseStore(BaseStore):
         # visible yet: ask for the lock that transaction holds on the key.
         connection = connections[self.alias]
         sql = statements(connection)
-        with _unavailable_on_error():
-            if not _in_request_transaction(connection):
-                if sql.lock is not None:
-                    with connection.cursor() as cursor:
-                        cursor.execute(sql.lock, [_lock_id(key)])
-                        if not cursor.fetchone()[0]:
-                            return True
-                elif sql.read_locked is not None:
-                    try:
-                        _read(connection, sql.read_locked, key)
-                    except OperationalError as exc:
-                        if exc.args and exc.args[0] in _MYSQL_LOCK_ERRORS:
-                            return True
-                        raise
+        with unavailable_on(Error):
+            if not in_request_transaction(connection):
+                # PostgreSQL has a lock, MariaDB/MySQL a NOWAIT read; SQLite neither.
+                if sql.lock is not None and _lock_taken(connection, sql.lock, key):
+                    return True
+                if (
+                    sql.read_locked is not None
+                    and _read_nowait(connection, sql.read_locked, key)[0]
+                ):
+                    return True
         return super().is_held(key)
 
     def complete(
@@ -209,20 +198,19 @@ class DatabaseStore(BaseStore):
             response.body_omitted,
             *later_params(connection, retention),
         ]
-        with _unavailable_on_error(), connection.cursor() as cursor:
-            cursor.execute(sql.complete, [*completed, *_scope(key), token, IN_PROGRESS])
-            if cursor.rowcount:
+        with unavailable_on(Error):
+            if _changed(connection, sql.complete, [*completed, key.digest, token, IN_PROGRESS]):
                 return True
-            if request is None:
-                return False
             # Our reservation is gone (purged after its lock timeout) and
             # nobody claimed the key since: keep the answer of the work that ran.
-            return _insert(connection, key, request, token, retention, completed=response)
+            return request is not None and _insert(
+                connection, key, request, token, retention, completed=response
+            )
 
     def release(self, key: RecordKey, token: str) -> None:
         connection = connections[self.alias]
-        with _unavailable_on_error(), connection.cursor() as cursor:
-            cursor.execute(statements(connection).release, [*_scope(key), token, IN_PROGRESS])
+        with unavailable_on(Error):
+            _changed(connection, statements(connection).release, [key.digest, token, IN_PROGRESS])
 
     def renew(
         self,
@@ -234,21 +222,18 @@ class DatabaseStore(BaseStore):
         remake: bool = True,
     ) -> bool:
         connection = connections[self.alias]
-        params = [*later_params(connection, lock_timeout), *_scope(key), token, IN_PROGRESS]
-        with _unavailable_on_error(), connection.cursor() as cursor:
-            cursor.execute(statements(connection).renew, params)
-            if cursor.rowcount:
+        params = [*later_params(connection, lock_timeout), key.digest, token, IN_PROGRESS]
+        with unavailable_on(Error):
+            if _changed(connection, statements(connection).renew, params):
                 return True
-            if not remake:
-                return False
             # Our reservation is gone (purged after its lock timeout): make it
             # again, unless another request has claimed the key since.
-            return _insert(connection, key, request, token, lock_timeout)
+            return remake and _insert(connection, key, request, token, lock_timeout)
 
     def count_keys(self, key: RecordKey, lifetime: int) -> tuple[int, float | None]:
         connection = connections[self.alias]
         principal = readable_value(key.principal)
-        with _unavailable_on_error(), connection.cursor() as cursor:
+        with unavailable_on(Error), connection.cursor() as cursor:
             cursor.execute(statements(connection).count_keys, [principal, principal, key.digest])
             count, first_expiry, now = cursor.fetchone()
         if first_expiry is None:
@@ -257,11 +242,11 @@ class DatabaseStore(BaseStore):
         return int(count), (first_expiry - now).total_seconds()
 
     def clear(self) -> None:
-        with _unavailable_on_error():
+        with unavailable_on(Error):
             IdempotencyRecord.objects.using(self.alias).all().delete()
 
     def joins_transaction(self) -> bool:
-        return _in_request_transaction(connections[self.alias])
+        return in_request_transaction(connections[self.alias])
 
     def now(self) -> datetime:
         """The database's clock, as Django reads a datetime column."""
@@ -284,14 +269,28 @@ def _answer(row: Row, key: RecordKey, request: RequestInfo) -> Claim:
     return Claim(Outcome.REPLAY, response=row.stored_response(key, request.kind))
 
 
-def _scope(key: RecordKey) -> list[str]:
-    """The value of the column that identifies ``key``: its unique digest."""
-    return [key.digest]
+def _lock_taken(connection: BaseDatabaseWrapper, lock: str, key: RecordKey) -> bool:
+    """PostgreSQL: True when another transaction holds ``key``'s advisory lock (else we hold it)."""
+    # The lock's name: a signed 64-bit number made of the key's digest.
+    lock_id = int.from_bytes(bytes.fromhex(key.digest[:16]), "big", signed=True)
+    with connection.cursor() as cursor:
+        cursor.execute(lock, [lock_id])
+        return not cursor.fetchone()[0]
 
 
-def _lock_id(key: RecordKey) -> int:
-    """A signed 64-bit number naming ``key`` for PostgreSQL's advisory locks."""
-    return int.from_bytes(bytes.fromhex(key.digest[:16]), "big", signed=True)
+def _read_nowait(
+    connection: BaseDatabaseWrapper, read_locked: str, key: RecordKey
+) -> tuple[bool, Row | None]:
+    """MariaDB/MySQL: whether another transaction is writing ``key``'s row, else the row.
+
+    (True, None) when the NOWAIT read is refused; (False, the row or None) otherwise.
+    """
+    try:
+        return False, _read(connection, read_locked, key)
+    except OperationalError as exc:
+        if exc.args and exc.args[0] in _MYSQL_LOCK_ERRORS:
+            return True, None
+        raise
 
 
 def _insert(
@@ -311,14 +310,12 @@ def _insert(
     sql = statements(connection)
     statement = sql.insert_or_nothing if wait else sql.insert_or_nothing_no_wait
     params = insert_values(connection, key, request, token, seconds, completed)
-    with connection.cursor() as cursor:
-        cursor.execute(statement or sql.insert_or_nothing, params)
-        return bool(cursor.rowcount)
+    return _changed(connection, statement or sql.insert_or_nothing, params)
 
 
 def _read(connection: BaseDatabaseWrapper, sql: str, key: RecordKey) -> Row | None:
     with connection.cursor() as cursor:
-        cursor.execute(sql, _scope(key))
+        cursor.execute(sql, [key.digest])
         row = cursor.fetchone()
     if row is None:
         return None
@@ -342,19 +339,11 @@ def _take_over(
     statement = sql.take_over if wait else sql.take_over_no_wait
     values = request_values(request, token)
     params = [*values, *later_params(connection, lock_timeout), row.pk, row.token, row.state]
+    return _changed(connection, statement or sql.take_over, params)
+
+
+def _changed(connection: BaseDatabaseWrapper, statement: str, params: list[Any]) -> bool:
+    """Run one INSERT, UPDATE or DELETE; True if it changed a row."""
     with connection.cursor() as cursor:
-        cursor.execute(statement or sql.take_over, params)
+        cursor.execute(statement, params)
         return bool(cursor.rowcount)
-
-
-def _in_request_transaction(connection: BaseDatabaseWrapper) -> bool:
-    """In a transaction other than the one a Django TestCase wraps each test in."""
-    return any(not getattr(block, "_from_testcase", False) for block in connection.atomic_blocks)
-
-
-@contextlib.contextmanager
-def _unavailable_on_error() -> Iterator[None]:
-    try:
-        yield
-    except Error as exc:
-        raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from exc

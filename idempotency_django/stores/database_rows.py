@@ -1,4 +1,4 @@
-"""The database store's rows: the values a record is written with, and read back as."""
+"""The database store's rows: the values a record is read back as (written: database_sql's)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,12 @@ from django.db import models
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from idempotency_django.models import IdempotencyRecord
-from idempotency_django.stores.base import RecordKey, RequestInfo, StoredResponse
-from idempotency_django.stores.database_sql import later_params
-from idempotency_django.stores.digests import readable_value
+from idempotency_django.stores.base import RecordKey, StoredResponse
+from idempotency_django.stores.database_sql import IN_PROGRESS, headers_json, insert_values
 from idempotency_django.stores.encryption import unseal
 
-State = IdempotencyRecord.State
-IN_PROGRESS = str(State.IN_PROGRESS)
-COMPLETED = str(State.COMPLETED)
+# benchmarks/inprocess.py sends the store's own INSERT and completion with these, by this name.
+__all__ = ["IN_PROGRESS", "Row", "headers_json", "insert_values", "read_datetime"]
 
 
 class Row(NamedTuple):
@@ -58,52 +56,3 @@ def read_datetime(connection: BaseDatabaseWrapper, value: Any) -> datetime:
     for converter in connection.ops.get_db_converters(column):
         converted = converter(converted, column, connection)
     return converted
-
-
-def headers_json(headers: tuple[tuple[str, str], ...]) -> str:
-    """The stored headers as the JSON text of the ``response_headers`` column."""
-    return json.dumps([list(pair) for pair in headers])
-
-
-def key_values(key: RecordKey) -> list[str]:
-    """The values of :data:`~idempotency_django.stores.database_sql.KEY_COLUMNS`."""
-    return [key.digest, readable_value(key.principal), readable_value(key.location), key.key]
-
-
-def request_values(
-    request: RequestInfo,
-    token: str,
-    completed: StoredResponse | None = None,
-) -> list[Any]:
-    """The values of :data:`~idempotency_django.stores.database_sql.REQUEST_COLUMNS`, cut."""
-    return [
-        request.fingerprint[:128],
-        request.method,
-        request.path[:2048],
-        request.request_id[:255],
-        request.kind,
-        request.source[:64],
-        token,
-        COMPLETED if completed else IN_PROGRESS,
-        completed.status if completed else None,
-        headers_json(completed.headers) if completed else "[]",
-        bytes(completed.body) if completed else b"",
-        completed.body_omitted if completed else False,
-    ]
-
-
-def insert_values(
-    connection: BaseDatabaseWrapper,
-    key: RecordKey,
-    request: RequestInfo,
-    token: str,
-    seconds: int,
-    completed: StoredResponse | None = None,
-) -> list[Any]:
-    """The parameters of an INSERT: a reservation, or a completed record, for ``seconds``."""
-    return [
-        *key_values(key),
-        *request_values(request, token, completed),
-        1 if completed is not None else 0,  # completed_at: the database's now, or NULL
-        *later_params(connection, seconds),
-    ]

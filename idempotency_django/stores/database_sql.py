@@ -17,14 +17,17 @@ token would no longer be checked in the DELETE itself; and a conditional
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from idempotency_django.models import IdempotencyRecord
-from idempotency_django.stores.base import StoreUnavailable
+from idempotency_django.stores.base import RecordKey, RequestInfo, StoredResponse, StoreUnavailable
+from idempotency_django.stores.digests import readable_value
 
+IN_PROGRESS = str(IdempotencyRecord.State.IN_PROGRESS)
 COMPLETED = str(IdempotencyRecord.State.COMPLETED)
 
 
@@ -82,6 +85,49 @@ REQUEST_COLUMNS = (
 )
 
 
+def insert_values(
+    connection: BaseDatabaseWrapper,
+    key: RecordKey,
+    request: RequestInfo,
+    token: str,
+    seconds: int,
+    completed: StoredResponse | None = None,
+) -> list[Any]:
+    """The parameters of the INSERT: a reservation, or a completed record, for ``seconds``."""
+    key_values = [key.digest, readable_value(key.principal), readable_value(key.location), key.key]
+    return [
+        *key_values,  # KEY_COLUMNS
+        *request_values(request, token, completed),
+        1 if completed is not None else 0,  # completed_at: the database's now, or NULL
+        *later_params(connection, seconds),
+    ]
+
+
+def request_values(
+    request: RequestInfo, token: str, completed: StoredResponse | None = None
+) -> list[Any]:
+    """The values of :data:`REQUEST_COLUMNS`, each cut to its column's length."""
+    return [
+        request.fingerprint[:128],
+        request.method,
+        request.path[:2048],
+        request.request_id[:255],
+        request.kind,
+        request.source[:64],
+        token,
+        COMPLETED if completed else IN_PROGRESS,
+        completed.status if completed else None,
+        headers_json(completed.headers) if completed else "[]",
+        bytes(completed.body) if completed else b"",
+        completed.body_omitted if completed else False,
+    ]
+
+
+def headers_json(headers: tuple[tuple[str, str], ...]) -> str:
+    """The stored headers as the JSON text of the ``response_headers`` column."""
+    return json.dumps([list(pair) for pair in headers])
+
+
 def statements(connection: BaseDatabaseWrapper) -> Statements:
     try:
         return _statements_by_vendor[connection.display_name]
@@ -112,6 +158,7 @@ def statements(connection: BaseDatabaseWrapper) -> Statements:
     owned = f"{key_is} AND {column('token')} = %s AND {column('state')} = %s"
     live_of_principal = f"{column('principal')} = %s AND {column('expires_at')} > {now}"
     columns = [*KEY_COLUMNS, *REQUEST_COLUMNS, "created_at", "completed_at", "expires_at"]
+    # insert_values() gives these parameters, in this order.
     values = ", ".join(
         ["%s"] * (len(KEY_COLUMNS) + len(REQUEST_COLUMNS))
         + [now, f"CASE WHEN %s = 1 THEN {now} END", later]

@@ -42,12 +42,8 @@ class _Entry:
     token: str
     fingerprint: str
     expires_at: float
-    principal: str
+    #: The sealed answer; None while the entry is a reservation.
     response: StoredResponse | None = None
-
-    @property
-    def state(self) -> str:
-        return IN_PROGRESS if self.response is None else COMPLETED
 
 
 def tests_are_running() -> bool:
@@ -86,10 +82,8 @@ class MemoryStore(BaseStore):
             now = self.now()
             entry = self._entries.get(key)
             if entry is None or entry.expires_at <= now:
-                self._put(
-                    key, _Entry(token, request.fingerprint, now + lock_timeout, key.principal)
-                )
-                took_over = entry is not None and entry.state == IN_PROGRESS
+                self._put(key, _Entry(token, request.fingerprint, now + lock_timeout))
+                took_over = entry is not None and entry.response is None
                 return Claim(Outcome.CLAIMED, token=token, took_over=took_over)
             fingerprint, response = entry.fingerprint, entry.response
         if not same_request(fingerprint, request.fingerprint):
@@ -108,8 +102,9 @@ class MemoryStore(BaseStore):
         entry = self._live(key)
         if entry is None:
             return None
-        status = None if entry.response is None else entry.response.status
-        return KeyState(state=entry.state, status=status, expires_in=entry.expires_at - self.now())
+        response = entry.response
+        state, status = (IN_PROGRESS, None) if response is None else (COMPLETED, response.status)
+        return KeyState(state=state, status=status, expires_in=entry.expires_at - self.now())
 
     def complete(
         self,
@@ -121,20 +116,8 @@ class MemoryStore(BaseStore):
         request: RequestInfo | None = None,
     ) -> bool:
         sealed = seal(response, key, request.kind if request is not None else "request")
-        with self._lock:
-            now = self.now()
-            entry = self._entries.get(key)
-            if entry is not None and entry.token == token and entry.response is None:
-                # Ours, even past its lock timeout: nobody took it over.
-                entry.response, entry.expires_at = sealed, now + retention
-                self._entries.move_to_end(key)
-                return True
-            if request is None or (entry is not None and entry.expires_at > now):
-                return False
-            # Our reservation expired and nobody claimed the key since: keep the answer.
-            completed = _Entry(token, request.fingerprint, now + retention, key.principal, sealed)
-            self._put(key, completed)
-            return True
+        remake = request.fingerprint if request is not None else None
+        return self._keep(key, token, retention, sealed, remake)
 
     def release(self, key: RecordKey, token: str) -> None:
         with self._lock:
@@ -151,16 +134,7 @@ class MemoryStore(BaseStore):
         *,
         remake: bool = True,
     ) -> bool:
-        with self._lock:
-            now = self.now()
-            entry = self._entries.get(key)
-            if entry is not None and entry.token == token and entry.response is None:
-                entry.expires_at = now + lock_timeout
-                return True
-            if (entry is not None and entry.expires_at > now) or not remake:
-                return False
-            self._put(key, _Entry(token, request.fingerprint, now + lock_timeout, key.principal))
-            return True
+        return self._keep(key, token, lock_timeout, None, request.fingerprint if remake else None)
 
     def count_keys(self, key: RecordKey, lifetime: int) -> tuple[int, float | None]:
         # A scan of every entry: fine for tests and benchmarks, which this store is for.
@@ -169,7 +143,7 @@ class MemoryStore(BaseStore):
             others = [
                 entry.expires_at
                 for other, entry in self._entries.items()
-                if other != key and entry.principal == key.principal and entry.expires_at > now
+                if other != key and other.principal == key.principal and entry.expires_at > now
             ]
         if not others:
             return 1, None
@@ -200,6 +174,33 @@ class MemoryStore(BaseStore):
             if entry is None or entry.expires_at <= self.now():
                 return None
             return entry
+
+    def _keep(
+        self,
+        key: RecordKey,
+        token: str,
+        seconds: int,
+        response: StoredResponse | None,
+        remake: str | None,
+    ) -> bool:
+        """complete() (with ``response``) and renew(): one rule for both, as the contract says.
+
+        ``token``'s reservation lives ``seconds`` more; when the key has no live entry
+        and ``remake`` (the fingerprint) is given, it is made again.
+        """
+        with self._lock:
+            now = self.now()
+            entry = self._entries.get(key)
+            if entry is not None and entry.token == token and entry.response is None:
+                # Ours, even past its lock timeout: nobody took it over.
+                entry.response, entry.expires_at = response, now + seconds
+                if response is not None:
+                    self._entries.move_to_end(key)  # a completion is a write: newest last
+                return True
+            if remake is None or (entry is not None and entry.expires_at > now):
+                return False
+            self._put(key, _Entry(token, remake, now + seconds, response))
+            return True
 
     def _put(self, key: RecordKey, entry: _Entry) -> None:
         """Store ``entry``, newest last; the lock is held."""

@@ -11,83 +11,30 @@ Configure it with a django-redis cache alias::
     }
     IDEMPOTENCY = {"STORE": "redis", "STORE_OPTIONS": {"cache": "idempotency"}}
 
-Only the cache's connection settings are used: the store talks to the raw
-client from :func:`django_redis.get_redis_connection`, so the cache's
-serializer, compressor, ``KEY_PREFIX`` and ``VERSION`` do not apply (and
-nothing is ever pickled).
+Only the cache's connection is used: the store talks to the raw client from
+:func:`django_redis.get_redis_connection`, so the cache's serializer, compressor,
+``KEY_PREFIX`` and ``VERSION`` do not apply (and nothing is ever pickled).
 
-Key
-    ``{key_prefix}:v1:{sha256(principal \\x1f location \\x1f key)}`` in hex.
-    The raw idempotency key never reaches Redis, and a scope can only
-    address its own entries. ``v1`` is the value format below; a new
-    format gets a new key space.
+An entry is one Redis string at ``{key_prefix}:v1:{record digest}`` (the raw key never
+reaches Redis): a one-line JSON header, a newline, the body as raw bytes, written and
+read by :mod:`~idempotency_django.stores.redis_values`. Its TTL is the lock timeout
+while it is a reservation, the retention once completed: Redis forgets it by itself.
+claim, complete, release, renew, peek and lookup are each one Lua script on that one
+key (:mod:`~idempotency_django.stores.redis_scripts`): atomic, one round trip (a replay
+costs one), and a cluster's node holds the whole of it. complete and release publish on
+``<key>:settled``, so a waiting duplicate subscribes instead of polling. Any Redis
+error raises :class:`~idempotency_django.stores.base.StoreUnavailable`.
 
-Value (format 1)
-    One Redis string: a one-line JSON header, a newline, then the response
-    body as raw bytes (nothing is base64-encoded or pickled)::
-
-        {"v":1,"state":"completed","token":"<32 hex>","fp":"<fingerprint>",
-         "status":201,"headers":[["Content-Type","application/json"]]}\n<body>
-
-    (the header is on one line). ``v`` is the format version, ``state`` is
-    ``in_progress`` for a reservation (then ``status`` and ``headers`` are
-    absent and the body is empty) or ``completed``; ``token`` is the owner's
-    proof of ownership, ``fp`` the request fingerprint, ``headers`` the
-    replayed headers in order; ``"omitted":true`` (present only then) marks
-    a response larger than ``MAX_STORED_BODY``, whose body was not kept.
-    A string is about half the memory of a hash with the same fields once
-    the body passes 64 bytes (Redis then stops packing the hash).
-
-    With ``ENCRYPTION_KEY`` set, ``headers`` is the one pair
-    ``[":idempotency-encrypted","fernet-2"]`` and the body a Fernet token of
-    the real headers and body, bound to the entry's digest and kind
-    (:mod:`idempotency_django.stores.encryption`): the same
-    format, so entries written before and after encryption was turned on live
-    side by side.
-
-    The key's TTL is the lock timeout while it is a reservation (an
-    abandoned reservation is released by its expiry) and the retention once
-    completed. Past it, Redis forgets the entry by itself.
-
-Waiting
-    complete and release publish on ``<key>:settled``, so a duplicate that
-    waits for the first request (``WAIT_FOR_IN_PROGRESS``) subscribes
-    instead of polling.
-
-Atomicity
-    claim, complete, release, renew and peek are each one Lua script (``EVALSHA``, so one
-    round trip) touching one key. A claim that finds a completed entry
-    returns the stored response at once, so a replay costs one round trip.
-    complete only writes while our token still owns an in-progress entry, or
-    (given the request) when the entry is gone because our reservation expired
-    and nobody claimed the key since, as the database store keeps such a row;
-    it never overwrites an entry another request took over;
-    release only deletes such an entry.
-
-Clients
-    django-redis's ``DefaultClient`` (and ``HerdClient``, a subclass) and
-    ``SentinelClient`` work (the store always uses the primary). Because each
-    script touches a single key, a cache whose client class returns a
-    ``redis.cluster.RedisCluster`` works too. ``ShardClient`` does not (it
-    has no raw client). Do not set ``decode_responses``: bodies are bytes.
-
-Failures
-    Any Redis error (connection refused, timeout, a ``ResponseError``)
-    raises :class:`~idempotency_django.stores.base.StoreUnavailable`.
-
-The value is written and read by :mod:`idempotency_django.stores.redis_values`,
-the scripts are :mod:`~idempotency_django.stores.redis_scripts`'s, the system
-checks :mod:`~idempotency_django.stores.redis_checks`'s.
+docs/stores.md is the reference, not repeated here: the value format field by field and
+its memory, encryption, the django-redis clients that work, Redis Cluster, failures.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import re
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 from django.core import checks
@@ -104,6 +51,7 @@ from idempotency_django.stores.base import (
     RequestInfo,
     StoredResponse,
     StoreUnavailable,
+    unavailable_on,
 )
 from idempotency_django.stores.encryption import seal
 from idempotency_django.stores.redis_checks import redis_store_checks
@@ -126,16 +74,8 @@ from idempotency_django.stores.redis_values import (
     text,
 )
 
+#: What the store's failures raise: each becomes StoreUnavailable.
 _ERRORS = (RedisError, RedisClusterException)
-
-
-@contextlib.contextmanager
-def unavailable_on_error() -> Iterator[None]:
-    """The one translation of the store's failures: Redis's errors become StoreUnavailable."""
-    try:
-        yield
-    except _ERRORS as exc:
-        raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from exc
 
 
 class RedisStore(BaseStore):
@@ -222,7 +162,7 @@ class RedisStore(BaseStore):
         if idempotency_settings.MAX_KEYS_PER_PRINCIPAL:
             # A released key no longer counts against its principal. A separate
             # call: the index is another key, maybe on another cluster node.
-            with unavailable_on_error():
+            with unavailable_on(*_ERRORS):
                 self.client().zrem(self.principal_index(key), key.digest)
 
     def lookup(self, key: RecordKey) -> KeyState | None:
@@ -240,7 +180,7 @@ class RedisStore(BaseStore):
     def wait(self, key: RecordKey, timeout: float) -> None:
         # complete and release publish on the entry's channel: no polling.
         deadline = time.monotonic() + timeout
-        with unavailable_on_error():
+        with unavailable_on(*_ERRORS):
             subscription = self.client().pubsub(ignore_subscribe_messages=True)
             try:
                 subscription.subscribe(self.redis_key(key) + ":settled")
@@ -256,7 +196,7 @@ class RedisStore(BaseStore):
         # SCAN for the store's own keys, never FLUSHDB: the cache's database may
         # hold anything else.
         prefix = re.sub(r"([*?\[\]\\])", r"\\\1", self.key_prefix)
-        with unavailable_on_error():
+        with unavailable_on(*_ERRORS):
             client = self.client()
             keys = list(client.scan_iter(match=f"{prefix}:v{FORMAT_VERSION}:*", count=1000))
             for start in range(0, len(keys), 500):
@@ -313,7 +253,7 @@ class RedisStore(BaseStore):
         return get_redis_connection(self.alias, write=True)
 
     def _run(self, name: str, source: str, redis_key: str, *args: str | int | bytes) -> Any:
-        with unavailable_on_error():
+        with unavailable_on(*_ERRORS):
             client = self.client()
             script = self._scripts.get(name)
             if script is None:

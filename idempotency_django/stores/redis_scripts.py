@@ -2,41 +2,36 @@
 
 Every script reads and writes one entry (``KEYS[1]``), except ``COUNT_KEYS_SCRIPT``,
 which keeps a principal's index of keys. The value format they parse and write is
-described in :mod:`idempotency_django.stores.redis` and docs/stores.md.
+:mod:`~idempotency_django.stores.redis_values`'s, described in docs/stores.md.
 """
 
-# The header of a stored value, or nil when the value is not format 1.
-_LUA_HEAD = """
-local function head_of(value)
-  local newline = string.find(value, '\\n', 1, true)
-  if not newline then
-    return nil
+# read_entry(key): the entry's value (false when there is none), and its header when
+# the value is format 1 (else nil). Every script but COUNT_KEYS_SCRIPT reads this way.
+_LUA_READ = """
+local function read_entry(key)
+  local value = redis.call('GET', key)
+  local newline = value and string.find(value, '\\n', 1, true)
+  if newline then
+    local ok, head = pcall(cjson.decode, string.sub(value, 1, newline - 1))
+    if ok and type(head) == 'table' and head['v'] == 1 then
+      return value, head
+    end
   end
-  local ok, head = pcall(cjson.decode, string.sub(value, 1, newline - 1))
-  if ok and type(head) == 'table' and head['v'] == 1 then
-    return head
-  end
-  return nil
+  return value, nil
 end
 """
 
-# For the scripts that act only for the request holding the entry's reservation
-# (complete, release, renew): read_reservation(key, token) reads the entry and
-# returns whether it is gone, and its header when it is the in-progress
-# reservation made with ``token`` (else nil).
+# The preamble of the scripts that act only for the request holding the entry's
+# reservation (complete, release, renew; ARGV[1] is its token): ``gone`` when the
+# entry is, ``reservation`` its header when it is the in-progress reservation made
+# with that token (else nil).
 _LUA_OUR_RESERVATION = (
-    _LUA_HEAD
+    _LUA_READ
     + """
-local function read_reservation(key, token)
-  local value = redis.call('GET', key)
-  if not value then
-    return true, nil
-  end
-  local head = head_of(value)
-  if head and head['state'] == 'in_progress' and head['token'] == token then
-    return false, head
-  end
-  return false, nil
+local value, reservation = read_entry(KEYS[1])
+local gone = not value
+if reservation and (reservation['state'] ~= 'in_progress' or reservation['token'] ~= ARGV[1]) then
+  reservation = nil
 end
 """
 )
@@ -45,25 +40,22 @@ end
 # then other fingerprints of the same request (under SECRET_KEY_FALLBACKS, 0.1's).
 # Returns {"claimed"}, {"in_progress"}, {"reused"} or {"replay", value}.
 CLAIM_SCRIPT = (
-    _LUA_HEAD
+    _LUA_READ
     + """
-local value = redis.call('GET', KEYS[1])
-if value then
-  local head = head_of(value)
-  if head then
-    local same = head['fp'] == ARGV[1]
-    for i = 4, #ARGV do
-      same = same or head['fp'] == ARGV[i]
-    end
-    if not same then
-      return {'reused'}
-    end
-    if head['state'] == 'in_progress' then
-      return {'in_progress'}
-    end
-    if head['state'] == 'completed' then
-      return {'replay', value}
-    end
+local value, head = read_entry(KEYS[1])
+if head then
+  local same = head['fp'] == ARGV[1]
+  for i = 4, #ARGV do
+    same = same or head['fp'] == ARGV[i]
+  end
+  if not same then
+    return {'reused'}
+  end
+  if head['state'] == 'in_progress' then
+    return {'in_progress'}
+  end
+  if head['state'] == 'completed' then
+    return {'replay', value}
   end
 end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
@@ -79,7 +71,6 @@ return {'claimed'}
 COMPLETE_SCRIPT = (
     _LUA_OUR_RESERVATION
     + """
-local gone, reservation = read_reservation(KEYS[1], ARGV[1])
 local fp
 if gone then
   if ARGV[6] ~= '1' then
@@ -108,7 +99,6 @@ return 1
 RELEASE_SCRIPT = (
     _LUA_OUR_RESERVATION
     + """
-local _, reservation = read_reservation(KEYS[1], ARGV[1])
 if reservation then
   redis.call('DEL', KEYS[1])
   redis.call('PUBLISH', KEYS[1] .. ':settled', 'released')
@@ -124,7 +114,6 @@ return 0
 RENEW_SCRIPT = (
     _LUA_OUR_RESERVATION
     + """
-local gone, reservation = read_reservation(KEYS[1], ARGV[1])
 if gone then
   if ARGV[4] ~= '1' then
     return 0
@@ -161,13 +150,9 @@ return {redis.call('ZCARD', KEYS[1]), wait}
 
 # KEYS[1] the entry. Returns {state, status or "", ms to live}, or nil.
 LOOKUP_SCRIPT = (
-    _LUA_HEAD
+    _LUA_READ
     + """
-local value = redis.call('GET', KEYS[1])
-if not value then
-  return nil
-end
-local head = head_of(value)
+local _, head = read_entry(KEYS[1])
 if not head then
   return nil
 end
@@ -181,13 +166,9 @@ return {head['state'], status, redis.call('PTTL', KEYS[1])}
 
 # KEYS[1] the entry. Returns the state of a format-1 entry, or nil (no body is sent back).
 PEEK_SCRIPT = (
-    _LUA_HEAD
+    _LUA_READ
     + """
-local value = redis.call('GET', KEYS[1])
-if not value then
-  return nil
-end
-local head = head_of(value)
+local _, head = read_entry(KEYS[1])
 if head then
   return head['state']
 end

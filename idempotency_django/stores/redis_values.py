@@ -1,7 +1,7 @@
 """The Redis store's value, format 1: a one-line JSON header, a newline, the body.
 
-:mod:`idempotency_django.stores.redis` describes the format; this module
-writes and reads it, and converts what redis-py hands back.
+docs/stores.md describes the format field by field; this module writes and reads
+it, and converts what redis-py hands back.
 """
 
 from __future__ import annotations
