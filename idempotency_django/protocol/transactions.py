@@ -19,6 +19,7 @@ from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from idempotency_django.conf import idempotency_settings
 from idempotency_django.protocol.options import ViewOptions, option
 from idempotency_django.stores import get_store
+from idempotency_django.stores.base import in_request_transaction
 
 #: The transaction to run phase 1, the view and phase 2 in (or none).
 Block = Callable[[], contextlib.AbstractContextManager[Any]]
@@ -40,7 +41,7 @@ def open_transactions() -> list[str]:
     return [
         connection.alias
         for connection in connections.all(initialized_only=True)
-        if any(not getattr(block, "_from_testcase", False) for block in connection.atomic_blocks)
+        if in_request_transaction(connection)
     ]
 
 
