@@ -5,7 +5,8 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import re
-from typing import Any
+from types import UnionType
+from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 from django.conf import settings
 from django.core import checks
@@ -14,12 +15,16 @@ from django.urls import NoReverseMatch, get_resolver, reverse
 from django.utils.module_loading import import_string
 
 from idempotency_django.conf import (
+    DEFAULT_MAX_RUN_TIME,
     DEFAULTS,
     FORBIDDEN_REPLAY_HEADERS,
     IMPORT_STRINGS,
+    REMOVED_SETTINGS,
     SETTING_NAME,
     STORE_ALIASES,
+    IdempotencySettings,
     idempotency_settings,
+    read_heartbeat,
 )
 from idempotency_django.protocol.marks import (
     NINJA_OPTIONS_ATTRIBUTE,
@@ -29,6 +34,7 @@ from idempotency_django.protocol.marks import (
     unprotected_ninja_methods,
 )
 from idempotency_django.protocol.options import MAX_SECONDS
+from idempotency_django.protocol.retention import retain_successes
 from idempotency_django.protocol.routes import walk_patterns
 
 MIDDLEWARE_PATH = "idempotency_django.middleware.IdempotencyMiddleware"
@@ -37,25 +43,20 @@ MUST_PRECEDE = ("django.contrib.auth.middleware.AuthenticationMiddleware",)
 GZIP_PATH = "django.middleware.gzip.GZipMiddleware"
 SESSION_PATH = "django.contrib.sessions.middleware.SessionMiddleware"
 UNSAFE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
-POSITIVE_INTEGERS = (
+#: Numbers that must be above 0 (None, where the type allows it, is "no limit").
+POSITIVE = (
     "LOCK_TIMEOUT",
     "RETENTION",
-    "MAX_RUN_TIME",
     "RETRY_AFTER",
-    "UNAVAILABLE_RETRY_AFTER",
     "WEBHOOK_RETENTION",
-    "WEBHOOK_FALLBACK_BUCKET",
-)
-#: Seconds that become a record's expiry: at most MAX_SECONDS, which the stores can write.
-EXPIRIES = ("LOCK_TIMEOUT", "RETENTION", "MAX_RUN_TIME", "WEBHOOK_RETENTION")
-#: Positive integers, or None for "no limit".
-OPTIONAL_LIMITS = (
     "MAX_STORED_BODY",
     "MAX_KEYS_PER_PRINCIPAL",
     "MAX_FINGERPRINTED_BODY",
-    "MAX_WAITERS_PER_KEY",
-    "MAX_WAITERS",
 )
+#: Seconds that become a record's expiry: at most MAX_SECONDS, which the stores can write.
+EXPIRIES = ("LOCK_TIMEOUT", "RETENTION", "WEBHOOK_RETENTION")
+#: The plain types a setting's annotation may be made of; the others are checked one by one.
+PLAIN_TYPES = {bool, int, float, str, bytes, type(None)}
 
 
 @checks.register(checks.Tags.compatibility)
@@ -137,42 +138,29 @@ def check_settings(**kwargs: Any) -> list[checks.CheckMessage]:
     user = getattr(settings, SETTING_NAME, {})
     if not isinstance(user, dict):
         return [_error(f"settings.{SETTING_NAME} must be a dict.", "E002")]
-    errors = [
+    messages: list[checks.CheckMessage] = [
+        checks.Warning(
+            f"{SETTING_NAME}[{name!r}] was removed in 0.3.0 and is not read; "
+            f"its replacement: {REMOVED_SETTINGS[name]}.",
+            hint="docs/upgrading.md says how to move each removed setting.",
+            id="idempotency_django.W050",
+        )
+        for name in user
+        if name in REMOVED_SETTINGS
+    ]
+    messages += [
         _error(f"Unknown setting {SETTING_NAME}[{name!r}].", "E003")
         for name in user
-        if name not in DEFAULTS
+        if name not in DEFAULTS and name not in REMOVED_SETTINGS
     ]
     merged = {**DEFAULTS, **user}
-    for name in (*POSITIVE_INTEGERS, *OPTIONAL_LIMITS):
-        value = merged[name]
-        if name in OPTIONAL_LIMITS and value is None:
-            continue
-        if not _is_number(value, int) or value <= 0:
-            or_none = " or None" if name in OPTIONAL_LIMITS else ""
-            message = f"{SETTING_NAME}[{name!r}] must be a positive integer{or_none}."
-            errors.append(_error(message, "E004"))
-        elif name in EXPIRIES and value > MAX_SECONDS:
-            message = f"{SETTING_NAME}[{name!r}] must be at most {MAX_SECONDS} (100 years)."
-            errors.append(_error(message, "E004"))
-    wait, lock_timeout = merged["WAIT_FOR_IN_PROGRESS"], merged["LOCK_TIMEOUT"]
-    if not _is_number(wait) or wait < 0:
-        message = f"{SETTING_NAME}['WAIT_FOR_IN_PROGRESS'] must be a number of seconds >= 0."
-        errors.append(_error(message, "E004"))
-    elif isinstance(lock_timeout, int) and wait >= lock_timeout:
-        message = f"{SETTING_NAME}['WAIT_FOR_IN_PROGRESS'] must be shorter than LOCK_TIMEOUT."
-        errors.append(_error(message, "E004"))
-    errors.extend(_check_heartbeat(merged["HEARTBEAT"], lock_timeout))
-    if merged["REUSE_STATUS"] not in (409, 422):
-        errors.append(_error(f"{SETTING_NAME}['REUSE_STATUS'] must be 409 or 422.", "E005"))
-    if merged["ANONYMOUS"] not in ("ignore", "reject", "session"):
-        message = f"{SETTING_NAME}['ANONYMOUS'] must be 'ignore', 'reject' or 'session'."
-        errors.append(_error(message, "E006"))
-    if merged["TASK_DUPLICATES"] not in ("wait", "skip"):
-        message = f"{SETTING_NAME}['TASK_DUPLICATES'] must be 'wait' or 'skip'."
-        errors.append(_error(message, "E006"))
+    type_errors = _check_types(merged)
+    range_errors = _check_ranges({n: v for n, v in merged.items() if n not in type_errors})
+    for found in (type_errors, range_errors):
+        messages += [error for errors_of_one in found.values() for error in errors_of_one]
     methods = {str(method).upper() for method in merged["METHODS"]}
     if not methods <= UNSAFE_METHODS:
-        errors.append(
+        messages.append(
             _error(
                 f"{SETTING_NAME}['METHODS'] may only name unsafe methods; "
                 f"{sorted(methods - UNSAFE_METHODS)} are safe or unknown.",
@@ -181,7 +169,7 @@ def check_settings(**kwargs: Any) -> list[checks.CheckMessage]:
         )
     forbidden = {str(h).lower() for h in merged["REPLAY_HEADERS"]} & FORBIDDEN_REPLAY_HEADERS
     if forbidden:
-        errors.append(
+        messages.append(
             _error(
                 f"{SETTING_NAME}['REPLAY_HEADERS'] names {sorted(forbidden)}, which are never "
                 "stored or replayed.",
@@ -194,27 +182,119 @@ def check_settings(**kwargs: Any) -> list[checks.CheckMessage]:
             try:
                 import_string(value)
             except ImportError as exc:
-                errors.append(_error(f"{SETTING_NAME}[{name!r}] cannot be imported: {exc}", "E009"))
-    errors.extend(_check_required_paths(merged["REQUIRED_PATHS"]))
-    errors.extend(
+                messages.append(
+                    _error(f"{SETTING_NAME}[{name!r}] cannot be imported: {exc}", "E009")
+                )
+    messages.extend(_check_required_paths(merged["REQUIRED_PATHS"]))
+    messages.extend(
         _check_encryption_keys(merged["ENCRYPTION_KEY"], merged["ENCRYPTION_KEY_FALLBACKS"])
     )
-    if any(message.level >= checks.ERROR for message in errors):
-        return errors
-    return errors + _check_store(merged)
+    if any(message.level >= checks.ERROR for message in messages):
+        return messages
+    return messages + _check_store(merged)
 
 
-def _check_heartbeat(heartbeat: Any, lock_timeout: Any) -> list[checks.CheckMessage]:
-    name = f"{SETTING_NAME}['HEARTBEAT']"
-    if heartbeat is None:
+def _check_types(merged: dict[str, Any]) -> dict[str, list[checks.CheckMessage]]:
+    """E004 for a value of another type than its annotation on ``IdempotencySettings``.
+
+    E005 for a value that is not one of a ``Literal``'s. Only annotations made of
+    plain types are read here; the dicts have their own rules below.
+    """
+    errors: dict[str, list[checks.CheckMessage]] = {}
+    for name, annotation in get_type_hints(IdempotencySettings).items():
+        if name not in merged:
+            continue
+        value = merged[name]
+        if get_origin(annotation) is Literal:
+            choices = get_args(annotation)
+            if value not in choices or isinstance(value, bool):
+                shown = " or ".join(repr(choice) for choice in choices)
+                message = f"{SETTING_NAME}[{name!r}] must be {shown}."
+                errors[name] = [_error(message, "E005")]
+            continue
+        types = set(get_args(annotation)) if get_origin(annotation) is UnionType else {annotation}
+        if not types <= PLAIN_TYPES:
+            continue
+        if float in types:
+            types.add(int)  # a number of seconds may be whole
+        if not isinstance(value, tuple(types)) or (isinstance(value, bool) and bool not in types):
+            shown = " or ".join(
+                "None" if t is type(None) else t.__name__ for t in sorted(types, key=str)
+            )
+            message = (
+                f"{SETTING_NAME}[{name!r}] must be of type {shown}, not {type(value).__name__}."
+            )
+            errors[name] = [_error(message, "E004")]
+    heartbeat = _check_heartbeat_type(merged["HEARTBEAT"])
+    if heartbeat:
+        errors["HEARTBEAT"] = heartbeat
+    markers = merged["MARKER_HEADERS"]
+    if (
+        not isinstance(markers, dict)
+        or not set(markers) <= set(DEFAULTS["MARKER_HEADERS"])
+        or not all(value is None or isinstance(value, str) for value in markers.values())
+        or not markers.get("REPLAYED", "x")
+    ):
+        message = (
+            f"{SETTING_NAME}['MARKER_HEADERS'] must be a dict of REPLAYED (a header name), "
+            "KEY_IGNORED and KEY_ECHO (a header name, or None)."
+        )
+        errors["MARKER_HEADERS"] = [_error(message, "E004")]
+    return errors
+
+
+def _check_heartbeat_type(heartbeat: Any) -> list[checks.CheckMessage]:
+    if heartbeat is None or _is_number(heartbeat):
         return []
-    if not _is_number(heartbeat) or heartbeat <= 0:
-        return [_error(f"{name} must be a number of seconds > 0, or None.", "E004")]
-    if isinstance(lock_timeout, int) and heartbeat * 3 > lock_timeout:
-        # Two renewals may be missed (a busy store, a pause) before a
-        # running request loses its key.
-        return [_error(f"{name} must be at most a third of LOCK_TIMEOUT.", "E004")]
-    return []
+    if (
+        isinstance(heartbeat, dict)
+        and "INTERVAL" in heartbeat
+        and set(heartbeat) <= {"INTERVAL", "MAX_RUN_TIME"}
+        and _is_number(heartbeat["INTERVAL"])
+        and _is_number(heartbeat.get("MAX_RUN_TIME", DEFAULT_MAX_RUN_TIME), int)
+    ):
+        return []
+    message = (
+        f"{SETTING_NAME}['HEARTBEAT'] must be None, a number of seconds, or a dict of "
+        "INTERVAL (seconds) and MAX_RUN_TIME (whole seconds)."
+    )
+    return [_error(message, "E004")]
+
+
+def _check_ranges(typed: dict[str, Any]) -> dict[str, list[checks.CheckMessage]]:
+    """The bounds of the settings whose type is right: ``typed`` holds only those."""
+    errors: dict[str, list[checks.CheckMessage]] = {}
+
+    def refuse(name: str, message: str, code: str) -> None:
+        errors.setdefault(name, []).append(_error(f"{SETTING_NAME}[{name!r}] {message}", code))
+
+    for name in POSITIVE:
+        value = typed.get(name)
+        if value is not None and value <= 0:
+            refuse(name, "must be above 0.", "E024")
+        elif name in EXPIRIES and value is not None and value > MAX_SECONDS:
+            refuse(name, f"must be at most {MAX_SECONDS} (100 years).", "E025")
+    lock_timeout = typed.get("LOCK_TIMEOUT")
+    wait = typed.get("WAIT_FOR_IN_PROGRESS")
+    if wait is not None and wait < 0:
+        refuse("WAIT_FOR_IN_PROGRESS", "must be 0 or more seconds.", "E026")
+    elif wait is not None and lock_timeout is not None and wait >= lock_timeout:
+        refuse("WAIT_FOR_IN_PROGRESS", "must be shorter than LOCK_TIMEOUT.", "E027")
+    if typed.get("HEARTBEAT") is not None:
+        heartbeat = read_heartbeat(typed["HEARTBEAT"])
+        if heartbeat.interval <= 0 or heartbeat.max_run_time <= 0:
+            refuse(
+                "HEARTBEAT",
+                "must renew every so many seconds above 0, up to a MAX_RUN_TIME above 0.",
+                "E024",
+            )
+        elif heartbeat.max_run_time > MAX_SECONDS:
+            refuse("HEARTBEAT", f"MAX_RUN_TIME must be at most {MAX_SECONDS}.", "E025")
+        elif lock_timeout is not None and heartbeat.interval * 3 > lock_timeout:
+            # Two renewals may be missed (a busy store, a pause) before a
+            # running request loses its key.
+            refuse("HEARTBEAT", "must be at most a third of LOCK_TIMEOUT.", "E028")
+    return errors
 
 
 def _check_required_paths(patterns: Any) -> list[checks.CheckMessage]:
@@ -321,12 +401,15 @@ def check_transactions(**kwargs: Any) -> list[checks.CheckMessage]:
         if database.get("ATOMIC_REQUESTS")
     ]
     user = idempotency_settings.user_settings
-    retain = bool(user.get("RETAIN_CLIENT_ERRORS") or user.get("RETAIN_FUNCTION"))
+    retain = user.get("RETAIN_FUNCTION", DEFAULTS["RETAIN_FUNCTION"]) not in (
+        DEFAULTS["RETAIN_FUNCTION"],
+        retain_successes,
+    )
     messages: list[checks.CheckMessage] = []
     if atomic and retain and "rest_framework" in getattr(settings, "INSTALLED_APPS", ()):
         messages.append(
             checks.Warning(
-                "RETAIN_CLIENT_ERRORS or RETAIN_FUNCTION is on, but DRF rolls back the "
+                "RETAIN_FUNCTION keeps client errors, but DRF rolls back the "
                 "ATOMIC_REQUESTS transaction of every 4xx raised as an APIException, and the "
                 "reservation with it: those answers are released, not retained (what DRF "
                 "rolled back did not happen, so a retry may run).",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from django.conf import settings as django_settings
 from django.core.signals import setting_changed
@@ -40,19 +40,13 @@ DEFAULTS: dict[str, Any] = {
     # Seconds between renewals of running requests' reservations (one thread
     # per process), so that LOCK_TIMEOUT can be a few seconds: a crashed
     # request's key is free that soon. None: no renewal; LOCK_TIMEOUT must
-    # outlast the slowest view.
+    # outlast the slowest view. A dict also sets MAX_RUN_TIME, the seconds
+    # after its claim that a reservation is no longer renewed (300 when a
+    # number is given): {"INTERVAL": 10, "MAX_RUN_TIME": 600}.
     "HEARTBEAT": None,
-    # Seconds after its claim that a request's reservation is no longer
-    # renewed (a stuck request loses its key LOCK_TIMEOUT later).
-    "MAX_RUN_TIME": 300,
     # Seconds a duplicate of a request still running waits for its answer
     # before 409 idempotency_key_in_progress. 0: answer 409 at once.
     "WAIT_FOR_IN_PROGRESS": 0,
-    # With WAIT_FOR_IN_PROGRESS: duplicates that may wait at once for one key,
-    # and in all in one process (each holds a worker thread under WSGI); any
-    # other duplicate gets its 409 at once. None: no bound.
-    "MAX_WAITERS_PER_KEY": 1,
-    "MAX_WAITERS": 2,
     # Bytes: a larger response body is not kept (the record says so, and a
     # retry gets 409 idempotency_response_not_stored). None: no limit.
     "MAX_STORED_BODY": 1024 * 1024,
@@ -63,14 +57,13 @@ DEFAULTS: dict[str, Any] = {
     # Bytes: a keyed request with a larger body gets 413
     # idempotency_body_too_large before any of it is read. None: no limit.
     "MAX_FINGERPRINTED_BODY": 10 * 1024 * 1024,
-    # False: keep 2xx/3xx only, so a client can fix a 4xx request and retry
-    # with the same key. True: keep 4xx too, except the statuses in
-    # NEVER_RETAINED_CLIENT_ERRORS (401, 403, 408, 409, 429: they may succeed later).
-    "RETAIN_CLIENT_ERRORS": False,
     # Dotted path to a function(request, response, exception) -> bool that says
-    # whether a 1xx-4xx answer is kept, instead of RETAIN_CLIENT_ERRORS (a 5xx
-    # never is). exception: what DRF or ninja turned into the response, else None.
-    "RETAIN_FUNCTION": None,
+    # whether a 1xx-4xx answer is kept (a 5xx never is); exception: what DRF
+    # or ninja turned into the response, else None. The default keeps 2xx/3xx
+    # only, so a client can fix a 4xx request and retry with the same key;
+    # "idempotency_django.protocol.retention.retain_client_errors" keeps 4xx
+    # too, except 401, 403, 408, 409 and 429 (they may succeed later).
+    "RETAIN_FUNCTION": "idempotency_django.protocol.retention.retain_successes",
     # 400 idempotency_key_missing when a request carries no key, on the views
     # that opted in (@idempotent, DRF); never on the admin or auth views.
     "REQUIRED": False,
@@ -82,9 +75,8 @@ DEFAULTS: dict[str, Any] = {
     # Status for a key reused with a different request: 409 (Conflict, the
     # default) or 422 (as the IETF draft suggests).
     "REUSE_STATUS": 409,
-    # Retry-After seconds sent with 409 in progress and 503 unavailable.
+    # Retry-After seconds sent with 409 in progress, 429 and 503 unavailable.
     "RETRY_AFTER": 1,
-    "UNAVAILABLE_RETRY_AFTER": 5,
     # What happens to a keyed request that has no principal: "ignore" runs it
     # unprotected (never stored, never replayed); "reject" answers 401.
     "ANONYMOUS": "ignore",
@@ -111,21 +103,20 @@ DEFAULTS: dict[str, Any] = {
     # a rotation, or to turn encryption off while encrypted records are still live.
     "ENCRYPTION_KEY_FALLBACKS": (),
     # -- How answers look -------------------------------------------------
-    # The header that marks a replay ("Idempotent-Replayed" for Stripe's clients).
-    "REPLAYED_HEADER": "Idempotency-Replayed",
-    # A response header that echoes the request's key (e.g. "Idempotency-Key"). None: none.
-    "ECHO_KEY_HEADER": None,
-    # The header that tells a client its key was not used (the request was not
-    # protected), with the reason: "anonymous" or "unprotected". None: none.
-    "IGNORED_KEY_HEADER": "Idempotency-Key-Ignored",
-    # Problem "type" URIs are this base + the code (e.g. "https://example.com/errors#").
-    # None: "about:blank".
-    "PROBLEM_TYPE_BASE": None,
-    # Dotted path to a function(request, members, headers) -> HttpResponse.
+    # The response headers that tell a client what became of its key; a dict
+    # given here changes only the names it has. REPLAYED marks a replay
+    # ("Idempotent-Replayed" for Stripe's clients); KEY_IGNORED says the key
+    # was not used, with the reason ("anonymous" or "unprotected"); KEY_ECHO
+    # echoes the request's key (e.g. "Idempotency-Key"). None: not sent
+    # (REPLAYED is always sent).
+    "MARKER_HEADERS": {
+        "REPLAYED": "Idempotency-Replayed",
+        "KEY_IGNORED": "Idempotency-Key-Ignored",
+        "KEY_ECHO": None,
+    },
+    # Dotted path to a function(request, members, headers) -> HttpResponse
+    # (a problem "type" URI of the project's own is set there: docs/errors.md).
     "PROBLEM_RENDERER": "idempotency_django.protocol.problems.render_problem",
-    # On DRF views, raise refusals as idempotency_django.drf.IdempotencyError
-    # for DRF's EXCEPTION_HANDLER to render, instead of answering them.
-    "DRF_EXCEPTION_HANDLER": False,
     # Dotted path to a function(request, response) -> HttpResponse called with
     # every replay: it may add headers, or answer something else instead.
     "REPLAY_HOOK": None,
@@ -142,26 +133,31 @@ DEFAULTS: dict[str, Any] = {
     "WEBHOOK_BODY_ID_FUNCTION": None,
     # Seconds an accepted delivery's identity is kept (7 days).
     "WEBHOOK_RETENTION": 7 * 24 * 3600,
-    # Seconds per bucket of the fallback hash (trigger token + raw body).
-    "WEBHOOK_FALLBACK_BUCKET": 300,
-    # The URL keyword argument that holds the trigger token.
-    "WEBHOOK_TOKEN_KWARG": "token",
-    # -- Idempotent background tasks (idempotency_django.tasks) ------------
-    # A delivery of a task whose key another delivery is running: "wait" for
-    # it (then return its result, or run if it failed); "skip": raise
-    # TaskInProgress at once, for the queue to retry later.
-    "TASK_DUPLICATES": "wait",
+}
+
+#: Settings of 0.2.0 that are no longer read, and what replaces each: the
+#: check W050 names the replacement to a project that still sets one.
+REMOVED_SETTINGS = {
+    "MAX_WAITERS_PER_KEY": "nothing: one duplicate per key may wait, two per process",
+    "MAX_WAITERS": "nothing: one duplicate per key may wait, two per process",
+    "UNAVAILABLE_RETRY_AFTER": "RETRY_AFTER, which 503 idempotency_unavailable now sends too",
+    "RETAIN_CLIENT_ERRORS": "RETAIN_FUNCTION = "
+    "'idempotency_django.protocol.retention.retain_client_errors' (for True)",
+    "MAX_RUN_TIME": "HEARTBEAT = {'INTERVAL': ..., 'MAX_RUN_TIME': ...}",
+    "REPLAYED_HEADER": "MARKER_HEADERS = {'REPLAYED': ...}",
+    "IGNORED_KEY_HEADER": "MARKER_HEADERS = {'KEY_IGNORED': ...}",
+    "ECHO_KEY_HEADER": "MARKER_HEADERS = {'KEY_ECHO': ...}",
+    "PROBLEM_TYPE_BASE": "a PROBLEM_RENDERER that sets members['type'] (docs/errors.md)",
+    "DRF_EXCEPTION_HANDLER": "raise_idempotency_errors = True on the DRF view (IdempotentMixin)",
+    "WEBHOOK_FALLBACK_BUCKET": "nothing: the fallback hash's bucket is 300 seconds",
+    "WEBHOOK_TOKEN_KWARG": "nothing: every URL keyword argument of a receiver counts",
+    "TASK_DUPLICATES": "duplicates='skip' on the task (@idempotent_task, the queue decorators)",
 }
 
 #: Never stored or replayed, whatever REPLAY_HEADERS says.
 FORBIDDEN_REPLAY_HEADERS = frozenset(
     {"set-cookie", "authorization", "proxy-authorization", "cookie", "www-authenticate"}
 )
-
-#: Client errors that stay retryable even with RETAIN_CLIENT_ERRORS: the
-#: request may succeed unchanged after a token exchange, a permission fix,
-#: a timeout, a conflict or a rate-limit wait.
-NEVER_RETAINED_CLIENT_ERRORS = frozenset({401, 403, 408, 409, 429})
 
 STORE_ALIASES = {
     "database": "idempotency_django.stores.database.DatabaseStore",
@@ -180,6 +176,25 @@ IMPORT_STRINGS = frozenset(
         "RETAIN_FUNCTION",
     }
 )
+
+
+class HeartbeatSetting(NamedTuple):
+    """``HEARTBEAT`` as read: seconds between renewals, and until the last one."""
+
+    interval: float
+    max_run_time: int
+
+
+class MarkerHeaders(NamedTuple):
+    """``MARKER_HEADERS`` as read: each header's name; None: the header is not sent."""
+
+    replayed: str
+    key_ignored: str | None
+    key_echo: str | None
+
+
+#: Read when HEARTBEAT is a number, or a dict without MAX_RUN_TIME.
+DEFAULT_MAX_RUN_TIME = 300
 
 
 class IdempotencySettings:
@@ -202,40 +217,28 @@ class IdempotencySettings:
     FINGERPRINT_FUNCTION: Callable[[HttpRequest], str]
     LOCK_TIMEOUT: int
     RETENTION: int
-    HEARTBEAT: float | None
-    MAX_RUN_TIME: int
+    HEARTBEAT: HeartbeatSetting | None
     WAIT_FOR_IN_PROGRESS: float
-    MAX_WAITERS_PER_KEY: int | None
-    MAX_WAITERS: int | None
     MAX_STORED_BODY: int | None
     MAX_KEYS_PER_PRINCIPAL: int | None
     MAX_FINGERPRINTED_BODY: int | None
-    RETAIN_CLIENT_ERRORS: bool
-    RETAIN_FUNCTION: Callable[[Any, Any, Any], bool] | None
+    RETAIN_FUNCTION: Callable[[Any, Any, Any], bool]
     REQUIRED: bool
     REQUIRED_PATHS: tuple[re.Pattern[str], ...]
     ATOMIC: bool
-    REUSE_STATUS: int
+    REUSE_STATUS: Literal[409, 422]
     RETRY_AFTER: int
-    UNAVAILABLE_RETRY_AFTER: int
-    ANONYMOUS: str
+    ANONYMOUS: Literal["ignore", "reject", "session"]
     REPLAY_HEADERS: frozenset[str]
     ENCRYPTION_KEY: str | bytes | None
     ENCRYPTION_KEY_FALLBACKS: Sequence[str | bytes]
-    REPLAYED_HEADER: str
-    ECHO_KEY_HEADER: str | None
-    IGNORED_KEY_HEADER: str | None
-    PROBLEM_TYPE_BASE: str | None
+    MARKER_HEADERS: MarkerHeaders
     PROBLEM_RENDERER: Callable[[HttpRequest | None, dict[str, Any], dict[str, str]], HttpResponse]
-    DRF_EXCEPTION_HANDLER: bool
     REPLAY_HOOK: Callable[[HttpRequest, HttpResponse], HttpResponse] | None
     REQUEST_ID_HEADER: str | None
     WEBHOOK_ID_HEADER: str | None
     WEBHOOK_BODY_ID_FUNCTION: Callable[[HttpRequest], str | None] | None
     WEBHOOK_RETENTION: int
-    WEBHOOK_FALLBACK_BUCKET: int
-    WEBHOOK_TOKEN_KWARG: str
-    TASK_DUPLICATES: str
 
     @property
     def user_settings(self) -> dict[str, Any]:
@@ -257,6 +260,11 @@ class IdempotencySettings:
                 value = frozenset(str(item).upper() for item in value)
             elif name == "REQUIRED_PATHS":
                 value = tuple(re.compile(pattern) for pattern in value)
+            elif name == "HEARTBEAT" and value is not None:
+                value = read_heartbeat(value)
+            elif name == "MARKER_HEADERS":
+                names = {**DEFAULTS["MARKER_HEADERS"], **value}
+                value = MarkerHeaders(*(names[field.upper()] for field in MarkerHeaders._fields))
             setattr(self, name, value)
             return value
 
@@ -266,6 +274,14 @@ class IdempotencySettings:
 
 
 idempotency_settings = IdempotencySettings()
+
+
+def read_heartbeat(value: float | dict[str, Any]) -> HeartbeatSetting:
+    """``HEARTBEAT`` as a number of seconds, or as a dict that sets MAX_RUN_TIME too."""
+    if isinstance(value, dict):
+        max_run_time = value.get("MAX_RUN_TIME", DEFAULT_MAX_RUN_TIME)
+        return HeartbeatSetting(value["INTERVAL"], max_run_time)
+    return HeartbeatSetting(value, DEFAULT_MAX_RUN_TIME)
 
 
 def _reload(*, setting: str, **kwargs: Any) -> None:

@@ -169,7 +169,7 @@ class IdempotentAutoSchema(AutoSchema):
         for code, response in responses.items():
             if str(code).startswith("2") and isinstance(response, dict):
                 response.setdefault("headers", {}).setdefault(
-                    idempotency_settings.REPLAYED_HEADER, replayed_header()
+                    idempotency_settings.MARKER_HEADERS.replayed, replayed_header()
                 )
         for answer in self.idempotency_problems(options):
             response = responses.get(str(answer[0]))

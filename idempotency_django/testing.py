@@ -148,7 +148,7 @@ def _send_with_a_duplicate(
 def _check_first(first: TestResponse, duplicate: TestResponse | None, request: str) -> None:
     from idempotency_django.conf import idempotency_settings
 
-    replayed = first.has_header(idempotency_settings.REPLAYED_HEADER)
+    replayed = first.has_header(idempotency_settings.MARKER_HEADERS.replayed)
     if replayed or _code(first).startswith("idempotency_"):
         raise AssertionError(
             f"The first {request} did not run the view: it got {_describe(first)}. "
@@ -183,13 +183,13 @@ def _check_in_progress(duplicate: TestResponse | None) -> None:
 def _check_replay(first: TestResponse, retry: TestResponse) -> None:
     from idempotency_django.conf import idempotency_settings
 
-    if retry.get(idempotency_settings.REPLAYED_HEADER) != "true":
+    if retry.get(idempotency_settings.MARKER_HEADERS.replayed) != "true":
         raise AssertionError(
             f"The retry (same key, method, URL and body) was not replayed: it got "
             f"{_describe(retry)}, after the first request got {_describe(first)}. "
-            "A response is kept for replay when it is 2xx or 3xx (4xx too with "
-            "RETAIN_CLIENT_ERRORS, except 401, 403, 408, 409 and 429), never when it "
-            "streams or is 5xx."
+            "A response is kept for replay when it is 2xx or 3xx (4xx too with the "
+            "RETAIN_FUNCTION retain_client_errors, except 401, 403, 408, 409 and 429), "
+            "never when it streams or is 5xx."
         )
     differences = [
         name
@@ -216,7 +216,7 @@ def _check_reused(reused: TestResponse) -> None:
         hint = (
             " The view's fingerprint does not see the difference: pass other_data= "
             "that differs where it looks."
-            if reused.has_header(idempotency_settings.REPLAYED_HEADER)
+            if reused.has_header(idempotency_settings.MARKER_HEADERS.replayed)
             else ""
         )
         raise AssertionError(

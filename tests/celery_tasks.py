@@ -36,6 +36,12 @@ def book_slot(self: object, slot: str, pause: float = 0.0) -> int:
 # --8<-- [end:celery]
 
 
+@shared_task(key=lambda slot, *_args: f"slot-{slot}", duplicates="skip")
+def book_slot_or_skip(slot: str) -> int:
+    """A duplicate while it runs raises TaskInProgress at once instead of waiting."""
+    return Booking.objects.create(slot=slot).pk
+
+
 @shared_task(key=lambda order, *_: f"order-{order}")
 def book_order(order: uuid.UUID, at: datetime, amount: Decimal) -> dict[str, object]:
     """Arguments and a result of the types kombu's JSON hands back as objects."""

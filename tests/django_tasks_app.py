@@ -25,7 +25,7 @@ def book_slot(context: object, slot: str) -> int:
     return Booking.objects.create(slot=slot).pk
 
 
-@task(backend="immediate", key=lambda slot: f"now-{slot}")
+@task(backend="immediate", key=lambda slot: f"now-{slot}", duplicates="skip")
 def book_now(slot: str) -> int:
-    """Run by the ImmediateBackend in the caller's transaction."""
+    """Run by the ImmediateBackend in the caller's transaction; a duplicate is told at once."""
     return Booking.objects.create(slot=slot).pk

@@ -18,7 +18,5 @@ IDEMPOTENCY = {
     "STORE": "redis",
     "STORE_OPTIONS": {"cache": "idempotency"},
     "LOCK_TIMEOUT": 1,
-    "HEARTBEAT": 0.2,
-    "MAX_RUN_TIME": 30,
-    "TASK_DUPLICATES": "skip",
+    "HEARTBEAT": {"INTERVAL": 0.2, "MAX_RUN_TIME": 30},
 }

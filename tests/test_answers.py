@@ -11,7 +11,9 @@ from django.test import Client, override_settings
 from rest_framework.test import APIClient
 
 from idempotency_django.checks import check_settings
+from idempotency_django.protocol.problems import render_problem
 from tests.testapp.models import Booking
+from tests.testapp.views import BookingViewSet
 
 pytestmark = pytest.mark.django_db
 
@@ -30,7 +32,7 @@ def post(  # type: ignore[no-untyped-def]
     )
 
 
-@override_settings(IDEMPOTENCY={"REPLAYED_HEADER": "Idempotent-Replayed"})
+@override_settings(IDEMPOTENCY={"MARKER_HEADERS": {"REPLAYED": "Idempotent-Replayed"}})
 def test_stripe_clients_get_their_replay_header(alice_client: Client) -> None:
     post(alice_client)
     replay = post(alice_client)
@@ -38,7 +40,7 @@ def test_stripe_clients_get_their_replay_header(alice_client: Client) -> None:
     assert "Idempotency-Replayed" not in replay
 
 
-@override_settings(IDEMPOTENCY={"ECHO_KEY_HEADER": "Idempotency-Key"})
+@override_settings(IDEMPOTENCY={"MARKER_HEADERS": {"KEY_ECHO": "Idempotency-Key"}})
 def test_the_key_is_echoed_on_every_answer_to_a_keyed_request(alice_client: Client) -> None:
     first = post(alice_client, key="echo-1")
     replay = post(alice_client, key="echo-1")
@@ -47,7 +49,15 @@ def test_the_key_is_echoed_on_every_answer_to_a_keyed_request(alice_client: Clie
     assert "Idempotency-Key" not in alice_client.post("/plain/bookings/", BODY, "application/json")
 
 
-@override_settings(IDEMPOTENCY={"PROBLEM_TYPE_BASE": "https://docs.example.com/errors#"})
+def typed_problem(
+    request: HttpRequest | None, members: dict[str, Any], headers: dict[str, str]
+) -> HttpResponse:
+    """A PROBLEM_RENDERER whose problem types link to the project's docs (docs/errors.md)."""
+    members = {**members, "type": f"https://docs.example.com/errors#{members['code']}"}
+    return render_problem(request, members, headers)
+
+
+@override_settings(IDEMPOTENCY={"PROBLEM_RENDERER": "tests.test_answers.typed_problem"})
 def test_problem_types_link_to_the_projects_docs(alice_client: Client) -> None:
     post(alice_client)
     reused = post(alice_client, body="{}").json()
@@ -111,14 +121,17 @@ def custom_exception_handler(exc: Exception, context: dict[str, Any]) -> Any:
 
 
 @override_settings(
-    IDEMPOTENCY={"DRF_EXCEPTION_HANDLER": True},
     REST_FRAMEWORK={
         "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"],
         "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
         "EXCEPTION_HANDLER": "tests.test_answers.custom_exception_handler",
     },
 )
-def test_drf_views_can_route_refusals_through_the_exception_handler(alice: Any) -> None:
+def test_drf_views_can_route_refusals_through_the_exception_handler(
+    alice: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What a project writes on its view class (StrictBookingViewSet inherits it).
+    monkeypatch.setattr(BookingViewSet, "raise_idempotency_errors", True, raising=False)
     api = APIClient()
     api.force_authenticate(alice)
     post(api, "/api/bookings/", key="drf-1")

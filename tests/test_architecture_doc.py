@@ -41,5 +41,5 @@ def test_every_setting_is_on_the_page_with_the_modules_that_read_it() -> None:
 
 
 def test_the_reader_search_finds_what_it_should() -> None:
-    assert "drf/__init__.py" in readers("DRF_EXCEPTION_HANDLER")
+    assert "protocol/attempt.py" in readers("RETAIN_FUNCTION")
     assert readers("NOT_A_SETTING") == set()

@@ -64,7 +64,7 @@ def test_the_client_knows_the_servers_problem_codes() -> None:
     assert client_module.KEY_REUSED == problems.KEY_REUSED
     assert client_module.UNAVAILABLE == problems.UNAVAILABLE
     assert client_module.PROBLEM_CONTENT_TYPE == problems.PROBLEM_CONTENT_TYPE
-    assert DEFAULTS["IGNORED_KEY_HEADER"] == client_module.IGNORED_KEY_HEADER
+    assert DEFAULTS["MARKER_HEADERS"]["KEY_IGNORED"] == client_module.IGNORED_KEY_HEADER
 
 
 # -- the clients, as a test drives them (idempotency-client/tests/three_clients.py) --

@@ -64,7 +64,7 @@ def test_a_decorated_view_called_without_a_request_says_so() -> None:
         view(object())
 
 
-@override_settings(IDEMPOTENCY={"PROBLEM_TYPE_BASE": "https://docs.example.com/errors#"})
+@override_settings(IDEMPOTENCY={"PROBLEM_RENDERER": "tests.test_answers.typed_problem"})
 def test_json_api_errors_link_to_the_problem_type(alice_client: Client) -> None:
     post(alice_client, "typed")
     reused = alice_client.post(

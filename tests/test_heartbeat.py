@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.core.checks import run_checks
 from django.db import connection
 from django.test import Client, override_settings
 
+from idempotency_django.checks import check_settings
 from idempotency_django.protocol.heartbeat import heartbeat
 from idempotency_django.stores import RecordKey, RequestInfo
 from idempotency_django.stores.memory import MemoryStore
@@ -90,7 +90,9 @@ def test_without_the_heartbeat_the_same_duplicate_takes_the_key_over(alice: User
     assert Booking.objects.count() == 2
 
 
-@override_settings(IDEMPOTENCY={**SHORT_LOCK, "MAX_RUN_TIME": 1})
+@override_settings(
+    IDEMPOTENCY={**SHORT_LOCK, "HEARTBEAT": {"INTERVAL": SHORT_LOCK["HEARTBEAT"], "MAX_RUN_TIME": 1}}
+)
 def test_a_request_past_max_run_time_is_no_longer_renewed(alice: User) -> None:
     """MAX_RUN_TIME bounds a stuck request: renewed 1 s, then lost LOCK_TIMEOUT later.
 
@@ -120,20 +122,24 @@ def test_settled_requests_leave_nothing_to_renew(alice: User, store: str) -> Non
 
 
 @pytest.mark.parametrize(
-    ("settings", "message"),
+    ("settings", "check", "message"),
     [
-        ({"HEARTBEAT": 0}, "must be a number of seconds > 0, or None"),
-        ({"HEARTBEAT": "2"}, "must be a number of seconds > 0, or None"),
-        ({"HEARTBEAT": 2, "LOCK_TIMEOUT": 5}, "at most a third of LOCK_TIMEOUT"),
-        ({"MAX_RUN_TIME": 0}, "'MAX_RUN_TIME'] must be a positive integer"),
+        ({"HEARTBEAT": 0}, "E024", "above 0"),
+        ({"HEARTBEAT": "2"}, "E004", "must be None, a number of seconds, or a dict"),
+        ({"HEARTBEAT": {"MAX_RUN_TIME": 60}}, "E004", "a dict of INTERVAL"),
+        ({"HEARTBEAT": {"INTERVAL": 1, "MAX_RUN_TIME": 1.5}}, "E004", "(whole seconds)"),
+        ({"HEARTBEAT": {"INTERVAL": 1, "MAX_RUN_TIME": 0}}, "E024", "MAX_RUN_TIME above 0"),
+        ({"HEARTBEAT": {"INTERVAL": 1, "MAX_RUN_TIME": 10**11}}, "E025", "at most"),
+        ({"HEARTBEAT": 2, "LOCK_TIMEOUT": 5}, "E028", "at most a third of LOCK_TIMEOUT"),
     ],
 )
 def test_a_heartbeat_that_cannot_keep_the_key_is_a_configuration_error(
-    settings: dict[str, object], message: str
+    settings: dict[str, object], check: str, message: str
 ) -> None:
     with override_settings(IDEMPOTENCY=settings):
-        errors = [e for e in run_checks() if e.id == "idempotency_django.E004"]
-    assert len(errors) == 1 and message in errors[0].msg
+        errors = check_settings()
+    assert [e.id for e in errors] == [f"idempotency_django.{check}"]
+    assert message in errors[0].msg
 
 
 class FailingOnce(MemoryStore):
@@ -205,7 +211,9 @@ def stall_this_process(seconds: float) -> None:
         sys.setswitchinterval(switch)
 
 
-@override_settings(IDEMPOTENCY={"LOCK_TIMEOUT": 2, "HEARTBEAT": 0.5, "MAX_RUN_TIME": 60})
+@override_settings(
+    IDEMPOTENCY={"LOCK_TIMEOUT": 2, "HEARTBEAT": {"INTERVAL": 0.5, "MAX_RUN_TIME": 60}}
+)
 def test_a_purge_during_a_stall_never_frees_a_running_requests_key(alice: User) -> None:
     """The process stalls longer than LOCK_TIMEOUT while the purge runs; once it runs again,
     its heartbeat renews the reservation. The purge deleted it as abandoned before (the

@@ -79,7 +79,7 @@ def test_requests_without_a_key_and_safe_methods_are_left_alone(alice_client: Cl
     assert HEADER not in alice_client.get("/api/unprotected-bookings/", HTTP_IDEMPOTENCY_KEY="g")
 
 
-@override_settings(IDEMPOTENCY={"IGNORED_KEY_HEADER": None})
+@override_settings(IDEMPOTENCY={"MARKER_HEADERS": {"KEY_IGNORED": None}})
 def test_the_header_can_be_turned_off() -> None:
     assert HEADER not in post(Client(), "/plain/bookings/")
 

@@ -5,16 +5,19 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator
-from typing import Any
+from pathlib import Path
+from typing import Any, get_type_hints
 
 import pytest
 from django.contrib.auth.models import User
+from django.core import checks
 from django.db import connection
 from django.test import Client, override_settings
 from rest_framework.authtoken.models import Token
 
 from idempotency_django import signals
 from idempotency_django.checks import check_middleware, check_settings
+from idempotency_django.conf import DEFAULTS, REMOVED_SETTINGS, IdempotencySettings
 from idempotency_django.decorators import idempotent
 from idempotency_django.models import IdempotencyRecord
 from idempotency_django.protocol.options import MAX_SECONDS, ViewOptions
@@ -130,7 +133,7 @@ def test_store_failure_is_503_and_nothing_runs(alice: User, url: str) -> None:
     assert response.status_code == 503
     assert response["Content-Type"] == "application/problem+json"
     assert response.json()["code"] == "idempotency_unavailable"
-    assert response["Retry-After"] == "5"
+    assert response["Retry-After"] == "1"  # RETRY_AFTER
     assert Booking.objects.count() == 0
     assert len(unavailable) == 1
 
@@ -170,16 +173,21 @@ def test_check_missing_middleware() -> None:
     ("value", "code"),
     [
         ({"LOCK_TIMOUT": 3}, "idempotency_django.E003"),
-        ({"LOCK_TIMEOUT": 0}, "idempotency_django.E004"),
+        ({"LOCK_TIMEOUT": 0}, "idempotency_django.E024"),
         ({"RETENTION": "1d"}, "idempotency_django.E004"),
         # Past a century the store cannot write the expiry (MariaDB, SQLite) or read
         # it back (PostgreSQL): every completion failed and the work ran again.
-        ({"RETENTION": 10**11}, "idempotency_django.E004"),
-        ({"LOCK_TIMEOUT": 10**11}, "idempotency_django.E004"),
-        ({"WEBHOOK_RETENTION": 4 * 10**9}, "idempotency_django.E004"),
+        ({"RETENTION": 10**11}, "idempotency_django.E025"),
+        ({"LOCK_TIMEOUT": 10**11}, "idempotency_django.E025"),
+        ({"WEBHOOK_RETENTION": 4 * 10**9}, "idempotency_django.E025"),
+        ({"WAIT_FOR_IN_PROGRESS": -1}, "idempotency_django.E026"),
+        ({"WAIT_FOR_IN_PROGRESS": 300}, "idempotency_django.E027"),
+        ({"ENABLED": "yes"}, "idempotency_django.E004"),
+        ({"REQUEST_ID_HEADER": 1}, "idempotency_django.E004"),
+        ({"MARKER_HEADERS": {"REPLAYED": None}}, "idempotency_django.E004"),
+        ({"MARKER_HEADERS": {"KEY_ECHOED": "Idempotency-Key"}}, "idempotency_django.E004"),
         ({"REUSE_STATUS": 400}, "idempotency_django.E005"),
-        ({"ANONYMOUS": "allow"}, "idempotency_django.E006"),
-        ({"TASK_DUPLICATES": "drop"}, "idempotency_django.E006"),
+        ({"ANONYMOUS": "allow"}, "idempotency_django.E005"),
         ({"METHODS": ["POST", "GET"]}, "idempotency_django.E007"),
         ({"REPLAY_HEADERS": ["Content-Type", "Set-Cookie"]}, "idempotency_django.E008"),
         ({"SCOPE_FUNCTION": "no.such.function"}, "idempotency_django.E009"),
@@ -192,9 +200,46 @@ def test_check_invalid_settings(value: dict, code: str) -> None:  # type: ignore
         assert code in [m.id for m in check_settings()]
 
 
+#: Each removed setting with the default it had in 0.2.0.
+DEFAULT_OF_0_2: dict[str, Any] = {
+    "MAX_WAITERS_PER_KEY": 1,
+    "MAX_WAITERS": 2,
+    "UNAVAILABLE_RETRY_AFTER": 5,
+    "RETAIN_CLIENT_ERRORS": False,
+    "MAX_RUN_TIME": 300,
+    "REPLAYED_HEADER": "Idempotency-Replayed",
+    "IGNORED_KEY_HEADER": "Idempotency-Key-Ignored",
+    "ECHO_KEY_HEADER": None,
+    "PROBLEM_TYPE_BASE": None,
+    "DRF_EXCEPTION_HANDLER": False,
+    "WEBHOOK_FALLBACK_BUCKET": 300,
+    "WEBHOOK_TOKEN_KWARG": "token",
+    "TASK_DUPLICATES": "wait",
+}
+
+
+def test_a_task_refuses_an_unknown_duplicates_choice() -> None:
+    with pytest.raises(ValueError, match="duplicates must be 'wait' or 'skip'"):
+        idempotent_task(duplicates="drop")  # type: ignore[call-overload]
+
+
+@pytest.mark.parametrize("name", sorted(REMOVED_SETTINGS))
+def test_a_removed_setting_is_a_warning_that_names_its_replacement(name: str) -> None:
+    with override_settings(IDEMPOTENCY={name: DEFAULT_OF_0_2[name]}):
+        [message] = check_settings()
+    assert message.id == "idempotency_django.W050" and message.level == checks.WARNING
+    assert REMOVED_SETTINGS[name] in message.msg
+    assert name in Path("docs/upgrading.md").read_text()
+
+
+def test_at_most_32_settings_each_with_its_type() -> None:
+    assert len(DEFAULTS) <= 32
+    assert set(get_type_hints(IdempotencySettings)) == set(DEFAULTS)
+
+
 def test_the_longest_expiry_a_setting_may_ask_for_is_a_century() -> None:
     with override_settings(IDEMPOTENCY={"RETENTION": MAX_SECONDS, "LOCK_TIMEOUT": MAX_SECONDS}):
-        assert "idempotency_django.E004" not in [m.id for m in check_settings()]
+        assert not [m.id for m in check_settings() if m.level >= checks.ERROR]
 
 
 @pytest.mark.parametrize("retention", [0, -60, 10**11, 1.5, "3600", True])

@@ -80,20 +80,17 @@ def test_the_setting_decides_for_other_methods_too(
     assert runs() == 3
 
 
-def test_the_setting_decides_instead_of_retain_client_errors(alice_client: Client) -> None:
-    settings = {"RETAIN_CLIENT_ERRORS": True, "RETAIN_FUNCTION": KEEP_DELETES}
-    with override_settings(IDEMPOTENCY=settings):
-        _, retry = twice(alice_client, "POST", "/retain/plain/?status=400", "post-400")
-    assert "Idempotency-Replayed" not in retry
-    assert runs() == 2
-
-
-def test_without_a_function_the_booleans_decide_as_before(alice_client: Client) -> None:
-    with override_settings(IDEMPOTENCY={"RETAIN_CLIENT_ERRORS": True}):
+def test_the_shipped_table_keeps_client_errors_but_not_retryable_ones(
+    alice_client: Client,
+) -> None:
+    with override_settings(IDEMPOTENCY={"RETAIN_FUNCTION": "idempotency_django.protocol.retention.retain_client_errors"}):
+        _, conflict = twice(alice_client, "POST", "/retain/plain/?status=409", "post-409")
+    assert "Idempotency-Replayed" not in conflict  # 409 may succeed later: released
+    with override_settings(IDEMPOTENCY={"RETAIN_FUNCTION": "idempotency_django.protocol.retention.retain_client_errors"}):
         _, retry = twice(alice_client, "DELETE", "/retain/plain/?missing=1", "delete-2")
     assert retry["Idempotency-Replayed"] == "true"
     _, again = twice(alice_client, "DELETE", "/retain/plain/?missing=1", "delete-3")
-    assert "Idempotency-Replayed" not in again  # RETAIN_CLIENT_ERRORS off: released
+    assert "Idempotency-Replayed" not in again  # the default keeps 2xx/3xx only: released
     assert downstream_views.ASKED == []
 
 
@@ -103,8 +100,8 @@ def test_without_a_function_the_booleans_decide_as_before(alice_client: Client) 
 def test_the_option_never_keeps_a_422_of_one_endpoint(
     alice_client: Client, store: dict[str, Any]
 ) -> None:
-    """RETAIN_CLIENT_ERRORS keeps 4xx everywhere; this endpoint's 422 stays retryable."""
-    with override_settings(IDEMPOTENCY={**store, "RETAIN_CLIENT_ERRORS": True}):
+    """retain_client_errors keeps 4xx everywhere; this endpoint's 422 stays retryable."""
+    with override_settings(IDEMPOTENCY={**store, "RETAIN_FUNCTION": "idempotency_django.protocol.retention.retain_client_errors"}):
         _, retried = twice(alice_client, "POST", "/retain/validated/?status=422", "form-1")
         _, replayed = twice(alice_client, "POST", "/retain/validated/?status=400", "form-2")
         _, elsewhere = twice(alice_client, "POST", "/retain/plain/?status=422", "form-3")
@@ -144,7 +141,7 @@ def test_a_5xx_is_never_kept_whatever_the_function_says(
 def test_a_retain_function_that_raises_falls_back_to_the_default_rule(
     alice_client: Client, store: dict[str, Any], caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The work is done: the 201 is kept as RETAIN_CLIENT_ERRORS would, and replayed."""
+    """The work is done: the 201 is kept as the default function would, and replayed."""
     broken = {**store, "RETAIN_FUNCTION": "tests.testapp.downstream_views.broken_retain"}
     with override_settings(IDEMPOTENCY=broken), caplog.at_level(logging.ERROR):
         first = send(alice_client, "POST", "/retain/plain/", "broken")
@@ -212,7 +209,7 @@ def test_the_view_example_lets_a_client_fix_a_422_and_send_it_with_the_same_key(
             HTTP_IDEMPOTENCY_KEY="application-1",
         )
 
-    with override_settings(IDEMPOTENCY={"RETAIN_CLIENT_ERRORS": True}):
+    with override_settings(IDEMPOTENCY={"RETAIN_FUNCTION": "idempotency_django.protocol.retention.retain_client_errors"}):
         refused = submit({"name": ""})
         fixed = submit({"name": "Dana Whitfield"})
         again = submit({"name": "Dana Whitfield"})

@@ -357,7 +357,7 @@ def test_a_view_with_its_own_scope_still_gets_its_body_copied(temp_dir: Path) ->
 def test_the_body_limit_is_a_checked_setting() -> None:
     assert DEFAULTS["MAX_FINGERPRINTED_BODY"] == 10 * 1024 * 1024
     with override_settings(IDEMPOTENCY={"MAX_FINGERPRINTED_BODY": -1}):
-        assert "idempotency_django.E004" in {m.id for m in check_settings()}
+        assert "idempotency_django.E024" in {m.id for m in check_settings()}
 
 
 # -- 4. one principal cannot fill the store -----------------------------------------

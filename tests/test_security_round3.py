@@ -355,14 +355,6 @@ def test_at_most_two_duplicates_wait_in_one_process(
     assert Booking.objects.count() == 3
 
 
-def test_the_waiter_bounds_are_checked_settings() -> None:
-    for name in ("MAX_WAITERS_PER_KEY", "MAX_WAITERS"):
-        with override_settings(IDEMPOTENCY={name: 0}):
-            assert "idempotency_django.E004" in {m.id for m in check_settings()}
-        with override_settings(IDEMPOTENCY={name: None}):
-            assert check_settings() == []
-
-
 @pytest.mark.django_db
 @override_settings(IDEMPOTENCY={"ANONYMOUS": "session"})
 def test_a_guest_request_refused_for_its_location_leaves_no_session() -> None:

@@ -40,6 +40,10 @@ from tests.testapp.models import Booking
 pytestmark = pytest.mark.django_db(transaction=True)
 
 STORES = ["database", "redis", "memory"]
+#: tasks_app.book under its own name, told at once of a duplicate that runs.
+book_or_skip = idempotent_task(name="tests.tasks_app.book", duplicates="skip")(
+    tasks_app.book.__wrapped__  # type: ignore[attr-defined]
+)
 TAKER = RequestInfo(method="TASK", path="slow", fingerprint="f" * 64, kind="task")
 
 
@@ -149,7 +153,7 @@ def concurrent_stores() -> list[str]:
 
 @pytest.mark.parametrize("store_name", concurrent_stores())
 def test_concurrent_deliveries_wait_and_return_the_first_result(store_name: str) -> None:
-    with store_settings(store_name, TASK_DUPLICATES="wait"):
+    with store_settings(store_name):
         results = in_threads(
             4, lambda _i: tasks_app.book("09:00", pause=0.5, idempotency_key="order-1")
         )
@@ -160,9 +164,9 @@ def test_concurrent_deliveries_wait_and_return_the_first_result(store_name: str)
 
 @pytest.mark.parametrize("store_name", concurrent_stores())
 def test_concurrent_deliveries_are_skipped(store_name: str) -> None:
-    with store_settings(store_name, TASK_DUPLICATES="skip"):
+    with store_settings(store_name):
         results = in_threads(
-            4, lambda _i: tasks_app.book("09:00", pause=0.5, idempotency_key="order-1")
+            4, lambda _i: book_or_skip("09:00", pause=0.5, idempotency_key="order-1")
         )
     assert len([r for r in results if isinstance(r, TaskInProgress)]) == 3, results
     assert [r for r in results if isinstance(r, dict)] == [
@@ -191,7 +195,7 @@ def test_a_waiting_duplicate_runs_when_the_first_fails(store_name: str) -> None:
             threading.Timer(0.3, go_on.set).start()  # fail once the duplicate waits
         return fails_first("09:00", idempotency_key="k")
 
-    with store_settings(store_name, TASK_DUPLICATES="wait"):
+    with store_settings(store_name):
         results = in_threads(2, deliver)
     assert isinstance(results[0], tasks_app.Refused)
     assert len(runs) == 2 and results[1] == runs[1] == Booking.objects.get().pk
@@ -294,7 +298,7 @@ def test_a_duplicate_inside_a_transaction_does_not_wait(store_name: str) -> None
             go_on.set()  # the first goes on only once the duplicate has its answer
         return "told at once"
 
-    with store_settings(store_name, TASK_DUPLICATES="wait"):
+    with store_settings(store_name):
         results = in_threads(2, deliver)
     assert results == [Booking.objects.get().pk, "told at once"]
 
@@ -382,14 +386,14 @@ def test_without_atomic_a_failure_inside_a_callers_transaction_gives_the_key_bac
 def test_with_the_heartbeat_a_task_keeps_its_key_past_lock_timeout(store_name: str) -> None:
     """LOCK_TIMEOUT 1 s, HEARTBEAT 0.2 s, a 2.5 s task: a duplicate at 1.5 s is skipped."""
 
-    with store_settings(store_name, LOCK_TIMEOUT=1, HEARTBEAT=0.2, TASK_DUPLICATES="skip"):
+    with store_settings(store_name, LOCK_TIMEOUT=1, HEARTBEAT=0.2):
         first = threading.Thread(
-            target=tasks_app.book, args=("09:00", 2.5), kwargs={"idempotency_key": "hb"}
+            target=book_or_skip, args=("09:00", 2.5), kwargs={"idempotency_key": "hb"}
         )
         first.start()
         time.sleep(1.5)
         with pytest.raises(TaskInProgress):
-            tasks_app.book("09:00", 2.5, idempotency_key="hb")
+            book_or_skip("09:00", 2.5, idempotency_key="hb")
         first.join()
         assert tasks_app.book("09:00", 2.5, idempotency_key="hb")["slot"] == "09:00"
     assert Booking.objects.count() == 1

@@ -15,8 +15,8 @@ Arguments and results are fingerprinted and stored as kombu's JSON holds
 them: ``UUID``, ``datetime``, ``date``, ``time`` and ``Decimal`` come back
 as themselves. Arguments it cannot hold are refused by ``delay()`` and
 ``apply_async()``, before anything is sent. ``TaskInProgress``
-(``TASK_DUPLICATES = "skip"``) is retried with a backoff. Any option given
-replaces these defaults; ``key``, ``atomic`` and ``retention``
+(``duplicates="skip"``) is retried with a backoff. Any option given
+replaces these defaults; ``key``, ``atomic``, ``retention`` and ``duplicates``
 (:class:`~idempotency_django.tasks.TaskOptions`) are ``idempotent_task``'s.
 """
 

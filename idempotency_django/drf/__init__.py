@@ -44,8 +44,8 @@ __all__ = ["IdempotencyError", "IdempotentMixin", "protect_drf_call"]
 class IdempotencyError(APIException):
     """A refusal of the library, for DRF's ``EXCEPTION_HANDLER`` to render.
 
-    Raised instead of answering with a problem response on DRF views when
-    ``IDEMPOTENCY["DRF_EXCEPTION_HANDLER"]`` is on. ``detail`` holds every
+    Raised instead of answering with a problem response on DRF views whose
+    ``raise_idempotency_errors`` is True. ``detail`` holds every
     member of the problem (``code`` included, the one clients match on),
     ``status_code`` its status and ``wait`` the seconds for ``Retry-After``.
     """
@@ -70,12 +70,16 @@ class IdempotentMixin:
     """Protect every unsafe handler of a DRF view or viewset.
 
     Options as class attribute: ``idempotency_options = ViewOptions(required=True)``,
-    read when a request comes, so a subclass may set its own. A handler
+    read when a request comes, so a subclass may set its own. With
+    ``raise_idempotency_errors = True`` a refusal is raised as
+    [`IdempotencyError`][idempotency_django.drf.IdempotencyError] for DRF's
+    ``EXCEPTION_HANDLER`` to render, like the view's other errors. A handler
     decorated with ``@idempotent(...)`` keeps its own options and one
     decorated with ``@idempotency_exempt`` is left alone.
     """
 
     idempotency_options = ViewOptions()
+    raise_idempotency_errors = False
     _idempotency_protection: Protection | None = None
 
     def initialize_request(self, request: Any, *args: Any, **kwargs: Any) -> Request:
@@ -155,7 +159,7 @@ class IdempotentMixin:
         if protection is not None:
             response = cast(Response, protection.exit(response))
         problem = getattr(response, PROBLEM_ATTRIBUTE, None)
-        if problem is not None and idempotency_settings.DRF_EXCEPTION_HANDLER:
+        if problem is not None and self.raise_idempotency_errors:
             # For the project's EXCEPTION_HANDLER to render, like its other errors.
             error_response = self.handle_exception(IdempotencyError(*problem))
             response = super().finalize_response(request, error_response, *args, **kwargs)  # type: ignore[misc]
@@ -185,6 +189,6 @@ def protect_drf_call(
 
     response = protect(request, call_and_finalize, options)
     problem = getattr(response, PROBLEM_ATTRIBUTE, None)
-    if problem is not None and idempotency_settings.DRF_EXCEPTION_HANDLER:
+    if problem is not None and getattr(view, "raise_idempotency_errors", False):
         raise IdempotencyError(*problem)  # for the project's EXCEPTION_HANDLER to render
     return response

@@ -58,7 +58,7 @@ def operation_openapi_extra(
         if 200 <= status < 300:
             response = responses.setdefault(status, {})
             response.setdefault("headers", {}).setdefault(
-                idempotency_settings.REPLAYED_HEADER, replayed_header()
+                idempotency_settings.MARKER_HEADERS.replayed, replayed_header()
             )
     for answer in problem_answers(required):
         response = responses.setdefault(answer[0], {})

@@ -20,7 +20,7 @@ from django.http import FileResponse, HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
 
 from idempotency_django import signals
-from idempotency_django.conf import NEVER_RETAINED_CLIENT_ERRORS, idempotency_settings
+from idempotency_django.conf import idempotency_settings
 from idempotency_django.protocol import problems, transactions
 from idempotency_django.protocol.logs import error_name, log
 from idempotency_django.protocol.marks import (
@@ -33,6 +33,7 @@ from idempotency_django.protocol.marks import (
 from idempotency_django.protocol.options import ViewOptions, function, option, scope_of
 from idempotency_django.protocol.problems import refuse, replay_headers, replay_response
 from idempotency_django.protocol.reservation import KeyReservation, Settled
+from idempotency_django.protocol.retention import retain_client_errors, retain_successes
 from idempotency_django.protocol.waiting import Busy
 from idempotency_django.stores import (
     Claim,
@@ -179,8 +180,8 @@ class Attempt(KeyReservation):
     # -- phase 2: finish or abort --
 
     def echo_key(self, response: HttpResponseBase) -> None:
-        """Name the key on the answer when ``ECHO_KEY_HEADER`` asks for it."""
-        header = idempotency_settings.ECHO_KEY_HEADER
+        """Name the key on the answer when ``MARKER_HEADERS["KEY_ECHO"]`` asks for it."""
+        header = idempotency_settings.MARKER_HEADERS.key_echo
         if header:
             response[header] = self.key.key
 
@@ -238,7 +239,7 @@ class Attempt(KeyReservation):
 
         A cancelled view (its client hung up, under ASGI) may have written
         and may still commit: its reservation is kept until ``LOCK_TIMEOUT``
-        (with ``HEARTBEAT``, renewed until ``MAX_RUN_TIME``), or goes with the
+        (with ``HEARTBEAT``, renewed until its ``MAX_RUN_TIME``), or goes with the
         claim's transaction if that rolls back.
         """
         setattr(django_request(self.request), ACTIVE_ATTRIBUTE, False)
@@ -264,29 +265,20 @@ class Attempt(KeyReservation):
         """Whether an answer that may be kept (not a 5xx, not streamed) is.
 
         The view's own choice first (its ``retain`` function, then its
-        ``retain_client_errors``), then the project's (``RETAIN_FUNCTION``, then
-        ``RETAIN_CLIENT_ERRORS``). Without a function 2xx/3xx are kept, and 4xx
-        when client errors are, except :data:`NEVER_RETAINED_CLIENT_ERRORS`.
+        ``retain_client_errors``), then the project's ``RETAIN_FUNCTION``.
         """
-        project = idempotency_settings.RETAIN_FUNCTION
-        retain = function(
-            self.options.retain, project if self.options.retain_client_errors is None else None
-        )
-        if retain is not None:
-            handled = getattr(django_request(self.request), HANDLED_EXCEPTION_ATTRIBUTE, None)
-            try:
-                return bool(retain(self.request, response, handled))
-            except Exception as exc:
-                # The work is done: failing the request now would free its key
-                # and run it again. The booleans decide instead.
-                self.log(logging.ERROR, "retain_failed", error=type(exc).__name__)
-        status = response.status_code
-        if status < 400:
-            return True
-        keep_client_errors = option(
-            self.options.retain_client_errors, idempotency_settings.RETAIN_CLIENT_ERRORS
-        )
-        return bool(keep_client_errors) and status not in NEVER_RETAINED_CLIENT_ERRORS
+        if self.options.retain_client_errors is not None and self.options.retain is None:
+            chosen = retain_client_errors if self.options.retain_client_errors else retain_successes
+            return chosen(self.request, response, None)
+        retain = function(self.options.retain, idempotency_settings.RETAIN_FUNCTION)
+        handled = getattr(django_request(self.request), HANDLED_EXCEPTION_ATTRIBUTE, None)
+        try:
+            return bool(retain(self.request, response, handled))
+        except Exception as exc:
+            # The work is done: failing the request now would free its key
+            # and run it again. The default table decides instead.
+            self.log(logging.ERROR, "retain_failed", error=type(exc).__name__)
+            return retain_successes(self.request, response, handled)
 
     def principal_changed(self) -> bool:
         """The view authenticated someone else than the key was claimed for.

@@ -5,7 +5,7 @@ therefore outlast the slowest view, and a crashed request holds its key that
 long (5 minutes by default). With it, one thread per process renews every
 running reservation each ``HEARTBEAT`` seconds, so ``LOCK_TIMEOUT`` can be a
 few seconds: a slow view keeps its key, a crashed one frees it quickly.
-``MAX_RUN_TIME`` bounds a stuck one: its reservation is no longer renewed.
+``HEARTBEAT``'s ``MAX_RUN_TIME`` bounds a stuck one: its reservation is no longer renewed.
 
 A renewal only extends a reservation that is still there
 (``renew(..., remake=False)``): one completed, released or taken over
@@ -29,7 +29,7 @@ from datetime import timedelta
 
 from django.db import close_old_connections
 
-from idempotency_django.conf import idempotency_settings
+from idempotency_django.conf import DEFAULT_MAX_RUN_TIME, idempotency_settings
 from idempotency_django.protocol.logs import emit, error_name
 from idempotency_django.stores import StoreUnavailable
 from idempotency_django.stores.base import BaseStore, RecordKey, RequestInfo
@@ -37,8 +37,8 @@ from idempotency_django.stores.base import BaseStore, RecordKey, RequestInfo
 
 def _interval() -> float:
     """Seconds between renewals, as set now (a test may change it while beats run)."""
-    interval = idempotency_settings.HEARTBEAT
-    return float(interval) if isinstance(interval, int | float) and interval > 0 else 1.0
+    setting = idempotency_settings.HEARTBEAT
+    return float(setting.interval) if setting is not None and setting.interval > 0 else 1.0
 
 
 @dataclass(eq=False)
@@ -106,7 +106,8 @@ class Heartbeat:
         fate_open: Callable[[], bool] | None = None,
     ) -> Beat:
         now = time.monotonic()
-        deadline = now + idempotency_settings.MAX_RUN_TIME
+        setting = idempotency_settings.HEARTBEAT
+        deadline = now + (setting.max_run_time if setting is not None else DEFAULT_MAX_RUN_TIME)
         beat = Beat(
             store,
             key,
@@ -181,9 +182,10 @@ def renewal_grace() -> timedelta:
     ``MAX_RUN_TIME`` after its claim, so a reservation expired that long ago
     is truly abandoned. Without the heartbeat nothing renews: no grace.
     """
-    if not idempotency_settings.HEARTBEAT:
+    setting = idempotency_settings.HEARTBEAT
+    if setting is None:
         return timedelta(0)
-    return timedelta(seconds=int(idempotency_settings.MAX_RUN_TIME))
+    return timedelta(seconds=int(setting.max_run_time))
 
 
 #: The process's heartbeat.
@@ -200,6 +202,6 @@ def start_beat(
     fate_open: Callable[[], bool] | None = None,
 ) -> Beat | None:
     """Renew this reservation in the background, if ``HEARTBEAT`` is on."""
-    if not idempotency_settings.HEARTBEAT:
+    if idempotency_settings.HEARTBEAT is None:
         return None
     return heartbeat.start(store, key, token, info, lock_timeout, fate_open)

@@ -88,7 +88,7 @@ def key_description(required: bool, same_request: str) -> str:
         "A client-generated unique key for this operation (e.g. a UUID), sent again "
         "unchanged on every retry. The first request with a key runs; a retry with the "
         "same key and the same request gets the stored response, marked with "
-        f"`{idempotency_settings.REPLAYED_HEADER}: true`, without running again. "
+        f"`{idempotency_settings.MARKER_HEADERS.replayed}: true`, without running again. "
         f"1 to {MAX_KEY_LENGTH} printable ASCII characters, "
         "no comma (or an RFC 8941 quoted string). "
         + same_request

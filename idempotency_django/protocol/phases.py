@@ -362,7 +362,7 @@ def begin(
 def mark_ignored_key(
     request: HttpRequest, response: HttpResponseBase, unprotected: bool = True
 ) -> None:
-    """Tell the client of a keyed unsafe request whose key was not used (``IGNORED_KEY_HEADER``).
+    """Tell the client of a keyed unsafe request whose key was not used (its KEY_IGNORED marker).
 
     The middleware calls it after the view for every keyed unsafe request: one
     no part of the library took charge of is "unprotected" (the first of each
@@ -370,7 +370,7 @@ def mark_ignored_key(
     it let through (``unprotected=False``): "anonymous" ones.
     """
     settings = idempotency_settings
-    name = settings.IGNORED_KEY_HEADER
+    name = settings.MARKER_HEADERS.key_ignored
     if not settings.ENABLED:
         return
     decision = getattr(django_request(request), DECISION_ATTRIBUTE, None)

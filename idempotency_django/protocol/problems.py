@@ -44,8 +44,8 @@ class Refusal:
     #: English, translated when answered; ``%(name)s`` placeholders are filled
     #: by :meth:`answer`'s ``params`` (``header`` always is).
     detail: str
-    #: The setting that gives ``Retry-After``, if the answer carries one.
-    retry_after: str | None = None
+    #: Whether the answer carries ``Retry-After`` (``RETRY_AFTER`` seconds).
+    retry_after: bool = False
     #: The setting that may replace ``status``.
     status_setting: str | None = None
 
@@ -55,9 +55,7 @@ class Refusal:
         return int(getattr(idempotency_settings, self.status_setting))
 
     def retry_after_seconds(self) -> int | None:
-        if self.retry_after is None:
-            return None
-        return int(getattr(idempotency_settings, self.retry_after))
+        return idempotency_settings.RETRY_AFTER if self.retry_after else None
 
     def english_detail(self, **params: Any) -> str:
         """The detail as the docs and the OpenAPI schema show it."""
@@ -148,7 +146,7 @@ REFUSALS: dict[str, Refusal] = {
                 "A request with this idempotency key is still being processed. "
                 "Retry shortly to get its response."
             ),
-            retry_after="RETRY_AFTER",
+            retry_after=True,
         ),
         Refusal(
             RESPONSE_NOT_STORED,
@@ -166,7 +164,7 @@ REFUSALS: dict[str, Refusal] = {
                 "This principal holds %(limit)d live idempotency keys, the most it may. "
                 "Retry when one has expired."
             ),
-            retry_after="RETRY_AFTER",
+            retry_after=True,
         ),
         Refusal(
             UNAVAILABLE,
@@ -175,7 +173,7 @@ REFUSALS: dict[str, Refusal] = {
                 "The idempotency key could not be claimed; nothing was done. "
                 "Retry with the same key."
             ),
-            retry_after="UNAVAILABLE_RETRY_AFTER",
+            retry_after=True,
         ),
     )
 }
@@ -188,9 +186,8 @@ def refuse(request: HttpRequest, code: str, **kwargs: Any) -> HttpResponse:
 
 def problem_members(status: int, code: str, detail: str, **extensions: Any) -> dict[str, Any]:
     """The members of a problem: RFC 9457's, then ``code``, then any extensions."""
-    base = idempotency_settings.PROBLEM_TYPE_BASE
     return {
-        "type": f"{base}{code}" if base else "about:blank",
+        "type": "about:blank",
         "title": TITLES.get(status) or HTTPStatus(status).phrase,
         "status": status,
         "code": code,
@@ -247,10 +244,10 @@ def replay_headers(response: HttpResponse) -> tuple[tuple[str, str], ...]:
 
 
 def replay_response(stored: StoredResponse) -> HttpResponse:
-    """A stored answer as it goes out again, marked by ``REPLAYED_HEADER``."""
+    """A stored answer as it goes out again, marked by ``MARKER_HEADERS["REPLAYED"]``."""
     response = HttpResponse(stored.body, status=stored.status)
     del response["Content-Type"]  # only what the original response said
     for name, value in stored.headers:
         response[name] = value
-    response[idempotency_settings.REPLAYED_HEADER] = "true"
+    response[idempotency_settings.MARKER_HEADERS.replayed] = "true"
     return response

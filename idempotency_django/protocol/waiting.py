@@ -4,9 +4,11 @@ With ``WAIT_FOR_IN_PROGRESS``, a duplicate of a request still running waits
 for its answer instead of getting ``409 idempotency_key_in_progress``. Under
 WSGI each waiter holds a worker thread for up to that many seconds, so a few
 duplicates of one slow request could hold every thread and make everyone else
-queue. :func:`waiting_slot` admits at most ``MAX_WAITERS_PER_KEY`` waiters of
-one key and ``MAX_WAITERS`` in all in this process (threads and event loops
-alike); any other duplicate is answered its 409 at once.
+queue. :func:`waiting_slot` admits at most :data:`WAITERS_PER_KEY` waiter of
+one key and :data:`WAITERS` in all in this process (threads and event loops
+alike); any other duplicate is answered its 409 at once. The bounds are fixed:
+a client retrying a slow request is served by one waiter, and more waiters
+would only hold more threads.
 
 :class:`Busy` is phase 1's answer when the view waits: the driver
 (:mod:`~idempotency_django.protocol.phases`) waits with it, outside any transaction.
@@ -27,9 +29,12 @@ from typing import Any, Protocol
 from asgiref.sync import sync_to_async
 from django.http.response import HttpResponseBase
 
-from idempotency_django.conf import idempotency_settings
 from idempotency_django.stores import BaseStore, RecordKey, StoreUnavailable
 from idempotency_django.stores.base import backoff
+
+#: Duplicates that may wait at once for one key, and in all in one process.
+WAITERS_PER_KEY = 1
+WAITERS = 2
 
 _lock = threading.Lock()
 _per_key: Counter[str] = Counter()
@@ -40,9 +45,8 @@ _total = 0
 def waiting_slot(key: str) -> Iterator[bool]:
     """Yield whether a duplicate of ``key`` may wait now; its place is kept until exit."""
     global _total
-    per_key, most = idempotency_settings.MAX_WAITERS_PER_KEY, idempotency_settings.MAX_WAITERS
     with _lock:
-        admitted = (per_key is None or _per_key[key] < per_key) and (most is None or _total < most)
+        admitted = _per_key[key] < WAITERS_PER_KEY and _total < WAITERS
         if admitted:
             _per_key[key] += 1
             _total += 1

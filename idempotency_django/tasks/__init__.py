@@ -8,7 +8,7 @@ goes through (:class:`~idempotency_django.protocol.reservation.KeyReservation`):
 
 * the first delivery claims the key (principal ``task:<task name>``) and runs;
 * a duplicate while it runs waits for it, or raises :class:`TaskInProgress`
-  at once (``TASK_DUPLICATES``);
+  at once (``duplicates="skip"``);
 * a completed one returns the stored return value without running;
 * a failed one (it raised) gives the key back, so a retry runs;
 * the same key with other arguments raises :class:`TaskKeyReused`.
@@ -34,7 +34,7 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ParamSpec, TypedDict, TypeVar, Unpack, cast, overload
+from typing import Any, Literal, ParamSpec, TypedDict, TypeVar, Unpack, cast, overload
 
 from django.db import DEFAULT_DB_ALIAS, transaction
 from django.dispatch import Signal
@@ -75,7 +75,7 @@ KEY_ARGUMENT = "idempotency_key"
 
 
 class TaskInProgress(Exception):
-    """Another delivery of this key is running (``TASK_DUPLICATES = "skip"``).
+    """Another delivery of this key is running (the task's ``duplicates="skip"``).
 
     Nothing ran. Let the queue retry it later (Celery: ``autoretry_for``): the
     retry then returns the first delivery's result, or runs if that one failed.
@@ -132,6 +132,10 @@ class TaskOptions(TypedDict, total=False):
     key: Callable[..., Any] | None
     atomic: bool
     retention: int | None
+    #: A delivery whose key another delivery is running: "wait" for it (the
+    #: default: then return its result, or run if it failed), or "skip": raise
+    #: TaskInProgress at once, for the queue to retry later.
+    duplicates: Literal["wait", "skip"]
 
 
 def split_options(options: dict[str, Any]) -> tuple[TaskOptions, dict[str, Any]]:
@@ -184,7 +188,10 @@ def idempotent_task(
     ``name`` (by default ``module.qualname``) scopes the keys. The return
     value must be JSON (``codec``'s): it is what duplicates return. ``atomic``
     (the default) runs it in a transaction. ``retention`` (seconds) defaults
-    to ``RETENTION``. ``bound``: the first argument is the queue's own
+    to ``RETENTION``. ``duplicates="skip"`` raises
+    [`TaskInProgress`][idempotency_django.tasks.TaskInProgress] at once for a
+    delivery whose key another delivery runs, instead of waiting for it.
+    ``bound``: the first argument is the queue's own
     (Celery's bound task, django.tasks' context); the function gets it, the
     key and the fingerprint do not.
 
@@ -196,6 +203,8 @@ def idempotent_task(
     if unknown:
         raise TypeError(f"idempotent_task() got unknown options: {', '.join(sorted(unknown))}.")
     check_retention(options.get("retention"))
+    if options.get("duplicates", "wait") not in ("wait", "skip"):
+        raise ValueError(f"duplicates must be 'wait' or 'skip', not {options['duplicates']!r}.")
 
     def decorate(function: Callable[P, R]) -> Callable[P, R]:
         task = _Task(name or f"{function.__module__}.{function.__qualname__}", codec, options)
@@ -338,7 +347,7 @@ class TaskRun(KeyReservation):
                 raise TaskKeyReused(f"The key of this {self.name} was used with other arguments.")
             # In progress: the other delivery holds the key. Waited for outside
             # any transaction of ours, then claimed again: it may have failed.
-            if idempotency_settings.TASK_DUPLICATES == "skip" or open_transactions():
+            if self.task.options.get("duplicates", "wait") == "skip" or open_transactions():
                 # Waiting inside a caller's transaction (an eager task in a view)
                 # would hold its locks, and not see the other's reservation commit.
                 self.log(logging.INFO, "conflict", code=TaskInProgress.code)

@@ -50,6 +50,7 @@ from idempotency_django.stores import (
 )
 from idempotency_django.webhooks.identity import (
     FALLBACK_SOURCE,
+    TOKEN_KWARG,
     TRIGGER_PREFIX,
     DeliveryIdentity,
     DeliveryIdMissing,
@@ -93,13 +94,13 @@ REFUSALS: dict[str, Refusal] = {
             IN_PROGRESS,
             409,
             gettext_noop("This delivery is being processed. Retry later."),
-            retry_after="RETRY_AFTER",
+            retry_after=True,
         ),
         Refusal(
             problems.UNAVAILABLE,
             503,
             gettext_noop("The delivery could not be recorded; nothing was done. Retry later."),
-            retry_after="UNAVAILABLE_RETRY_AFTER",
+            retry_after=True,
         ),
     )
 }
@@ -158,8 +159,9 @@ def deduplicate_webhook(
     Deliveries are deduplicated per URL pattern and all its keyword arguments
     (a tenant, a trigger token), or per ``namespace`` when given (a string,
     or a function of the request). ``retention`` defaults to
-    ``WEBHOOK_RETENTION``; ``token_kwarg`` is accepted for compatibility and
-    changes nothing: every keyword argument counts.
+    ``WEBHOOK_RETENTION``. ``token_kwarg`` (by default ``"token"``) names the
+    keyword argument that holds a trigger token: a URL whose only argument it
+    is keeps the namespace 0.1 gave it, the token itself.
     """
     if id_header is not None and body_id is not None:
         raise TypeError("Name one delivery id: id_header or body_id, not both.")
@@ -172,7 +174,7 @@ def deduplicate_webhook(
                 space = namespace(request) if callable(namespace) else namespace
                 trigger = "\x1enamespace\x1e" + str(space)
             else:
-                trigger = kwargs_namespace(kwargs, request)
+                trigger = kwargs_namespace(kwargs, request, token_kwarg or TOKEN_KWARG)
             return begin_delivery(
                 request, trigger, retention=retention, body_id=body_id, id_header=id_header
             )

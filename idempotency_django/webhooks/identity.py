@@ -23,8 +23,10 @@ from idempotency_django.protocol.bodies import body_chunks, body_length
 from idempotency_django.protocol.keys import MAX_KEY_LENGTH, parse_key
 
 __all__ = [
+    "FALLBACK_BUCKET",
     "FALLBACK_SOURCE",
     "PROVIDER_SOURCES",
+    "TOKEN_KWARG",
     "TRIGGER_PREFIX",
     "DeliveryIdMissing",
     "DeliveryIdentity",
@@ -36,6 +38,11 @@ __all__ = [
 #: Prefix of a delivery record's principal; the rest is the trigger digest.
 TRIGGER_PREFIX = "webhook:"
 FALLBACK_SOURCE = "fallback"
+#: Seconds per bucket of the fallback hash: the seeds' time bucket. A retry in
+#: the next bucket is still found (the buckets either side are looked up).
+FALLBACK_BUCKET = 300
+#: The URL keyword argument that holds a receiver's trigger token by default.
+TOKEN_KWARG = "token"
 # This salt and trigger_digest's name the module they were first in: another
 # salt would make every delivery already accepted new again.
 FALLBACK_SALT = "idempotency_django.webhooks.fallback"
@@ -113,7 +120,7 @@ def delivery_identity(
         found = body_id(request)
         if found:
             return DeliveryIdentity(_storable(str(found)), "body")
-    bucket = int(time.time() // settings.WEBHOOK_FALLBACK_BUCKET)
+    bucket = int(time.time() // FALLBACK_BUCKET)
     return fallback_identity(namespace, request, bucket)
 
 
@@ -146,13 +153,15 @@ def _storable(delivery_id: str) -> str:
     return "sha256:" + hashlib.sha256(delivery_id.encode("utf-8", "surrogateescape")).hexdigest()
 
 
-def kwargs_namespace(kwargs: dict[str, Any], request: HttpRequest) -> str:
+def kwargs_namespace(
+    kwargs: dict[str, Any], request: HttpRequest, token_kwarg: str = "token"
+) -> str:
     """Every URL keyword argument, so that two tenants' receivers never share deliveries.
 
-    A URL whose only argument is ``WEBHOOK_TOKEN_KWARG`` keeps the namespace
-    0.1 gave it (the token itself), so its accepted deliveries stay duplicates.
+    A URL whose only argument is ``token_kwarg`` keeps the namespace 0.1 gave
+    it (the token itself), so its accepted deliveries stay duplicates.
     """
-    if set(kwargs) == {idempotency_settings.WEBHOOK_TOKEN_KWARG}:
+    if set(kwargs) == {token_kwarg}:
         return _namespace_value(next(iter(kwargs.values())), request)
     return "".join(
         f"\x1e{name}\x1f{_namespace_value(kwargs[name], request)}" for name in sorted(kwargs)
