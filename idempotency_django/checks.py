@@ -57,6 +57,8 @@ POSITIVE = (
 EXPIRIES = ("LOCK_TIMEOUT", "RETENTION", "WEBHOOK_RETENTION")
 #: The plain types a setting's annotation may be made of; the others are checked one by one.
 PLAIN_TYPES = {bool, int, float, str, bytes, type(None)}
+#: Settings whose every condition a check of their own reports (E015: the keys).
+OWN_CHECKS = {"ENCRYPTION_KEY"}
 
 
 @checks.register(checks.Tags.compatibility)
@@ -202,7 +204,7 @@ def _check_types(merged: dict[str, Any]) -> dict[str, list[checks.CheckMessage]]
     """
     errors: dict[str, list[checks.CheckMessage]] = {}
     for name, annotation in get_type_hints(IdempotencySettings).items():
-        if name not in merged:
+        if name not in merged or name in OWN_CHECKS:
             continue
         value = merged[name]
         if get_origin(annotation) is Literal:

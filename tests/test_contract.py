@@ -174,7 +174,9 @@ def test_4xx_not_retained_by_default(alice_client: Client, status: int) -> None:
     assert "Idempotency-Replayed" not in post(alice_client, url=f"{URL}?status={status}")
 
 
-@override_settings(IDEMPOTENCY={"RETAIN_FUNCTION": "idempotency_django.protocol.retention.retain_client_errors"})
+@override_settings(
+    IDEMPOTENCY={"RETAIN_FUNCTION": "idempotency_django.protocol.retention.retain_client_errors"}
+)
 @pytest.mark.parametrize(
     ("status", "retained"),
     [

@@ -91,7 +91,10 @@ def test_without_the_heartbeat_the_same_duplicate_takes_the_key_over(alice: User
 
 
 @override_settings(
-    IDEMPOTENCY={**SHORT_LOCK, "HEARTBEAT": {"INTERVAL": SHORT_LOCK["HEARTBEAT"], "MAX_RUN_TIME": 1}}
+    IDEMPOTENCY={
+        **SHORT_LOCK,
+        "HEARTBEAT": {"INTERVAL": SHORT_LOCK["HEARTBEAT"], "MAX_RUN_TIME": 1},
+    }
 )
 def test_a_request_past_max_run_time_is_no_longer_renewed(alice: User) -> None:
     """MAX_RUN_TIME bounds a stuck request: renewed 1 s, then lost LOCK_TIMEOUT later.

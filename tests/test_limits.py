@@ -80,7 +80,9 @@ def test_redis_without_a_limit_is_flagged() -> None:
         assert "idempotency_django.W021" not in {m.id for m in check_settings()}
 
 
-@pytest.mark.parametrize(("value", "check"), [(0, "E024"), (-1, "E024"), ("1MB", "E004"), (True, "E004")])
+@pytest.mark.parametrize(
+    ("value", "check"), [(0, "E024"), (-1, "E024"), ("1MB", "E004"), (True, "E004")]
+)
 def test_limits_must_be_positive_integers(value: object, check: str) -> None:
     for name in ("MAX_STORED_BODY", "MAX_KEYS_PER_PRINCIPAL"):
         with override_settings(IDEMPOTENCY={name: value}):

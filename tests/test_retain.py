@@ -83,10 +83,18 @@ def test_the_setting_decides_for_other_methods_too(
 def test_the_shipped_table_keeps_client_errors_but_not_retryable_ones(
     alice_client: Client,
 ) -> None:
-    with override_settings(IDEMPOTENCY={"RETAIN_FUNCTION": "idempotency_django.protocol.retention.retain_client_errors"}):
+    with override_settings(
+        IDEMPOTENCY={
+            "RETAIN_FUNCTION": "idempotency_django.protocol.retention.retain_client_errors"
+        }
+    ):
         _, conflict = twice(alice_client, "POST", "/retain/plain/?status=409", "post-409")
     assert "Idempotency-Replayed" not in conflict  # 409 may succeed later: released
-    with override_settings(IDEMPOTENCY={"RETAIN_FUNCTION": "idempotency_django.protocol.retention.retain_client_errors"}):
+    with override_settings(
+        IDEMPOTENCY={
+            "RETAIN_FUNCTION": "idempotency_django.protocol.retention.retain_client_errors"
+        }
+    ):
         _, retry = twice(alice_client, "DELETE", "/retain/plain/?missing=1", "delete-2")
     assert retry["Idempotency-Replayed"] == "true"
     _, again = twice(alice_client, "DELETE", "/retain/plain/?missing=1", "delete-3")
@@ -101,7 +109,12 @@ def test_the_option_never_keeps_a_422_of_one_endpoint(
     alice_client: Client, store: dict[str, Any]
 ) -> None:
     """retain_client_errors keeps 4xx everywhere; this endpoint's 422 stays retryable."""
-    with override_settings(IDEMPOTENCY={**store, "RETAIN_FUNCTION": "idempotency_django.protocol.retention.retain_client_errors"}):
+    with override_settings(
+        IDEMPOTENCY={
+            **store,
+            "RETAIN_FUNCTION": "idempotency_django.protocol.retention.retain_client_errors",
+        }
+    ):
         _, retried = twice(alice_client, "POST", "/retain/validated/?status=422", "form-1")
         _, replayed = twice(alice_client, "POST", "/retain/validated/?status=400", "form-2")
         _, elsewhere = twice(alice_client, "POST", "/retain/plain/?status=422", "form-3")
@@ -209,7 +222,11 @@ def test_the_view_example_lets_a_client_fix_a_422_and_send_it_with_the_same_key(
             HTTP_IDEMPOTENCY_KEY="application-1",
         )
 
-    with override_settings(IDEMPOTENCY={"RETAIN_FUNCTION": "idempotency_django.protocol.retention.retain_client_errors"}):
+    with override_settings(
+        IDEMPOTENCY={
+            "RETAIN_FUNCTION": "idempotency_django.protocol.retention.retain_client_errors"
+        }
+    ):
         refused = submit({"name": ""})
         fixed = submit({"name": "Dana Whitfield"})
         again = submit({"name": "Dana Whitfield"})

@@ -24,7 +24,6 @@ from django.db.models import Model
 from django.test import Client, override_settings
 from django.urls import reverse
 
-from idempotency_django.checks import check_settings
 from idempotency_django.models import IdempotencyRecord
 from tests.checkpoints import Checkpoint
 from tests.concurrency import Background, logged_in_client

@@ -34,7 +34,9 @@ def test_a_sync_only_middleware_before_ours_is_fine(settings: Any) -> None:
 def test_retaining_client_errors_under_atomic_requests_with_drf_is_explained(
     settings: Any, atomic_requests: None
 ) -> None:
-    settings.IDEMPOTENCY = {"RETAIN_FUNCTION": "idempotency_django.protocol.retention.retain_client_errors"}
+    settings.IDEMPOTENCY = {
+        "RETAIN_FUNCTION": "idempotency_django.protocol.retention.retain_client_errors"
+    }
     assert ids(check_transactions()) == ["idempotency_django.W041"]
     settings.IDEMPOTENCY = {}
     assert ids(check_transactions()) == []
@@ -52,6 +54,8 @@ def test_atomic_requests_on_two_databases_is_named(settings: Any) -> None:
 
 @pytest.mark.django_db  # Django 6 runs the database checks with the others
 def test_the_checks_run_with_manage_py_check(settings: Any, atomic_requests: None) -> None:
-    settings.IDEMPOTENCY = {"RETAIN_FUNCTION": "idempotency_django.protocol.retention.retain_client_errors"}
+    settings.IDEMPOTENCY = {
+        "RETAIN_FUNCTION": "idempotency_django.protocol.retention.retain_client_errors"
+    }
     with pytest.raises(SystemCheckError, match="W041"):
         call_command("check", "--fail-level", "WARNING")

@@ -16,22 +16,17 @@ IDEMPOTENCY = {
     "FINGERPRINT_FUNCTION": "idempotency_django.protocol.fingerprint.default_fingerprint",
     "LOCK_TIMEOUT": 300,
     "RETENTION": 86400,
-    "HEARTBEAT": None,
-    "MAX_RUN_TIME": 300,
+    "HEARTBEAT": None,  # or {"INTERVAL": 2, "MAX_RUN_TIME": 300}
     "WAIT_FOR_IN_PROGRESS": 0,
-    "MAX_WAITERS_PER_KEY": 1,
-    "MAX_WAITERS": 2,
     "MAX_STORED_BODY": 1024 * 1024,
     "MAX_KEYS_PER_PRINCIPAL": 1000,
     "MAX_FINGERPRINTED_BODY": 10 * 1024 * 1024,
-    "RETAIN_CLIENT_ERRORS": False,
-    "RETAIN_FUNCTION": None,
+    "RETAIN_FUNCTION": "idempotency_django.protocol.retention.retain_successes",
     "REQUIRED": False,
     "REQUIRED_PATHS": (),
     "ATOMIC": False,
     "REUSE_STATUS": 409,
     "RETRY_AFTER": 1,
-    "UNAVAILABLE_RETRY_AFTER": 5,
     "ANONYMOUS": "ignore",
     "ENCRYPTION_KEY": None,
     "ENCRYPTION_KEY_FALLBACKS": (),
@@ -48,20 +43,17 @@ IDEMPOTENCY = {
         "Expires",
         "Vary",
     ),
-    "REPLAYED_HEADER": "Idempotency-Replayed",
-    "ECHO_KEY_HEADER": None,
-    "IGNORED_KEY_HEADER": "Idempotency-Key-Ignored",
-    "PROBLEM_TYPE_BASE": None,
+    "MARKER_HEADERS": {
+        "REPLAYED": "Idempotency-Replayed",
+        "KEY_IGNORED": "Idempotency-Key-Ignored",
+        "KEY_ECHO": None,
+    },
     "PROBLEM_RENDERER": "idempotency_django.protocol.problems.render_problem",
-    "DRF_EXCEPTION_HANDLER": False,
     "REPLAY_HOOK": None,
     "REQUEST_ID_HEADER": None,
     "WEBHOOK_ID_HEADER": None,
     "WEBHOOK_BODY_ID_FUNCTION": None,
     "WEBHOOK_RETENTION": 7 * 24 * 3600,
-    "WEBHOOK_FALLBACK_BUCKET": 300,
-    "WEBHOOK_TOKEN_KWARG": "token",
-    "TASK_DUPLICATES": "wait",
 }
 # --8<-- [end:everything]
 
@@ -92,7 +84,8 @@ IDEMPOTENCY = {
     "REQUIRED_PATHS": [r"^/api/"],  # ...and on the plain views under /api/
     "ANONYMOUS": "reject",  # 401 for a keyed request nobody authenticated
     "REUSE_STATUS": 422,  # as the IETF draft says, instead of 409
-    "RETAIN_CLIENT_ERRORS": True,  # replay 400/404/422 too (never 401/403/408/409/429)
+    # Replay 400/404/422 too (never 401/403/408/409/429).
+    "RETAIN_FUNCTION": "idempotency_django.protocol.retention.retain_client_errors",
 }
 # --8<-- [end:strict]
 
