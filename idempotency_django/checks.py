@@ -6,7 +6,7 @@ import contextlib
 import importlib.util
 import re
 from types import UnionType
-from typing import Any, Literal, get_args, get_origin, get_type_hints
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from django.conf import settings
 from django.core import checks
@@ -214,7 +214,14 @@ def _check_types(merged: dict[str, Any]) -> dict[str, list[checks.CheckMessage]]
                 message = f"{SETTING_NAME}[{name!r}] must be {shown}."
                 errors[name] = [_error(message, "E005")]
             continue
-        types = set(get_args(annotation)) if get_origin(annotation) is UnionType else {annotation}
+        union = get_origin(annotation) in (UnionType, Union)
+        types = set(get_args(annotation)) if union else {annotation}
+        if name in IMPORT_STRINGS:
+            optional = value is None and type(None) in types
+            if not (optional or callable(value) or isinstance(value, str)):
+                message = f"{SETTING_NAME}[{name!r}] must be a dotted path or a function."
+                errors[name] = [_error(message, "E004")]
+            continue
         if not types <= PLAIN_TYPES:
             continue
         if float in types:

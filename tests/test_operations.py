@@ -186,6 +186,8 @@ def test_check_missing_middleware() -> None:
         ({"REQUEST_ID_HEADER": 1}, "idempotency_django.E004"),
         ({"MARKER_HEADERS": {"REPLAYED": None}}, "idempotency_django.E004"),
         ({"MARKER_HEADERS": {"KEY_ECHOED": "Idempotency-Key"}}, "idempotency_django.E004"),
+        ({"RETAIN_FUNCTION": None}, "idempotency_django.E004"),
+        ({"WEBHOOK_BODY_ID_FUNCTION": 3}, "idempotency_django.E004"),
         ({"REUSE_STATUS": 400}, "idempotency_django.E005"),
         ({"ANONYMOUS": "allow"}, "idempotency_django.E005"),
         ({"METHODS": ["POST", "GET"]}, "idempotency_django.E007"),
