@@ -309,7 +309,7 @@ def _check_ranges(typed: dict[str, Any]) -> dict[str, list[checks.CheckMessage]]
 def _check_required_paths(patterns: Any) -> list[checks.CheckMessage]:
     name = f"{SETTING_NAME}['REQUIRED_PATHS']"
     if isinstance(patterns, str) or not all(isinstance(p, str) for p in patterns):
-        return [_error(f"{name} must be a list of regular expressions (strings).", "E013")]
+        return [_error(f"{name} must be a list of regular expressions (strings).", "E004")]
     compiled = []
     for pattern in patterns:
         try:

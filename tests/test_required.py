@@ -81,8 +81,8 @@ def test_a_pattern_matching_the_admin_is_flagged() -> None:
 
 def test_invalid_patterns_are_errors() -> None:
     assert "idempotency_django.E013" in messages(REQUIRED_PATHS=["^/api/("])
-    assert "idempotency_django.E013" in messages(REQUIRED_PATHS="^/api/")
-    assert "idempotency_django.E013" in messages(REQUIRED_PATHS=[3])
+    assert "idempotency_django.E004" in messages(REQUIRED_PATHS="^/api/")
+    assert "idempotency_django.E004" in messages(REQUIRED_PATHS=[3])
 
 
 def test_the_check_is_a_warning_not_an_error() -> None:

@@ -19,6 +19,8 @@ def fits(value: Any, declared: Any) -> bool:
         return any(fits(value, member) for member in typing.get_args(declared))
     if declared is Any:
         return True
+    if origin is typing.Literal:
+        return value in typing.get_args(declared)
     if declared is type(None):
         return value is None
     if origin is collections.abc.Callable:
@@ -57,3 +59,15 @@ def test_a_users_values_read_as_the_declared_types_too() -> None:
     assert fits(methods, declared["METHODS"])
     assert fits(idempotency_settings.REQUIRED_PATHS, declared["REQUIRED_PATHS"])
     assert not fits(["POST"], declared["METHODS"])  # the check itself can fail
+
+
+@override_settings(
+    IDEMPOTENCY={"HEARTBEAT": {"INTERVAL": 2}, "MARKER_HEADERS": {"KEY_ECHO": "Idempotency-Key"}}
+)
+def test_the_dict_settings_read_merged_with_their_defaults() -> None:
+    declared = typing.get_type_hints(IdempotencySettings)
+    heartbeat, markers = idempotency_settings.HEARTBEAT, idempotency_settings.MARKER_HEADERS
+    assert heartbeat is not None and (heartbeat.interval, heartbeat.max_run_time) == (2, 300)
+    assert markers == ("Idempotency-Replayed", "Idempotency-Key-Ignored", "Idempotency-Key")
+    assert fits(heartbeat, declared["HEARTBEAT"]) and fits(markers, declared["MARKER_HEADERS"])
+    assert not fits({"INTERVAL": 2}, declared["HEARTBEAT"])  # the dict itself does not fit
