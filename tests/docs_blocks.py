@@ -36,7 +36,24 @@ from sybil.parsers.markdown.lexers import DirectiveInHTMLCommentLexer, RawFenced
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 #: The pages whose blocks run here; the others are listed in docs/contributing.md.
-PAGES = ["README.md", "docs/quickstart.md", "docs/drf.md", "docs/production.md"]
+PAGES = [
+    "README.md",
+    *(
+        f"docs/{name}.md"
+        for name in (
+            "quickstart",
+            "drf",
+            "production",
+            "cors",
+            "guarantees",
+            "metrics",
+            "openapi",
+            "operating",
+            "security",
+            "signals",
+        )
+    ),
+]
 PYTHON_FENCE = re.compile(r"(?P<language>python|py)(?P<info>[^\n]*)$\n", re.MULTILINE)
 TITLE = re.compile(r'^\s*(?:title="(?P<title>[^"]+)")?\s*$')
 
@@ -104,6 +121,23 @@ class PythonBlocks:
             region.parsed = textwrap.dedent(str(region.lexemes["source"]))
             region.evaluator = evaluate_module
             yield region
+
+
+def page_code(page: str, *indexes: int) -> str:
+    """The source of a page's python fences (all, or those numbered, from 0), as Sybil
+    reads them: a test of what a page shows runs the page's own code."""
+    from sybil import Document
+
+    text = (REPO_ROOT / page).read_text()
+    regions = list(PythonBlocks().fences(Document(text, page)))
+    chosen = [regions[i] for i in indexes] if indexes else regions
+    return "\n".join(textwrap.dedent(str(r.lexemes["source"])) for r in chosen)
+
+
+def run_page_code(page: str, namespace: dict[str, Any], *indexes: int) -> dict[str, Any]:
+    """Runs page_code() in ``namespace`` and returns it."""
+    exec(compile(page_code(page, *indexes), str(REPO_ROOT / page), "exec"), namespace)
+    return namespace
 
 
 @pytest.fixture

@@ -40,7 +40,8 @@ from idempotency_django.protocol.phases import protect
 from idempotency_django.stores import RecordKey, RequestInfo, get_store
 from idempotency_django.webhooks.identity import TRIGGER_PREFIX, trigger_digest
 from tests import docs_blocks
-from tests.docs_examples import metrics, settings_examples
+from tests.docs_blocks import run_page_code
+from tests.docs_examples import settings_examples
 from tests.docs_examples.webhooks import WEBHOOK_SECRET, sign
 from tests.redis_helpers import DOWN_ALIAS, caches_with
 from tests.testapp.models import Booking
@@ -428,7 +429,8 @@ def test_standard_webhooks_example_verifies_then_deduplicates(client: Client) ->
 
 @docs_urls
 def test_metrics_example_counts_decisions(alice_client: Client, alice: User) -> None:
-    metrics.DECISIONS.clear()
+    # The page's receivers live as long as this namespace (signals hold them weakly).
+    metrics = run_page_code("docs/signals.md", {}, 0)
     post(alice_client, "/plain/bookings/", {"slot": "m"}, key="m1")
     post(alice_client, "/plain/bookings/", {"slot": "m"}, key="m1")
     post(alice_client, "/plain/bookings/", {"slot": "other"}, key="m1")
@@ -439,7 +441,7 @@ def test_metrics_example_counts_decisions(alice_client: Client, alice: User) -> 
     info = RequestInfo("POST", "/plain/bookings/", default_fingerprint(running), "")
     get_store().claim(RecordKey(f"auth.user:{alice.pk}", "", "m2"), info, 300)
     post(alice_client, "/plain/bookings/", {"slot": "m"}, key="m2")
-    assert dict(metrics.DECISIONS) == {
+    assert dict(metrics["DECISIONS"]) == {
         "reserved": 1,
         "stored:201": 1,
         "replayed:201": 1,
