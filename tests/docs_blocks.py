@@ -45,6 +45,8 @@ PAGES = [
             "drf",
             "production",
             "cors",
+            "django",
+            "downstream",
             "guarantees",
             "metrics",
             "openapi",
