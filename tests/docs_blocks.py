@@ -53,6 +53,8 @@ PAGES = [
             "operating",
             "security",
             "signals",
+            "testing",
+            "writing-a-store",
         )
     ),
 ]
