@@ -44,6 +44,7 @@ PAGES = [
             "quickstart",
             "drf",
             "production",
+            "clients",
             "cors",
             "django",
             "downstream",
@@ -69,6 +70,12 @@ def _settings_namespace() -> dict[str, Any]:
     return {k: copy.deepcopy(v) for k, v in vars(module).items() if k.isupper()}
 
 
+#: compile() flags for a block: dont_inherit, so that this module's ``from __future__
+#: import annotations`` does not turn a page's annotations into strings a reader's module
+#: would evaluate (a @dataclass of a page looks its string annotations up in sys.modules).
+INHERIT_NOTHING = {"dont_inherit": True}
+
+
 def evaluate_settings(example: Example) -> None:
     from django.core import checks
     from django.test import override_settings
@@ -77,7 +84,10 @@ def evaluate_settings(example: Example) -> None:
 
     namespace = _settings_namespace()
     before = copy.deepcopy(namespace)
-    exec(compile(pad(example.parsed, example.line), example.path, "exec"), namespace)
+    exec(
+        compile(pad(example.parsed, example.line), example.path, "exec", **INHERIT_NOTHING),
+        namespace,
+    )
     unknown = set(namespace.get("IDEMPOTENCY", {})) - set(DEFAULTS)
     assert not unknown, f"not settings: {sorted(unknown)}"
     changed = {
@@ -97,7 +107,10 @@ def evaluate_module(example: Example) -> None:
     namespace = example.namespace
     namespace.setdefault("__name__", f"bookings.docs_{Path(example.path).stem}")
     namespace.setdefault("__package__", "bookings")
-    exec(compile(pad(example.parsed, example.line), example.path, "exec"), namespace)
+    exec(
+        compile(pad(example.parsed, example.line), example.path, "exec", **INHERIT_NOTHING),
+        namespace,
+    )
 
 
 class PythonBlocks:
@@ -140,7 +153,10 @@ def page_code(page: str, *indexes: int) -> str:
 
 def run_page_code(page: str, namespace: dict[str, Any], *indexes: int) -> dict[str, Any]:
     """Runs page_code() in ``namespace`` and returns it."""
-    exec(compile(page_code(page, *indexes), str(REPO_ROOT / page), "exec"), namespace)
+    exec(
+        compile(page_code(page, *indexes), str(REPO_ROOT / page), "exec", **INHERIT_NOTHING),
+        namespace,
+    )
     return namespace
 
 

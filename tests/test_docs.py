@@ -1,7 +1,9 @@
 """The documentation site: it builds strictly, and every code block in it is exercised.
 
-* ``python`` (and ``js``) blocks must be pymdownx.snippets includes of real files that
-  tests import or the example project runs, never inline code;
+* ``python`` blocks are in the page and Sybil runs them from the Markdown
+  (tests/docs_blocks.py); a page not yet moved includes sections of files tests run;
+* ``js`` blocks are in the page and are lines of the script the example project serves,
+  which tests/test_example_browser.py drives;
 * ``console`` blocks with ``curl`` may stay inline: tests/test_example_project.py
   makes the same requests against the example project (this test checks that each
   one targets a route the example serves);
@@ -193,6 +195,19 @@ def test_sybil_runs_every_python_block_of_its_pages() -> None:
         assert len(regions) == fences, name
         for region in regions:
             assert docs_blocks.TITLE.match(region.lexemes["info"]), (name, region.lexemes["info"])
+
+
+def test_js_blocks_are_the_example_page_script() -> None:
+    """A browser runs the example's booking.js, not the Markdown: each js block of a page
+    is lines of it (indentation aside), so the page shows what the browser tests run."""
+    script = (REPO_ROOT / "example_project/bookings/templates/bookings/booking.js").read_text()
+    served = "\n".join(line.strip() for line in script.splitlines())
+    shown = [
+        (page.name, body) for page in PAGES for _, lang, body in code_blocks(page) if lang == "js"
+    ]
+    assert shown, "no js blocks found"
+    for name, body in shown:
+        assert "\n".join(line.strip() for line in body) in served, name
 
 
 CURL_PAGES = [*PAGES, REPO_ROOT / "example_project" / "README.md"]
