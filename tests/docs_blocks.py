@@ -54,6 +54,7 @@ PAGES = [
             "operating",
             "security",
             "signals",
+            "stores",
             "testing",
             "writing-a-store",
         )
