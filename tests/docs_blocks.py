@@ -50,6 +50,7 @@ PAGES = [
             "downstream",
             "guarantees",
             "metrics",
+            "ninja",
             "openapi",
             "operating",
             "security",
