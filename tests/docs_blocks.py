@@ -56,6 +56,7 @@ PAGES = [
             "security",
             "signals",
             "stores",
+            "tasks",
             "testing",
             "writing-a-store",
         )
