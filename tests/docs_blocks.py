@@ -58,6 +58,7 @@ PAGES = [
             "stores",
             "tasks",
             "testing",
+            "webhooks",
             "writing-a-store",
         )
     ),
@@ -152,6 +153,17 @@ def page_code(page: str, *indexes: int) -> str:
     regions = list(PythonBlocks().fences(Document(text, page)))
     chosen = [regions[i] for i in indexes] if indexes else regions
     return "\n".join(textwrap.dedent(str(r.lexemes["source"])) for r in chosen)
+
+
+def block_defining(page: str, name: str) -> int:
+    """The number of the page's python fence that defines ``name`` (a def or a class)."""
+    from sybil import Document
+
+    text = (REPO_ROOT / page).read_text()
+    for index, region in enumerate(PythonBlocks().fences(Document(text, page))):
+        if re.search(rf"^(?:def|class) {re.escape(name)}\b", str(region.lexemes["source"]), re.M):
+            return index
+    raise LookupError(f"{page} defines no {name}")
 
 
 def run_page_code(page: str, namespace: dict[str, Any], *indexes: int) -> dict[str, Any]:

@@ -84,7 +84,9 @@ FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>`{3,}|~{3,})\s*(?P<lang>[\w+-]*)"
 #: A Sphinx cross-reference role as it renders when nothing resolves it (":func:`x`").
 SPHINX_ROLE = re.compile(r":(?:py:)?(?:func|class|meth|data|mod|attr|exc|obj|const):(?:<code>|`)")
 #: Routes of the example project that curl examples may call.
-EXAMPLE_ROUTES = re.compile(r"^/(api/bookings/(\d+/)?|plain/bookings/|hooks/[\w-]+/)$")
+EXAMPLE_ROUTES = re.compile(
+    r"^/(api/bookings/(\d+/)?|plain/bookings/|hooks/[\w-]+/|standard-hooks/[\w-]+/)$"
+)
 STANDARD_MEMBERS = {"type", "title", "status", "code", "detail"}
 #: Members a problem adds to the standard ones.
 EXTENSIONS = {problems.RESPONSE_NOT_STORED: {"original_status"}}
@@ -208,6 +210,24 @@ def test_js_blocks_are_the_example_page_script() -> None:
     assert shown, "no js blocks found"
     for name, body in shown:
         assert "\n".join(line.strip() for line in body) in served, name
+
+
+def test_webhook_blocks_are_the_example_receivers() -> None:
+    """docs/webhooks.md's receivers need the example's WebhookRun (Sybil skips them) and
+    its verifier runs in Sybil: every line of those blocks is a line of the example's
+    module, which tests/test_example_project.py serves and sends deliveries to."""
+    module = (REPO_ROOT / "example_project/bookings/webhooks.py").read_text()
+    lines = {line.rstrip() for line in module.splitlines()}
+    shown = [body for _, lang, body in code_blocks(DOCS / "webhooks.md") if lang == "python"]
+    receivers = [
+        body for body in shown if any("def " in line and "receiver" in line for line in body)
+    ]
+    assert len(receivers) == 2, "the generic and the Standard Webhooks receivers"
+    verifier = [
+        body for body in shown if any("def verify_standard_webhook" in line for line in body)
+    ]
+    for body in [*receivers, *verifier]:
+        assert {line.rstrip() for line in body} - lines == set()
 
 
 CURL_PAGES = [*PAGES, REPO_ROOT / "example_project" / "README.md"]

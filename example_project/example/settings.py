@@ -18,6 +18,7 @@
 ``EXAMPLE_ASYNC_CLAIM_COMMIT`` "1": the database store's async_claim_commit (default off)
 ``EXAMPLE_DEBUG``             "0" turns DEBUG off (default on: a local demo)
 ``EXAMPLE_SECRET_KEY``, ``EXAMPLE_ALLOWED_HOSTS`` (comma-separated, added to the local ones)
+``EXAMPLE_WEBHOOK_SECRET``    the Standard Webhooks receiver's ``whsec_`` secret (a demo one)
 """
 
 import importlib.util
@@ -159,6 +160,11 @@ EXAMPLE_BOOKING_GATE = os.environ.get("EXAMPLE_BOOKING_GATE", "")
 #: before the rest of the request (its stored response, its commit). The reliability
 #: suite kills a worker there.
 EXAMPLE_PAUSE_AFTER_WRITE = os.environ.get("EXAMPLE_PAUSE_AFTER_WRITE", "")
+#: The secret /standard-hooks/<token>/ verifies signatures with (base64 after whsec_), as
+#: a Standard Webhooks sender shows it. The default is for the demo only.
+EXAMPLE_WEBHOOK_SECRET = os.environ.get(
+    "EXAMPLE_WEBHOOK_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+)
 
 # --8<-- [start:rest_framework]
 REST_FRAMEWORK = {
