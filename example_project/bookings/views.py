@@ -39,7 +39,6 @@ def simulate_slow_work() -> None:
         time.sleep(settings.EXAMPLE_BOOKING_DELAY_MS / 1000)
 
 
-# --8<-- [start:viewset]
 @idempotent  # create, update, partial_update and destroy
 class BookingViewSet(viewsets.ModelViewSet):
     serializer_class = BookingSerializer
@@ -56,10 +55,6 @@ class BookingViewSet(viewsets.ModelViewSet):
         serializer.save(owner=self.request.user, location=location_of(self.request))
 
 
-# --8<-- [end:viewset]
-
-
-# --8<-- [start:plain_view]
 @require_POST
 def plain_create_booking(request):
     """A plain Django view: IdempotencyMiddleware protects it, no decorator needed."""
@@ -78,9 +73,6 @@ def plain_create_booking(request):
     booking.location = location_of(request)
     booking.save()
     return JsonResponse(BookingSerializer(booking).data, status=201)
-
-
-# --8<-- [end:plain_view]
 
 
 @login_required
