@@ -8,12 +8,14 @@ project a reader has after the quickstart.
 * A block titled ``…settings.py`` is lines added to settings: it runs in a namespace
   seeded with the project's settings (``INSTALLED_APPS += [...]`` works), and every
   ``IDEMPOTENCY`` key it sets must be a setting; its values pass the system checks.
-* A block titled ``bookings/….py`` or ``mysite/….py`` is a file of the project; the
-  walkthrough of docs/quickstart.md writes its own files, so Sybil skips that part
-  (``<!-- skip: start -->``).
-* Any other block runs in the page's namespace as a module of the ``bookings`` app
-  (relative imports work), one namespace per page, in page order;
-  ``<!-- invisible-code-block: python -->`` comments exercise what a block defines.
+* Any other block, titled with the file it belongs in (``bookings/api.py``) or not, runs
+  in the page's namespace as a module of the ``bookings`` app (relative imports work),
+  one namespace per page, in page order; ``<!-- invisible-code-block: python -->``
+  comments exercise what a block defines. The walkthrough of docs/quickstart.md writes
+  its own files, so Sybil skips that part (``<!-- skip: start -->``); a block that needs
+  what the project lacks (the example project's model) is ``<!-- skip: next -->`` under
+  a comment that says why, and a test checks it against the file that runs.
+* Tests of behaviour run a page's own code with ``run_page_code()``.
 
 A block that is not Python of a known form fails: a fence ``python`` that Sybil did not
 understand would otherwise be skipped in silence.
