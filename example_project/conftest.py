@@ -6,14 +6,10 @@ import pytest
 from django.conf import settings
 
 
-# --8<-- [start:empty_store]
 @pytest.fixture(autouse=True)
 def _empty_idempotency_store(idempotency_store):
     """Each test starts with no stored keys, also on Redis, which a test's rollback
     leaves alone (and where a user id reused by the next test would find them)."""
-
-
-# --8<-- [end:empty_store]
 
 
 @pytest.fixture(scope="session")

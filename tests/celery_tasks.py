@@ -24,16 +24,12 @@ def book(slot: str, started: str = "", pause: float = 0.0) -> dict[str, object]:
     return {"booking": booking.pk, "slot": slot}
 
 
-# --8<-- [start:celery]
 @shared_task(bind=True, key=lambda slot, *_args, **_kwargs: f"slot-{slot}")
 def book_slot(self: object, slot: str, pause: float = 0.0) -> int:
     """A bound task keyed by its argument; ``pause`` keeps it running for duplicates."""
     pk = Booking.objects.create(slot=slot).pk
     time.sleep(pause)
     return pk
-
-
-# --8<-- [end:celery]
 
 
 @shared_task(key=lambda slot, *_args: f"slot-{slot}", duplicates="skip")

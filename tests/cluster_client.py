@@ -15,7 +15,6 @@ from django_redis.client import DefaultClient
 from redis.cluster import RedisCluster
 
 
-# --8<-- [start:cluster_client]
 class ClusterClient(DefaultClient):
     """``CACHES[...]["OPTIONS"]["CLIENT_CLASS"]``: ``LOCATION`` is any node of the cluster."""
 
@@ -26,6 +25,3 @@ class ClusterClient(DefaultClient):
             socket_connect_timeout=options.get("SOCKET_CONNECT_TIMEOUT", 1),
             socket_timeout=options.get("SOCKET_TIMEOUT", 1),
         )
-
-
-# --8<-- [end:cluster_client]

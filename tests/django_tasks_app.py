@@ -8,15 +8,11 @@ from idempotency_django.contrib.django_tasks import task
 from tests.testapp.models import Booking
 
 
-# --8<-- [start:django_tasks]
 @task
 def book(slot: str, pause: float = 0.0) -> dict[str, object]:
     booking = Booking.objects.create(slot=slot)
     time.sleep(pause)
     return {"booking": booking.pk, "slot": slot}
-
-
-# --8<-- [end:django_tasks]
 
 
 @task(takes_context=True, key=lambda slot: f"slot-{slot}")

@@ -15,7 +15,6 @@ DEBUG = False
 
 CLUSTER = os.environ.get("SCALE_OUT_CLUSTER", "")
 if CLUSTER:
-    # --8<-- [start:cluster_settings]
     CACHES = {
         "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
         "idempotency": {
@@ -29,7 +28,6 @@ if CLUSTER:
         "STORE": "redis",
         "STORE_OPTIONS": {"cache": "idempotency"},
     }
-    # --8<-- [end:cluster_settings]
 
 if os.environ.get("SCALE_OUT_WAIT"):
     IDEMPOTENCY["WAIT_FOR_IN_PROGRESS"] = float(os.environ["SCALE_OUT_WAIT"])

@@ -11,7 +11,6 @@ from idempotency_django.tasks import idempotent_task
 from tests.testapp.models import Booking
 
 
-# --8<-- [start:caller_key]
 @idempotent_task
 def book(slot: str, pause: float = 0.0) -> dict[str, object]:
     """Book ``slot``: the key is the caller's ``idempotency_key``."""
@@ -20,17 +19,10 @@ def book(slot: str, pause: float = 0.0) -> dict[str, object]:
     return {"booking": booking.pk, "slot": slot}
 
 
-# --8<-- [end:caller_key]
-
-
-# --8<-- [start:argument_key]
 @idempotent_task(key=lambda slot, **_: f"slot-{slot}")
 def book_slot(slot: str) -> int:
     """Book ``slot`` once per slot: the key is made from the arguments."""
     return Booking.objects.create(slot=slot).pk
-
-
-# --8<-- [end:argument_key]
 
 
 class Refused(Exception):

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import hashlib
+import html
 import json
 import re
 from datetime import timedelta
@@ -146,6 +147,22 @@ def test_changelist_columns(admin_client: Client, records: dict[str, Idempotency
     # Newest first.
     keys = [record.key for record in response.context["cl"].result_list]
     assert keys[-1] == "key-abandoned"
+
+
+@pytest.mark.parametrize("model", ["idempotencyrecord", "webhookdelivery"])
+def test_changelist_says_when_another_store_is_active(
+    admin_client: Client, records: dict[str, IdempotencyRecord], model: str
+) -> None:
+    """With the Redis store the database's rows are old ones: the page says which store
+    is live, and says nothing with the database store."""
+    url = reverse(f"admin:idempotency_django_{model}_changelist")
+    assert "idempotency-store-notice" not in admin_client.get(url).content.decode()
+    with override_settings(IDEMPOTENCY={"STORE": "redis"}):
+        page = admin_client.get(url)
+    assert page.status_code == 200
+    text = html.unescape(without_tags(page.content.decode()))
+    assert 'The active store is Redis (IDEMPOTENCY["STORE"] = "redis")' in text
+    assert "these database records are not the live ones" in text
 
 
 def test_changelist_does_not_load_bodies(

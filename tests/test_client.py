@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -42,7 +43,7 @@ from idempotency_client import (
 )
 from idempotency_django.conf import DEFAULTS
 from idempotency_django.protocol import problems
-from tests.docs_examples import client_httpx, client_requests
+from tests.docs_blocks import run_page_code
 from tests.fault_proxy import DROP, FORWARD, HOLD, Answer, Step, fault_proxy
 from tests.servers import free_port
 from tests.test_example_project import (
@@ -51,6 +52,10 @@ from tests.test_example_project import (
     example_server,
     held_at_the_gate,
 )
+
+# docs/clients.md's own functions (requests, then httpx), run against the example project.
+client_requests = SimpleNamespace(**run_page_code("docs/clients.md", {"__name__": __name__}, 0, 2))
+client_httpx = SimpleNamespace(**run_page_code("docs/clients.md", {"__name__": __name__}, 1))
 
 ALICE = ("alice", PASSWORD)
 BASIC = "Basic " + b64encode(f"alice:{PASSWORD}".encode()).decode()

@@ -12,7 +12,7 @@ from django.contrib.auth.models import User
 from django.core import checks
 from django.test import Client, override_settings
 
-from tests.docs_examples import cors_settings
+from tests.docs_blocks import run_page_code
 
 pytest.importorskip(
     "corsheaders", reason="django-cors-headers is missing (pip install -e '.[dev]')"
@@ -23,15 +23,17 @@ ORIGIN = "https://app.example.com"
 
 @pytest.fixture
 def cors() -> object:
-    middleware = [name for name in cors_settings.MIDDLEWARE if "corsheaders" in name]
+    # The page's block, as it runs at the end of a settings module with these two lists.
+    cors_settings = run_page_code(
+        "docs/cors.md",
+        {"INSTALLED_APPS": [], "MIDDLEWARE": ["django.middleware.common.CommonMiddleware"]},
+    )
+    assert cors_settings["INSTALLED_APPS"] == ["corsheaders"]
+    middleware = [name for name in cors_settings["MIDDLEWARE"] if "corsheaders" in name]
     with override_settings(
         INSTALLED_APPS=[*settings.INSTALLED_APPS, "corsheaders"],
         MIDDLEWARE=[*middleware, *settings.MIDDLEWARE],
-        **{
-            name: getattr(cors_settings, name)
-            for name in dir(cors_settings)
-            if name.startswith("CORS_")
-        },
+        **{name: value for name, value in cors_settings.items() if name.startswith("CORS_")},
     ):
         yield
 

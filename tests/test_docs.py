@@ -1,7 +1,9 @@
 """The documentation site: it builds strictly, and every code block in it is exercised.
 
-* ``python`` (and ``js``) blocks must be pymdownx.snippets includes of real files that
-  tests import or the example project runs, never inline code;
+* ``python`` blocks are in the page and Sybil runs them from the Markdown
+  (tests/docs_blocks.py); a page not yet moved includes sections of files tests run;
+* ``js`` blocks are in the page and are lines of the script the example project serves,
+  which tests/test_example_browser.py drives;
 * ``console`` blocks with ``curl`` may stay inline: tests/test_example_project.py
   makes the same requests against the example project (this test checks that each
   one targets a route the example serves);
@@ -40,7 +42,8 @@ from idempotency_django.protocol.phases import protect
 from idempotency_django.stores import RecordKey, RequestInfo, get_store
 from idempotency_django.webhooks.identity import TRIGGER_PREFIX, trigger_digest
 from tests import docs_blocks
-from tests.docs_examples import metrics, settings_examples
+from tests.docs_blocks import run_page_code
+from tests.docs_examples import settings_examples
 from tests.docs_examples.webhooks import WEBHOOK_SECRET, sign
 from tests.redis_helpers import DOWN_ALIAS, caches_with
 from tests.testapp.models import Booking
@@ -81,7 +84,9 @@ FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>`{3,}|~{3,})\s*(?P<lang>[\w+-]*)"
 #: A Sphinx cross-reference role as it renders when nothing resolves it (":func:`x`").
 SPHINX_ROLE = re.compile(r":(?:py:)?(?:func|class|meth|data|mod|attr|exc|obj|const):(?:<code>|`)")
 #: Routes of the example project that curl examples may call.
-EXAMPLE_ROUTES = re.compile(r"^/(api/bookings/(\d+/)?|plain/bookings/|hooks/[\w-]+/)$")
+EXAMPLE_ROUTES = re.compile(
+    r"^/(api/bookings/(\d+/)?|plain/bookings/|hooks/[\w-]+/|standard-hooks/[\w-]+/)$"
+)
 STANDARD_MEMBERS = {"type", "title", "status", "code", "detail"}
 #: Members a problem adds to the standard ones.
 EXTENSIONS = {problems.RESPONSE_NOT_STORED: {"original_status"}}
@@ -192,6 +197,37 @@ def test_sybil_runs_every_python_block_of_its_pages() -> None:
         assert len(regions) == fences, name
         for region in regions:
             assert docs_blocks.TITLE.match(region.lexemes["info"]), (name, region.lexemes["info"])
+
+
+def test_js_blocks_are_the_example_page_script() -> None:
+    """A browser runs the example's booking.js, not the Markdown: each js block of a page
+    is lines of it (indentation aside), so the page shows what the browser tests run."""
+    script = (REPO_ROOT / "example_project/bookings/templates/bookings/booking.js").read_text()
+    served = "\n".join(line.strip() for line in script.splitlines())
+    shown = [
+        (page.name, body) for page in PAGES for _, lang, body in code_blocks(page) if lang == "js"
+    ]
+    assert shown, "no js blocks found"
+    for name, body in shown:
+        assert "\n".join(line.strip() for line in body) in served, name
+
+
+def test_webhook_blocks_are_the_example_receivers() -> None:
+    """docs/webhooks.md's receivers need the example's WebhookRun (Sybil skips them) and
+    its verifier runs in Sybil: every line of those blocks is a line of the example's
+    module, which tests/test_example_project.py serves and sends deliveries to."""
+    module = (REPO_ROOT / "example_project/bookings/webhooks.py").read_text()
+    lines = {line.rstrip() for line in module.splitlines()}
+    shown = [body for _, lang, body in code_blocks(DOCS / "webhooks.md") if lang == "python"]
+    receivers = [
+        body for body in shown if any("def " in line and "receiver" in line for line in body)
+    ]
+    assert len(receivers) == 2, "the generic and the Standard Webhooks receivers"
+    verifier = [
+        body for body in shown if any("def verify_standard_webhook" in line for line in body)
+    ]
+    for body in [*receivers, *verifier]:
+        assert {line.rstrip() for line in body} - lines == set()
 
 
 CURL_PAGES = [*PAGES, REPO_ROOT / "example_project" / "README.md"]
@@ -428,7 +464,8 @@ def test_standard_webhooks_example_verifies_then_deduplicates(client: Client) ->
 
 @docs_urls
 def test_metrics_example_counts_decisions(alice_client: Client, alice: User) -> None:
-    metrics.DECISIONS.clear()
+    # The page's receivers live as long as this namespace (signals hold them weakly).
+    metrics = run_page_code("docs/signals.md", {}, 0)
     post(alice_client, "/plain/bookings/", {"slot": "m"}, key="m1")
     post(alice_client, "/plain/bookings/", {"slot": "m"}, key="m1")
     post(alice_client, "/plain/bookings/", {"slot": "other"}, key="m1")
@@ -439,7 +476,7 @@ def test_metrics_example_counts_decisions(alice_client: Client, alice: User) -> 
     info = RequestInfo("POST", "/plain/bookings/", default_fingerprint(running), "")
     get_store().claim(RecordKey(f"auth.user:{alice.pk}", "", "m2"), info, 300)
     post(alice_client, "/plain/bookings/", {"slot": "m"}, key="m2")
-    assert dict(metrics.DECISIONS) == {
+    assert dict(metrics["DECISIONS"]) == {
         "reserved": 1,
         "stored:201": 1,
         "replayed:201": 1,

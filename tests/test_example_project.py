@@ -17,6 +17,8 @@ requests as these tests (create, replay, reuse 409, in progress 409, missing slo
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import hmac
 import http.cookiejar
 import importlib.util
 import json
@@ -33,7 +35,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
-from base64 import b64encode
+from base64 import b64decode, b64encode
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -446,23 +448,59 @@ def test_plain_view_with_session_and_csrf(server: str) -> None:
     assert missing.status == 400
 
 
-def test_webhook_accepted_then_duplicate(server: str) -> None:
-    event = {"type": "booking.paid", "booking": 1}
-    headers: dict[str, Any] = {"webhook-id": "msg_2KWPBgLlAfxdpx2AI54pPJ85f4W"}
-    first = call(server, "POST", "/hooks/trg_9f8e7d6c/", event, basic=False, location=None,
-                 **headers)  # fmt: skip
-    assert first.status == 202
-    assert first.json()["status"] == "accepted"
-    assert first.json()["run_id"]
-    duplicate = call(server, "POST", "/hooks/trg_9f8e7d6c/", event, basic=False, location=None,
-                     **headers)  # fmt: skip
-    assert duplicate.status == 202
-    assert duplicate.json() == {"status": "duplicate"}
-    other_id: dict[str, Any] = {"webhook-id": "msg_other"}
-    other = call(server, "POST", "/hooks/trg_9f8e7d6c/", event, basic=False, location=None,
-                 **other_id)  # fmt: skip
+EVENT = {"type": "booking.paid", "booking": 1}
+#: The example's default EXAMPLE_WEBHOOK_SECRET, as docs/webhooks.md's curl signs with it.
+WEBHOOK_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+
+def deliver(server: str, path: str, **headers: Any) -> Reply:
+    return call(server, "POST", path, EVENT, basic=False, location=None, **headers)
+
+
+def test_webhook_by_idempotency_key_then_duplicate(server: str) -> None:
+    first = deliver(server, "/hooks/trg_9f8e7d6c/", Idempotency_Key="evt-2KWPBgLlAfxd")
+    assert first.status == 202 and first.json()["status"] == "accepted", first.body
+    duplicate = deliver(server, "/hooks/trg_9f8e7d6c/", Idempotency_Key="evt-2KWPBgLlAfxd")
+    assert duplicate.status == 202 and duplicate.json() == {"status": "duplicate"}
+    other = deliver(server, "/hooks/trg_9f8e7d6c/", Idempotency_Key="evt-other")
     assert other.json()["status"] == "accepted"
     assert other.json()["run_id"] != first.json()["run_id"]
+
+
+def test_webhook_without_a_key_is_deduplicated_by_the_fallback(server: str) -> None:
+    """No Idempotency-Key (a webhook-id is not this receiver's identity): the trigger
+    token and the body, in a time bucket. Another token is another namespace."""
+    first = deliver(server, "/hooks/trg_fallback/", webhook_id="ignored-1")
+    assert first.status == 202 and first.json()["status"] == "accepted", first.body
+    again = deliver(server, "/hooks/trg_fallback/", webhook_id="ignored-2")
+    assert again.status == 202 and again.json() == {"status": "duplicate"}
+    elsewhere = deliver(server, "/hooks/trg_other/")
+    assert elsewhere.json()["status"] == "accepted"
+
+
+def standard_headers(msg_id: str, secret: str = WEBHOOK_SECRET) -> dict[str, str]:
+    timestamp = str(int(time.time()))
+    signed = f"{msg_id}.{timestamp}.{json.dumps(EVENT)}".encode()
+    key = b64decode(secret.removeprefix("whsec_"))
+    signature = b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
+    return {
+        "webhook_id": msg_id,
+        "webhook_timestamp": timestamp,
+        "webhook_signature": f"v1,{signature}",
+    }
+
+
+def test_standard_webhook_refuses_a_forgery_before_deduplicating(server: str) -> None:
+    path = "/standard-hooks/trg_9f8e7d6c/"
+    forged = standard_headers("msg_2KWPBgLlAfxdpx2AI54pPJ85f4W", secret="whsec_" + "A" * 32)
+    assert deliver(server, path, **forged).status == 401
+    assert deliver(server, path, webhook_id="msg_2KWPBgLlAfxdpx2AI54pPJ85f4W").status == 401
+    # The forgeries claimed nothing: the genuine delivery of that id runs, once.
+    genuine = standard_headers("msg_2KWPBgLlAfxdpx2AI54pPJ85f4W")
+    first = deliver(server, path, **genuine)
+    assert first.status == 202 and first.json()["status"] == "accepted", first.body
+    duplicate = deliver(server, path, **genuine)
+    assert duplicate.status == 202 and duplicate.json() == {"status": "duplicate"}
 
 
 def test_served_by_the_gunicorn_recipe(tmp_path: Path) -> None:

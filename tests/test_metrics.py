@@ -20,7 +20,6 @@ from idempotency_django.stores.database import DatabaseStore
 
 # isort: split
 # The recipe as docs/metrics.md shows it (myproject/apps.py); exercised below.
-# --8<-- [start:app_config]
 from django.apps import AppConfig
 
 
@@ -32,8 +31,6 @@ class MyProjectConfig(AppConfig):
 
         prometheus.connect()
 
-
-# --8<-- [end:app_config]
 
 METRIC = "idempotency_decisions_total"
 RESERVED = {"decision": "reserved", "code": "", "reason": ""}

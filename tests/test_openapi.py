@@ -26,12 +26,10 @@ from idempotency_django.openapi import IdempotentAutoSchema
 PROBLEM = "application/problem+json"
 
 # The one setting docs/openapi.md shows, merged into the test settings below.
-# --8<-- [start:settings]
 REST_FRAMEWORK = {
     # ... your other DRF settings ...
     "DEFAULT_SCHEMA_CLASS": "idempotency_django.openapi.IdempotentAutoSchema",
 }
-# --8<-- [end:settings]
 SCHEMA_CLASS = REST_FRAMEWORK["DEFAULT_SCHEMA_CLASS"]
 
 
@@ -42,12 +40,8 @@ class MyAutoSchema(AutoSchema):
         return ["project"]
 
 
-# --8<-- [start:combine]
 class ProjectAutoSchema(IdempotentAutoSchema, MyAutoSchema):
     pass
-
-
-# --8<-- [end:combine]
 
 
 @contextmanager

@@ -83,7 +83,6 @@ def test_purge_function_returns_counts_per_kind(mixed: dict[str, IdempotencyReco
     assert [kind.label for kind in KINDS] == ["completed", "deliveries", "abandoned"]
 
 
-# --8<-- [start:purge-from-code]
 def purge_nightly() -> dict[str, int]:
     """Report what would go, then purge, also dropping records completed over a week ago."""
     from datetime import timedelta
@@ -93,9 +92,6 @@ def purge_nightly() -> dict[str, int]:
     would = purge(dry_run=True)  # e.g. {"completed": 2, "deliveries": 0, ...}; deletes nothing
     print(f"purging {would}")
     return purge(older_than=timedelta(days=7), batch_size=1000, using="default")
-
-
-# --8<-- [end:purge-from-code]
 
 
 def test_purge_from_code_example(capsys: pytest.CaptureFixture[str]) -> None:
@@ -571,7 +567,6 @@ def test_principal_option_on_the_redis_store_says_it_cannot() -> None:
         run("--principal", "auth.user:42")
 
 
-# --8<-- [start:forget-deleted-user]
 def forget_deleted_user(sender: type[Any], instance: Any, **kwargs: Any) -> None:
     """On account deletion, delete the user's idempotency records too.
 
@@ -584,9 +579,6 @@ def forget_deleted_user(sender: type[Any], instance: Any, **kwargs: Any) -> None
     principal = principal_of(instance)  # "auth.user:42": as the default scope names users
     if principal is not None:
         purge_principal(principal)
-
-
-# --8<-- [end:forget-deleted-user]
 
 
 def test_forget_deleted_user_example(alice: Any, bob: Any) -> None:

@@ -43,7 +43,6 @@ class BookingOut(Schema):
     location: str
 
 
-# --8<-- [start:operation]
 @api.post("/bookings", response={201: BookingOut})
 @idempotent  # below the route: the key is claimed after ninja's auth
 def create_booking(request, payload: BookingIn):
@@ -52,6 +51,3 @@ def create_booking(request, payload: BookingIn):
         owner=request.auth, location=location_of(request), **payload.dict()
     )
     return Status(201, booking)  # turned into ninja's response before it is stored
-
-
-# --8<-- [end:operation]

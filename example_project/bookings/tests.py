@@ -28,7 +28,6 @@ def api(alice):
     return client
 
 
-# --8<-- [start:viewset]
 def test_booking_through_the_api_is_idempotent(api):
     first = assert_idempotent(api, "POST", "/api/bookings/", BOOKING, HTTP_X_LOCATION_ID="portland")
 
@@ -40,9 +39,6 @@ def test_booking_through_the_api_is_idempotent(api):
         "customer": "Dana Whitfield",
         "location": "portland",
     }
-
-
-# --8<-- [end:viewset]
 
 
 def test_changing_and_cancelling_a_booking_are_idempotent(api, alice):
@@ -69,7 +65,6 @@ def test_a_client_with_basic_credentials(alice, settings):
     assert Booking.objects.count() == 1
 
 
-# --8<-- [start:plain_view]
 def test_booking_through_the_plain_view_is_idempotent(alice):
     client = Client()
     client.force_login(alice)  # keys are scoped per user
@@ -77,9 +72,6 @@ def test_booking_through_the_plain_view_is_idempotent(alice):
     assert_idempotent(client, "POST", "/plain/bookings/", BOOKING)
 
     assert Booking.objects.count() == 1
-
-
-# --8<-- [end:plain_view]
 
 
 @pytest.mark.parametrize("attempt", [1, 2])
@@ -91,7 +83,6 @@ def test_every_test_starts_with_an_empty_store(api, attempt):
     assert "Idempotency-Replayed" not in response
 
 
-# --8<-- [start:no_idempotency]
 def test_listing_bookings(no_idempotency, api):
     # The booking page sends a key with every POST. This test is about the list,
     # not retries: with the protection off, the same key books twice.
@@ -108,10 +99,6 @@ def test_listing_bookings(no_idempotency, api):
     assert [booking["customer"] for booking in listed] == ["Dana", "Eli"]
 
 
-# --8<-- [end:no_idempotency]
-
-
-# --8<-- [start:ninja]
 def test_booking_through_the_ninja_api_is_idempotent(alice, settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast
     alice.set_password("alice-password")
@@ -128,9 +115,6 @@ def test_booking_through_the_ninja_api_is_idempotent(alice, settings):
     assert first.json()["id"] == booking.pk
     assert booking.owner == alice
     assert booking.location == "portland"
-
-
-# --8<-- [end:ninja]
 
 
 def test_the_ninja_api_refuses_a_caller_without_credentials_and_keeps_nothing():

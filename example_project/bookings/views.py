@@ -1,4 +1,4 @@
-"""The same booking operation over DRF and plain Django, and a webhook receiver."""
+"""The same booking operation over DRF and plain Django (the webhook receivers: webhooks.py)."""
 
 import json
 import time
@@ -8,15 +8,14 @@ from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
-from django.views.decorators.csrf import csrf_exempt, ensure_csrf_cookie
+from django.views.decorators.csrf import ensure_csrf_cookie
 from django.views.decorators.http import require_POST
 from rest_framework import viewsets
 
 from bookings.forms import BookingForm
-from bookings.models import Booking, WebhookRun
+from bookings.models import Booking
 from bookings.serializers import BookingSerializer
 from idempotency_django import idempotent
-from idempotency_django.webhooks import deduplicate_webhook
 
 
 def location_of(request: HttpRequest) -> str:
@@ -40,7 +39,6 @@ def simulate_slow_work() -> None:
         time.sleep(settings.EXAMPLE_BOOKING_DELAY_MS / 1000)
 
 
-# --8<-- [start:viewset]
 @idempotent  # create, update, partial_update and destroy
 class BookingViewSet(viewsets.ModelViewSet):
     serializer_class = BookingSerializer
@@ -57,10 +55,6 @@ class BookingViewSet(viewsets.ModelViewSet):
         serializer.save(owner=self.request.user, location=location_of(self.request))
 
 
-# --8<-- [end:viewset]
-
-
-# --8<-- [start:plain_view]
 @require_POST
 def plain_create_booking(request):
     """A plain Django view: IdempotencyMiddleware protects it, no decorator needed."""
@@ -79,27 +73,6 @@ def plain_create_booking(request):
     booking.location = location_of(request)
     booking.save()
     return JsonResponse(BookingSerializer(booking).data, status=201)
-
-
-# --8<-- [end:plain_view]
-
-
-# --8<-- [start:webhook]
-@csrf_exempt  # a sender has no CSRF token; verify its signature instead (see below)
-@require_POST
-@deduplicate_webhook(id_header="webhook-id")  # the one delivery id this receiver trusts
-def webhook_receiver(request, token):
-    """Each delivery starts one run; a duplicate gets 202 {"status": "duplicate"}."""
-    try:
-        event = json.loads(request.body or b"{}")
-    except ValueError:
-        return JsonResponse({"status": "invalid"}, status=400)  # released: not recorded
-    kind = event.get("type", "") if isinstance(event, dict) else ""
-    run = WebhookRun.objects.create(event=str(kind)[:128])
-    return JsonResponse({"status": "accepted", "run_id": run.pk}, status=202)
-
-
-# --8<-- [end:webhook]
 
 
 @login_required

@@ -18,6 +18,7 @@
 ``EXAMPLE_ASYNC_CLAIM_COMMIT`` "1": the database store's async_claim_commit (default off)
 ``EXAMPLE_DEBUG``             "0" turns DEBUG off (default on: a local demo)
 ``EXAMPLE_SECRET_KEY``, ``EXAMPLE_ALLOWED_HOSTS`` (comma-separated, added to the local ones)
+``EXAMPLE_WEBHOOK_SECRET``    the Standard Webhooks receiver's ``whsec_`` secret (a demo one)
 """
 
 import importlib.util
@@ -50,7 +51,6 @@ ALLOWED_HOSTS = ["127.0.0.1", "localhost", "[::1]"] + [
     host.strip() for host in os.environ.get("EXAMPLE_ALLOWED_HOSTS", "").split(",") if host.strip()
 ]
 
-# --8<-- [start:installed_apps]
 INSTALLED_APPS = [
     "django.contrib.admin",
     "django.contrib.auth",
@@ -62,9 +62,7 @@ INSTALLED_APPS = [
     "idempotency_django",
     "bookings",
 ]
-# --8<-- [end:installed_apps]
 
-# --8<-- [start:middleware]
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -76,7 +74,6 @@ MIDDLEWARE = [
     # After AuthenticationMiddleware: keys are scoped by request.user.
     "idempotency_django.middleware.IdempotencyMiddleware",
 ]
-# --8<-- [end:middleware]
 
 ROOT_URLCONF = "example.urls"
 WSGI_APPLICATION = "example.wsgi.application"
@@ -119,22 +116,18 @@ if REDIS_URL:
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
-# --8<-- [start:idempotency]
 IDEMPOTENCY = {
     "STORE": "database",
     "LOCK_TIMEOUT": env_int("EXAMPLE_LOCK_TIMEOUT_S", 300),  # 5 minutes
     "RETENTION": env_int("EXAMPLE_RETENTION_S", 86400),  # 24 hours
 }
-# --8<-- [end:idempotency]
 
 BACKEND = os.environ.get("EXAMPLE_IDEMPOTENCY_BACKEND", "db").strip().lower() or "db"
 if BACKEND == "redis":
     if not REDIS_URL:
         raise ImproperlyConfigured("EXAMPLE_IDEMPOTENCY_BACKEND=redis needs REDIS_URL.")
-    # --8<-- [start:redis_store]
     IDEMPOTENCY["STORE"] = "redis"
     IDEMPOTENCY["STORE_OPTIONS"] = {"cache": "default"}
-    # --8<-- [end:redis_store]
 elif BACKEND == "db":
     if env_flag("EXAMPLE_ASYNC_CLAIM_COMMIT", False):
         IDEMPOTENCY["STORE_OPTIONS"] = {"async_claim_commit": True}
@@ -159,8 +152,12 @@ EXAMPLE_BOOKING_GATE = os.environ.get("EXAMPLE_BOOKING_GATE", "")
 #: before the rest of the request (its stored response, its commit). The reliability
 #: suite kills a worker there.
 EXAMPLE_PAUSE_AFTER_WRITE = os.environ.get("EXAMPLE_PAUSE_AFTER_WRITE", "")
+#: The secret /standard-hooks/<token>/ verifies signatures with (base64 after whsec_), as
+#: a Standard Webhooks sender shows it. The default is for the demo only.
+EXAMPLE_WEBHOOK_SECRET = os.environ.get(
+    "EXAMPLE_WEBHOOK_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+)
 
-# --8<-- [start:rest_framework]
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         # Basic first, so a bad or missing credential is 401 + WWW-Authenticate
@@ -170,7 +167,6 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
 }
-# --8<-- [end:rest_framework]
 
 # The OpenAPI schema at /api/schema/, when drf-spectacular is installed: protected
 # endpoints document Idempotency-Key, Idempotency-Replayed and the problem responses.

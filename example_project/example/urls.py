@@ -3,7 +3,7 @@ from django.contrib import admin
 from django.urls import include, path
 from rest_framework.routers import DefaultRouter
 
-from bookings import ninja_api, views
+from bookings import ninja_api, views, webhooks
 
 router = DefaultRouter()
 router.register("bookings", views.BookingViewSet, basename="booking")
@@ -14,7 +14,12 @@ urlpatterns = [
     path("api/", include(router.urls)),
     path("ninja/", ninja_api.api.urls),  # the same booking operation over django-ninja
     path("plain/bookings/", views.plain_create_booking, name="plain-bookings"),
-    path("hooks/<str:token>/", views.webhook_receiver, name="webhook"),
+    # Idempotency-Key, else the fallback: the trigger token and the body, in a time bucket.
+    path("hooks/<str:token>/", webhooks.webhook_receiver, name="webhook"),
+    # A signature verified first, then the webhook-id it covers.
+    path(
+        "standard-hooks/<str:token>/", webhooks.standard_webhook_receiver, name="standard-webhook"
+    ),
 ]
 
 if "drf_spectacular" in settings.INSTALLED_APPS:

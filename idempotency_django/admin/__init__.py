@@ -53,6 +53,7 @@ from idempotency_django.admin.filters import (
     StatusClassFilter,
     expiry_state,
 )
+from idempotency_django.conf import idempotency_settings
 from idempotency_django.models import IdempotencyRecord, WebhookDelivery
 from idempotency_django.purge import send_evicted
 from idempotency_django.webhooks.identity import TRIGGER_PREFIX
@@ -79,6 +80,8 @@ State = IdempotencyRecord.State
 
 #: The permission (``Meta.permissions`` of the record) that shows stored bodies.
 STORED_RESPONSE_PERMISSION = "idempotency_django.view_stored_response"
+#: How the changelist names a store other than the database one.
+STORE_NAMES = {"redis": "Redis", "memory": "the in-process memory store"}
 
 #: Columns no URL parameter may filter on: the owner token is a secret, and a
 #: lookup such as ``?response_body__gt=...`` would let staff without
@@ -145,6 +148,23 @@ class ExpiringRecordAdmin(RecordActionsMixin, _ModelAdmin):
             # The page without filters or search is this admin's own queryset.
             paginator.unfiltered = self.get_queryset(request)
         return paginator
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        # With another store the keys live there: rows kept by the database store before
+        # would otherwise read as the live ones, a release or an eviction as effective.
+        store = idempotency_settings.STORE
+        if store != "database":
+            name = STORE_NAMES.get(store, store)
+            notice = gettext(
+                'The active store is %(name)s (IDEMPOTENCY["STORE"] = "%(store)s"): these '
+                "database records are not the live ones. Keys are claimed, replayed and "
+                "released in that store; releasing or deleting a row here changes nothing "
+                "there."
+            ) % {"name": name, "store": store}
+            extra_context = {**(extra_context or {}), "idempotency_store_notice": notice}
+        return super().changelist_view(request, extra_context)
 
     def lookup_allowed(self, lookup: str, value: str, request: HttpRequest) -> bool:
         if lookup.split("__", 1)[0] in UNFILTERABLE_FIELDS:

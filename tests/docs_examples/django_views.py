@@ -1,4 +1,5 @@
-"""Plain Django views as docs/django.md shows them; tests/test_docs.py drives them."""
+"""Plain Django views like docs/django.md's (Sybil runs the page's own in the quickstart's
+project), on the test project's Booking; tests/test_docs.py drives them."""
 
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ def create_booking(request):
     return JsonResponse({"id": booking.pk, "slot": booking.slot}, status=201)
 
 
-# --8<-- [start:options]
 @idempotent(required=True, retention=3600, atomic=True)
 def pay_invoice(request, invoice_id):
     """A key is required here; the payment and its stored response commit together."""
@@ -46,10 +46,6 @@ def track_click(request):
     return JsonResponse({}, status=204)
 
 
-# --8<-- [end:options]
-
-
-# --8<-- [start:fingerprint]
 from idempotency_django.protocol.fingerprint import json_fields  # noqa: E402
 
 
@@ -61,10 +57,6 @@ def book_slot(request):
     return JsonResponse({"id": booking.pk}, status=201)
 
 
-# --8<-- [end:fingerprint]
-
-
-# --8<-- [start:retain]
 def retryable_unprocessable(request, response, exception):
     """A 422 here says "fix the form and send it again": never keep it; keep the rest."""
     return response.status_code != 422
@@ -77,6 +69,3 @@ def submit_application(request):
         return JsonResponse({"detail": "A name is required."}, status=422)
     Booking.objects.create(slot="application", customer=payload["name"], owner=request.user)
     return JsonResponse({"submitted": True}, status=201)
-
-
-# --8<-- [end:retain]

@@ -1,4 +1,5 @@
-"""DRF views as docs/drf.md shows them; tests/test_docs.py drives them."""
+"""DRF views like docs/drf.md's (Sybil runs the page's own in the quickstart's project),
+on the test project's Booking; tests/test_docs.py drives them."""
 
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ class BookingSerializer(serializers.ModelSerializer):
         fields = ["id", "slot", "customer", "location"]
 
 
-# --8<-- [start:actions]
 @idempotent  # every unsafe handler: create, update, partial_update, destroy, @actions
 class BookingViewSet(viewsets.ModelViewSet):
     serializer_class = BookingSerializer
@@ -49,10 +49,6 @@ class BookingViewSet(viewsets.ModelViewSet):
         return Response({"results": []})
 
 
-# --8<-- [end:actions]
-
-
-# --8<-- [start:api_view]
 @api_view(["POST"])
 @idempotent(retention=3600)  # below @api_view: it sees the request DRF authenticated
 def book(request):
@@ -62,10 +58,6 @@ def book(request):
     return Response(serializer.data, status=status.HTTP_201_CREATED)
 
 
-# --8<-- [end:api_view]
-
-
-# --8<-- [start:mixin]
 class StrictBookingViewSet(IdempotentMixin, viewsets.ModelViewSet):
     idempotency_options = ViewOptions(required=True)  # 400 without a key
     serializer_class = BookingSerializer
@@ -75,6 +67,3 @@ class StrictBookingViewSet(IdempotentMixin, viewsets.ModelViewSet):
 
     def perform_create(self, serializer):
         serializer.save(owner=self.request.user)
-
-
-# --8<-- [end:mixin]

@@ -1,27 +1,13 @@
-"""docs/writing-a-store.md's DictStore, proven by the exported store contract."""
+"""docs/writing-a-store.md's contract test, from the page, run against the page's DictStore
+(tests/docs_examples/dict_store.py) where the page names a module of the reader's."""
 
-# --8<-- [start:contract]
-import time
+from tests.docs_blocks import page_code
 
-import pytest
-from django.test import override_settings
-
-from idempotency_django.stores import get_store
-from idempotency_django.stores.contract import StoreContract
-
-
-class TestDictStore(StoreContract):
-    @pytest.fixture
-    def store(self):
-        path = "tests.docs_examples.dict_store.DictStore"
-        with override_settings(IDEMPOTENCY={"STORE": path}):
-            yield get_store()
-
-    def expire_now(self, store, key):
-        store.entries[key.digest][2] = time.monotonic()
-
-    def remaining_seconds(self, store, key):
-        return store.entries[key.digest][2] - time.monotonic()
-
-
-# --8<-- [end:contract]
+_namespace: dict[str, object] = {"__name__": __name__}
+exec(
+    page_code("docs/writing-a-store.md", 1).replace(
+        '"myproject.stores.DictStore"', '"tests.docs_examples.dict_store.DictStore"'
+    ),
+    _namespace,
+)
+TestDictStore = _namespace["TestDictStore"]

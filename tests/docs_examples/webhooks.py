@@ -1,54 +1,26 @@
-"""Webhook receivers as docs/webhooks.md shows them; tests/test_docs.py drives them."""
+"""A Standard Webhooks receiver of the test project with docs/webhooks.md's own verifier;
+tests/test_docs.py and tests/test_security.py send it deliveries."""
 
 from __future__ import annotations
 
 import base64
-import functools
 import hashlib
 import hmac
-import time
 
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from idempotency_django.webhooks import deduplicate_webhook
+from tests.docs_blocks import block_defining, run_page_code
 from tests.testapp.models import Booking
 
 WEBHOOK_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
-
-# --8<-- [start:standard_webhooks]
-TOLERANCE = 5 * 60  # seconds between webhook-timestamp and now
-
-
-def verify_standard_webhook(secret):
-    """Refuse a delivery whose Standard Webhooks signature does not match (401)."""
-    key = base64.b64decode(secret.removeprefix("whsec_"))
-
-    def decorate(view):
-        @functools.wraps(view)
-        def wrapper(request, *args, **kwargs):
-            msg_id = request.headers.get("webhook-id", "")
-            timestamp = request.headers.get("webhook-timestamp", "")
-            if not msg_id or not timestamp.isdigit():
-                return JsonResponse({"status": "unsigned"}, status=401)
-            if abs(time.time() - int(timestamp)) > TOLERANCE:
-                return JsonResponse({"status": "stale"}, status=401)
-            signed = f"{msg_id}.{timestamp}.".encode() + request.body  # the raw body
-            expected = base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
-            offered = [
-                signature.split(",", 1)[-1]
-                for signature in request.headers.get("webhook-signature", "").split()
-                if signature.startswith("v1,")
-            ]
-            if not any(hmac.compare_digest(expected, candidate) for candidate in offered):
-                return JsonResponse({"status": "bad signature"}, status=401)
-            return view(request, *args, **kwargs)
-
-        return wrapper
-
-    return decorate
+_VERIFIER = block_defining("docs/webhooks.md", "verify_standard_webhook")
+verify_standard_webhook = run_page_code("docs/webhooks.md", {}, _VERIFIER)[
+    "verify_standard_webhook"
+]
 
 
 @csrf_exempt
@@ -58,9 +30,6 @@ def verify_standard_webhook(secret):
 def standard_receiver(request, token):
     run = Booking.objects.create(slot="standard-webhook-run")
     return JsonResponse({"status": "accepted", "run_id": run.pk}, status=202)
-
-
-# --8<-- [end:standard_webhooks]
 
 
 def sign(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:

@@ -52,7 +52,6 @@ class KeyAuth(APIKeyHeader):
         return key if key in {"partner-one-key", "partner-two-key"} else None
 
 
-# --8<-- [start:principal]
 class Partner:
     """A custom authentication result that names its principal."""
 
@@ -69,9 +68,6 @@ class PartnerAuth(APIKeyHeader):
 
     def authenticate(self, request: HttpRequest, key: str | None) -> Partner | None:
         return Partner(int(key)) if key and key.isdigit() else None
-
-
-# --8<-- [end:principal]
 
 
 class AnythingAuth(APIKeyHeader):
@@ -205,16 +201,12 @@ def required_booking(request: HttpRequest, payload: BookingIn) -> Any:
     return Status(201, book(request, payload.slot))
 
 
-# --8<-- [start:options]
 @api.post("/atomic-failing", response={201: BookingOut, 503: dict})
 @idempotent(atomic=True)
 def atomic_failing(request: HttpRequest, payload: BookingIn) -> Any:
     """Books, then answers 503: the booking rolls back with the released key."""
     book(request, payload.slot)
     return Status(503, {"detail": "try again"})
-
-
-# --8<-- [end:options]
 
 
 @api.post("/http-error", response={201: BookingOut})
@@ -305,7 +297,6 @@ def unprotected(request: HttpRequest, payload: BookingIn) -> Any:
 
 
 # A router protected as a whole; one operation with its own options, one exempt.
-# --8<-- [start:router]
 router = Router()
 router.add_decorator(idempotent(), mode="view")
 
@@ -333,13 +324,10 @@ def router_exempt(request: HttpRequest, payload: BookingIn) -> Any:
 
 
 api.add_router("/router", router)
-# --8<-- [end:router]
 
 # A whole API protected at once.
-# --8<-- [start:whole_api]
 whole_api = NinjaAPI(urls_namespace="ninja-whole", auth=BearerAuth())
 whole_api.add_decorator(idempotent(), mode="view")
-# --8<-- [end:whole_api]
 
 
 @whole_api.post("/bookings", response={201: BookingOut})

@@ -344,16 +344,12 @@ async def async_booking(request: HttpRequest) -> HttpResponse:
     return JsonResponse({"id": booking.pk, "slot": booking.slot}, status=201)
 
 
-# --8<-- [start:async_view]
 @idempotent(required=True)
 async def decorated_async_booking(request: HttpRequest) -> HttpResponse:
     booking = await Booking.objects.acreate(slot="decorated-async")
     if request.GET.get("status"):
         return JsonResponse({"error": True}, status=int(request.GET["status"]))
     return JsonResponse({"id": booking.pk}, status=201)
-
-
-# --8<-- [end:async_view]
 
 
 def paused_booking(request: HttpRequest) -> HttpResponse:

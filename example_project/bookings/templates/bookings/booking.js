@@ -22,7 +22,6 @@
     };
   }
 
-  // --8<-- [start:key]
   // One operation = the form's contents and one key. The key is made before the
   // first attempt and reused by every resubmit of the same contents (a double-click,
   // a retry, a reload then Book), until the operation is answered. Other contents
@@ -54,7 +53,6 @@
     sessionStorage.setItem(storageKey, JSON.stringify(state));
     showKey();
   }
-  // --8<-- [end:key]
 
   function showKey() {
     const key = state.keys[contentsOf(formValues())];
@@ -72,7 +70,6 @@
     return new Promise((resolve) => setTimeout(resolve, ms));
   }
 
-  // --8<-- [start:submit]
   async function sendBooking(key, location, body) {
     // Retries keep the method, path, body bytes and key; only the wait changes.
     for (let attempt = 1; ; attempt++) {
@@ -113,7 +110,6 @@
     // Exponential backoff with full jitter, capped at 8 seconds.
     return Math.random() * Math.min(8000, 250 * 2 ** attempt);
   }
-  // --8<-- [end:submit]
 
   function describe(booking) {
     return "booking #" + booking.id + " for " + (booking.customer || "(no name)") + " at " +
