@@ -1,7 +1,7 @@
 """The documentation site: it builds strictly, and every code block in it is exercised.
 
 * ``python`` blocks are in the page and Sybil runs them from the Markdown
-  (tests/docs_blocks.py); a page not yet moved includes sections of files tests run;
+  (tests/docs_blocks.py);
 * ``js`` blocks are in the page and are lines of the script the example project serves,
   which tests/test_example_browser.py drives;
 * ``console`` blocks with ``curl`` may stay inline: tests/test_example_project.py
@@ -28,11 +28,9 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
-from django.core import checks
 from django.test import Client, RequestFactory, override_settings
 
 from idempotency_django import webhooks
-from idempotency_django.checks import check_settings
 from idempotency_django.conf import DEFAULTS
 from idempotency_django.models import WebhookDelivery
 from idempotency_django.protocol import problems
@@ -43,7 +41,6 @@ from idempotency_django.stores import RecordKey, RequestInfo, get_store
 from idempotency_django.webhooks.identity import TRIGGER_PREFIX, trigger_digest
 from tests import docs_blocks
 from tests.docs_blocks import run_page_code
-from tests.docs_examples import settings_examples
 from tests.docs_examples.webhooks import WEBHOOK_SECRET, sign
 from tests.redis_helpers import DOWN_ALIAS, caches_with
 from tests.testapp.models import Booking
@@ -164,8 +161,7 @@ def test_mkdocs_build_strict(tmp_path: Path) -> None:
 @pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
 def test_code_is_in_the_page_not_included(page: Path) -> None:
     """A reader of the page on the repository's web view sees the code, not an include
-    line; Sybil runs the blocks from the Markdown (tests/docs_blocks.py). Pages not yet
-    moved keep their includes of exercised files until they are."""
+    line; Sybil runs the blocks from the Markdown (tests/docs_blocks.py)."""
     for line_number, lang, body in code_blocks(page):
         if lang not in INCLUDE_LANGUAGES:
             continue
@@ -320,43 +316,6 @@ def test_troubleshooting_covers_every_problem_code() -> None:
     text = (DOCS / "troubleshooting.md").read_text()
     rows = set(re.findall(r"^\| \[`([a-z_]+)`\]\(errors\.md#\1\)", text, flags=re.MULTILINE))
     assert rows == set(PROBLEM_CODES)
-
-
-# -- the settings examples --------------------------------------------------------
-
-
-def test_everything_example_is_the_defaults() -> None:
-    assert settings_examples.EVERYTHING == DEFAULTS
-
-
-@pytest.mark.parametrize("name", sorted(settings_examples.EXAMPLES))
-def test_settings_examples_pass_the_system_checks(name: str) -> None:
-    example = settings_examples.EXAMPLES[name]
-    assert set(example) <= set(DEFAULTS)
-    with override_settings(IDEMPOTENCY=example):
-        assert [m for m in check_settings() if m.level >= checks.ERROR] == []
-
-
-def test_atomic_database_example() -> None:
-    from psycopg import IsolationLevel
-
-    database = settings_examples.ATOMIC_DATABASES["default"]
-    assert database["ATOMIC_REQUESTS"] is True
-    assert database["OPTIONS"]["isolation_level"] == IsolationLevel.READ_COMMITTED
-
-
-def test_redis_store_example_passes_the_store_checks() -> None:
-    with override_settings(
-        CACHES=settings_examples.REDIS_CACHES, IDEMPOTENCY=settings_examples.REDIS_STORE
-    ):
-        assert [m for m in check_settings() if m.level >= checks.ERROR] == []
-
-
-def test_body_id_function_example() -> None:
-    factory = RequestFactory()
-    request = factory.post("/", {"notification_id": "ntf_01h"}, content_type="application/json")
-    assert settings_examples.paddle_notification_id(request) == "ntf_01h"
-    assert settings_examples.paddle_notification_id(factory.post("/", "x", "text/plain")) is None
 
 
 # -- the view examples ------------------------------------------------------------

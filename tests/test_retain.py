@@ -15,7 +15,7 @@ from django.core import checks
 from django.test import Client, override_settings
 
 from idempotency_django.checks import check_settings, check_transactions
-from tests.docs_examples import settings_examples
+from tests.docs_blocks import block_defining, run_page_code
 from tests.redis_helpers import redis_store_settings
 from tests.testapp import downstream_views
 from tests.testapp.models import Booking
@@ -204,7 +204,10 @@ def test_ninja_asks_with_no_exception_for_a_returned_answer(alice_client: Client
 
 
 def test_the_settings_example_keeps_a_deletes_404(alice_client: Client) -> None:
-    with override_settings(IDEMPOTENCY=settings_examples.RETAIN_FUNCTION):
+    page = run_page_code(
+        "docs/settings.md", {}, block_defining("docs/settings.md", "keep_not_found_deletes")
+    )
+    with override_settings(IDEMPOTENCY={"RETAIN_FUNCTION": page["keep_not_found_deletes"]}):
         _, retry = twice(alice_client, "DELETE", "/retain/plain/?missing=1", "delete-4")
         _, post = twice(alice_client, "POST", "/retain/plain/?status=404", "post-404")
     assert retry["Idempotency-Replayed"] == "true"
