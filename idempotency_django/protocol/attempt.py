@@ -97,7 +97,7 @@ class Attempt(KeyReservation):
         too_many = self.over_key_limit()
         if too_many is not None:
             return too_many
-        self.log(logging.INFO, "reserved")
+        self.log(logging.DEBUG, "reserved")  # the request's one INFO record is its outcome
         self.send(signals.reserved)
         setattr(django_request(self.request), ACTIVE_ATTRIBUTE, True)
         setattr(django_request(self.request), KEY_ATTRIBUTE, self.key)
@@ -119,11 +119,11 @@ class Attempt(KeyReservation):
             count, first_expiry = self.store.count_keys(self.key, lifetime)
         except StoreUnavailable as exc:
             self.log(logging.ERROR, "unavailable", error=error_name(exc))
-            self.release(None, "unavailable")
+            self.release(None, "unavailable", logging.DEBUG)
             return self.unavailable()
         if count <= limit:
             return None
-        self.release(None, "too_many_keys")
+        self.release(None, "too_many_keys", logging.DEBUG)  # "rejected" is its record
         self.log(logging.INFO, "rejected", code=problems.TOO_MANY_KEYS)
         return refuse(
             self.request,

@@ -1,7 +1,11 @@
-"""The log line: one structured line per decision of the library.
+"""The log line: one structured line per keyed request, task run or webhook delivery.
 
-Never the key, a header value, the path or the body: the route (the URL
-pattern that matched), the method, the request id, and the decision.
+Written once, at its end, at INFO: its outcome (stored, replayed, refused
+with its code, released with its reason). The steps before it (the
+reservation, a wait) are DEBUG records; what went wrong on the way is a
+WARNING or ERROR record of its own. Never the key, a header value, the path
+or the body: the route (the URL pattern that matched), the method, the
+request id, and the decision.
 Every value goes through :func:`log_value`: a client chooses some of them
 (the request id, the method), and one with a space, a quote or a newline
 would otherwise add fields of its choosing to the line.

@@ -222,9 +222,12 @@ class KeyReservation(ABC):
         self.log(logging.WARNING, "lost_reservation", status=stored.status)
         return True
 
-    def release(self, status: int | None, reason: str) -> None:
-        # Given up, released or not: a release that failed leaves the key to
-        # expire LOCK_TIMEOUT after the last renewal.
+    def release(self, status: int | None, reason: str, level: int = logging.INFO) -> None:
+        """Give the key back; logged at ``level``: DEBUG when another record says why.
+
+        Given up, released or not: a release that failed leaves the key to
+        expire LOCK_TIMEOUT after the last renewal.
+        """
         self.stop_heartbeat()
         try:
             self.store.release(self.key, self.token)
@@ -238,7 +241,7 @@ class KeyReservation(ABC):
             )
             self.roll_back()
             return
-        self.log(logging.INFO, "released", status=status, reason=reason)
+        self.log(level, "released", status=status, reason=reason)
         self.send(signals.released, status=status, reason=reason)
 
     # -- the heartbeat --
