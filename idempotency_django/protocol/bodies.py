@@ -18,11 +18,11 @@ from django.conf import settings
 from django.core.handlers.wsgi import LimitedStream
 from django.http import HttpRequest
 from django.http.response import HttpResponseBase
+from django.urls import ResolverMatch
 
 from idempotency_django.conf import idempotency_settings
 from idempotency_django.protocol import problems
 from idempotency_django.protocol.marks import EXEMPT_ATTRIBUTE, OPTIONS_ATTRIBUTE
-from idempotency_django.protocol.routes import match_of
 from idempotency_django.protocol.scope import default_scope, principal_of
 
 #: Where a body too large to keep in memory was copied (see :func:`prepare_body`).
@@ -141,8 +141,10 @@ class BodyCutShort(BodyRefused):
     code = problems.BODY_INCOMPLETE
 
 
-def ready_body(request: HttpRequest) -> HttpResponseBase | None:
+def ready_body(request: HttpRequest, match: ResolverMatch | None) -> HttpResponseBase | None:
     """For the middleware: ready the body of a keyed request that will be fingerprinted.
+
+    ``match`` is the request's URL match, which the caller resolved (or Django did).
 
     Nothing is read for a URL that resolves to no view, a view exempt from
     the protection or a request nobody can be scoped to yet (an anonymous one
@@ -156,7 +158,6 @@ def ready_body(request: HttpRequest) -> HttpResponseBase | None:
     if getattr(request, READIED_ATTRIBUTE, False):
         return None
     setattr(request, READIED_ATTRIBUTE, True)
-    match = match_of(request)
     if match is None or getattr(match.func, EXEMPT_ATTRIBUTE, False):
         return None
     settings_ = idempotency_settings
@@ -176,9 +177,10 @@ def ready_body(request: HttpRequest) -> HttpResponseBase | None:
 
 def _scopes_itself(view: Any) -> bool:
     """A view under ``@idempotent(scope=...)``: its scope may name an anonymous client."""
-    view_class = getattr(view, "view_class", None)
-    handlers = [view, getattr(view_class, "dispatch", None)]
-    return any(getattr(getattr(h, OPTIONS_ATTRIBUTE, None), "scope", None) for h in handlers)
+    if getattr(getattr(view, OPTIONS_ATTRIBUTE, None), "scope", None):
+        return True
+    dispatch = getattr(getattr(view, "view_class", None), "dispatch", None)
+    return bool(getattr(getattr(dispatch, OPTIONS_ATTRIBUTE, None), "scope", None))
 
 
 def body_chunks(request: HttpRequest) -> Iterator[bytes]:

@@ -111,7 +111,7 @@ class KeyReservation(ABC):
         claim = self.store.claim(self.key, self.info, self.lock_timeout())
         if claim.outcome is Outcome.CLAIMED:
             self.token = claim.token
-            if not self.in_transaction:
+            if work and not self.in_transaction:
                 self.store_after_commit(work)
             if not self.joined_transaction:
                 # Renewed only while its fate is open: see fate_open().

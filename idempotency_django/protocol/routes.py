@@ -57,7 +57,8 @@ def match_of(request: HttpRequest) -> ResolverMatch | None:
             remembered.clear()
         remembered[key] = match
     if match is not None:
-        # The middleware, the body, the claim and the logs ask again: once per request.
+        # Kept for the log line and a later caller that was not handed it (a view's
+        # own protection without the middleware): resolved once per request.
         setattr(request, MATCH_ATTRIBUTE, match)
     return match
 
