@@ -51,7 +51,7 @@ def keyed_digest(parts: Callable[[], Iterable[bytes]]) -> Fingerprint:
     ``parts`` is called again, only if needed, for the digests that also count:
     under each key of ``SECRET_KEY_FALLBACKS`` and, for records 0.1 wrote, unkeyed.
     """
-    fingerprint = Fingerprint(_digest(parts(), [_mac(settings.SECRET_KEY)])[0])
+    fingerprint = Fingerprint(_digest(parts(), [_keyed_mac(settings.SECRET_KEY).copy()])[0])
 
     def others() -> tuple[str, ...]:
         hashers = [_mac(secret) for secret in settings.SECRET_KEY_FALLBACKS]
