@@ -27,6 +27,8 @@ from idempotency_django.protocol.scope import default_scope, principal_of
 
 #: Where a body too large to keep in memory was copied (see :func:`prepare_body`).
 BODY_COPY_ATTRIBUTE = "_idempotency_body_copy"
+#: Set by :func:`prepare_body` on a request whose whole body it read into ``request.body``.
+PREPARED_ATTRIBUTE = "_idempotency_body_prepared"
 #: Set by :func:`ready_body` on a request it has looked at: it decides once per request.
 READIED_ATTRIBUTE = "_idempotency_body_readied"
 CHUNK_SIZE = 64 * 1024
@@ -44,9 +46,9 @@ def prepare_body(request: HttpRequest, *, capped: bool = True) -> None:
     ``MAX_FINGERPRINTED_BODY`` (a webhook delivery: its view reads the body
     anyway, and the limit is the key contract's).
     """
-    request = django_request_of(request)
-    if hasattr(request, BODY_COPY_ATTRIBUTE):
-        return
+    request = getattr(request, "_request", request)  # django_request_of(), without the call
+    if hasattr(request, BODY_COPY_ATTRIBUTE) or getattr(request, PREPARED_ATTRIBUTE, False):
+        return  # readied by us already (the middleware's, handed on to phase 1)
     length = _content_length(request)
     if hasattr(request, "_body"):
         _check_whole(request._body, length)  # read by us before, or by someone else
@@ -59,6 +61,7 @@ def prepare_body(request: HttpRequest, *, capped: bool = True) -> None:
     limit: int | None = settings.DATA_UPLOAD_MAX_MEMORY_SIZE  # None in Django, not in its stubs
     if limit is None or length <= limit:
         _check_whole(request.body, length)  # Django reads it once and keeps it
+        setattr(request, PREPARED_ATTRIBUTE, True)
         return
     stream: Any = request._stream
     # Deleted when closed, at the latest when the request is garbage-collected.
