@@ -3,6 +3,8 @@
     python benchmarks/inprocess.py                      # SQLite, PostgreSQL, MariaDB, Redis, memory
     python benchmarks/inprocess.py --stores postgres,postgres_encrypted   # ENCRYPTION_KEY's cost
     python benchmarks/inprocess.py --before /tmp/old --before-python /tmp/venv/bin/python
+    python benchmarks/inprocess.py --stores postgres,postgres_prepared   # prepared statements
+    python benchmarks/inprocess.py --stores memory --profile   # the library's calls, counted
 
 A bare view, a first request and a replay per pass (Django's test client), on PostgreSQL
 the floor too; each store also with its stored responses encrypted ("<store>_encrypted");
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import functools
+import os
 import pstats
 import random
 import time
@@ -122,6 +125,7 @@ def profile(send: Any, n: int) -> tuple[float, list[str]]:
 
 def measure(args: argparse.Namespace) -> None:
     """Processes per store in turn (this checkout and --before's), then the report."""
+    os.environ["BENCH_PREPARE_THRESHOLD"] = str(args.prepare_threshold)  # passed on
     common.reset_databases()
     codes = {"after": (common.ROOT, "")}
     if args.before:
@@ -133,7 +137,7 @@ def measure(args: argparse.Namespace) -> None:
                 if label == "before" and (store.startswith("memory") or "_encrypted" in store):
                     continue
                 arguments = ["-n", str(args.n), "--warmup", str(args.warmup)]
-                if store == "postgres" and label == "after":
+                if store in ("postgres", "postgres_prepared") and label == "after":
                     arguments.append("--floor")
                 if args.profile and store == "memory" and round_ == 0:
                     arguments.append("--profile")
@@ -183,6 +187,17 @@ def report(results: Results) -> None:
                 calls <= MAX_CALLS,
                 f"{calls:.0f} calls (cProfile, a generator's resumptions included)",
             )
+    if ("after", "postgres") in results and ("after", "postgres_prepared") in results:
+        # Decision 3 of issue 36: what the project gains by preparing statements.
+        for store in ("postgres", "postgres_prepared"):
+            measured = results[("after", store)]
+            added = common.median([r["first_minus_bare"] for r in measured])
+            floor_ms = common.median([r["floor"] for r in measured])
+            print(
+                f"  {common.STORE_LABELS[store]}: first request x{ratio(store, 'first'):.2f}, "
+                f"+{added:.3f} ms over the bare view; its two statements by psycopg "
+                f"{floor_ms:.3f} ms; replay x{ratio(store, 'replay'):.2f}"
+            )
     if ("after", "postgres") in results:
         floor = 1 + ratio("postgres", "floor")
         # The same floor for both: two statements whose commits wait for the disk.
@@ -228,5 +243,11 @@ if __name__ == "__main__":
         "sqlite_encrypted,postgres_encrypted,redis_encrypted,memory_encrypted",
     )
     parser.add_argument("--before", help="another checkout of the library to compare with")
+    parser.add_argument(
+        "--prepare-threshold",
+        type=int,
+        default=0,
+        help="postgres_prepared: psycopg prepares a statement once it ran this many times",
+    )
     parser.add_argument("--before-python", default="", help="the Python that runs --before")
     common.run(parser, measure, child)
