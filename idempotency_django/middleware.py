@@ -138,7 +138,9 @@ def route_of_interest(request: HttpRequest, keyed: bool) -> ResolverMatch | None
     protected: keyed, or unsafe under ``REQUIRED_PATHS``. None for any other
     (nothing resolves it early) and for a URL that resolves to nothing."""
     settings = idempotency_settings
-    if keyed or (settings.REQUIRED_PATHS and request.method in settings.METHODS):
+    if keyed or (
+        settings.ENABLED and settings.REQUIRED_PATHS and request.method in settings.METHODS
+    ):
         return match_of(request)
     return None
 
