@@ -108,7 +108,8 @@ class KeyReservation(ABC):
         work = open_transactions()
         self.joined_transaction = self.store.joins_transaction()
         self.in_transaction = self.joined_transaction and work == [self.store.database_alias]
-        claim = self.store.claim(self.key, self.info, self.lock_timeout())
+        lock_timeout = self.lock_timeout()
+        claim = self.store.claim(self.key, self.info, lock_timeout)
         if claim.outcome is Outcome.CLAIMED:
             self.token = claim.token
             if work and not self.in_transaction:
@@ -116,7 +117,7 @@ class KeyReservation(ABC):
             if not self.joined_transaction:
                 # Renewed only while its fate is open: see fate_open().
                 self.beat = start_beat(
-                    self.store, self.key, self.token, self.info, self.lock_timeout(), self.fate_open
+                    self.store, self.key, self.token, self.info, lock_timeout, self.fate_open
                 )
         return claim
 
