@@ -8,6 +8,8 @@
 - ``BENCH_SESSIONS=cache``: sessions in the Redis cache instead of the database;
 - ``BENCH_MEMORY=1``: the package's in-memory store, to measure the library alone;
 - ``BENCH_ENCRYPTION=1``: stored responses encrypted (``ENCRYPTION_KEY``, and a fallback);
+- ``BENCH_SERVER_SIDE_BINDING=1``: PostgreSQL with Django's ``server_side_binding`` and
+  psycopg's prepared statements (``prepare_threshold``: ``BENCH_PREPARE_THRESHOLD``, 0);
 - ``BENCH_PEER``: another package protects ``/peer/bookings/`` as its README says
   (its middleware replaces this project's).
 """
@@ -49,6 +51,14 @@ if os.environ.get("BENCH_MEMORY") == "1":
     # Its count_keys scans every entry: store work, not the library's. The benchmark's own
     # store counted nothing, so figures stay comparable; BENCH_MAX_KEYS below turns it on.
     IDEMPOTENCY["MAX_KEYS_PER_PRINCIPAL"] = None
+
+if os.environ.get("BENCH_SERVER_SIDE_BINDING") == "1":
+    # Not the library's to set: it does not own the connection (issue 36, decision 3).
+    # psycopg prepares a statement once it has run this many times (0: at once).
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        server_side_binding=True,
+        prepare_threshold=int(os.environ.get("BENCH_PREPARE_THRESHOLD", "0")),
+    )
 
 if os.environ.get("BENCH_ENCRYPTION") == "1":
     # A key and a fallback, as during a rotation.

@@ -51,6 +51,9 @@ STORES = {
     "postgres_async_claim": _example_env(
         PG_URL.replace(PG_DB, f"{PG_DB}_async_claim"), EXAMPLE_ASYNC_CLAIM_COMMIT="1"
     ),
+    # Django's server_side_binding, with psycopg preparing each statement once it has
+    # run --prepare-threshold times: the app's statements and the store's two alike.
+    "postgres_prepared": _example_env(PG_URL, BENCH_SERVER_SIDE_BINDING="1"),
     "redis": _example_env(PG_URL, "redis", REDIS_URL=REDIS_URL),
     "memory": _example_env("sqlite://:memory:", BENCH_MEMORY="1"),
     "memory_quiet": _example_env("sqlite://:memory:", BENCH_MEMORY="1", BENCH_LOG_LEVEL="WARNING"),
@@ -80,6 +83,7 @@ STORE_LABELS = {
     "postgres": "database store, PostgreSQL",
     "mariadb": "database store, MariaDB",
     "postgres_async_claim": "the same, async_claim_commit",
+    "postgres_prepared": "the same, server_side_binding and prepared statements",
     "redis": "Redis store (PostgreSQL for the app)",
     "memory": "in-memory store (the library's own Python)",
     "memory_quiet": "the same, its INFO log records not enabled",
@@ -90,7 +94,7 @@ STORE_LABELS.update(
 
 
 #: Settings of the run that reach every measured process (bench_settings.py reads them).
-PASSED_ON = ("BENCH_MAX_KEYS",)
+PASSED_ON = ("BENCH_MAX_KEYS", "BENCH_PREPARE_THRESHOLD")
 
 
 def child_env(store: str, code: Path = ROOT, **extra: str) -> dict[str, str]:

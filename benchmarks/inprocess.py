@@ -3,6 +3,8 @@
     python benchmarks/inprocess.py                      # SQLite, PostgreSQL, MariaDB, Redis, memory
     python benchmarks/inprocess.py --stores postgres,postgres_encrypted   # ENCRYPTION_KEY's cost
     python benchmarks/inprocess.py --before /tmp/old --before-python /tmp/venv/bin/python
+    python benchmarks/inprocess.py --stores postgres,postgres_prepared   # prepared statements
+    python benchmarks/inprocess.py --stores memory --profile   # the library's calls, counted
 
 A bare view, a first request and a replay per pass (Django's test client), on PostgreSQL
 the floor too; each store also with its stored responses encrypted ("<store>_encrypted");
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import functools
+import os
 import pstats
 import random
 import time
@@ -25,6 +28,8 @@ from typing import Any
 import common
 
 Results = dict[tuple[str, str], list[dict[str, Any]]]  # (code, store): each process's medians
+#: Issue 36's target for --profile: the library's calls per keyed first request.
+MAX_CALLS = 40
 
 
 def child(args: argparse.Namespace) -> dict[str, Any]:
@@ -63,7 +68,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     pairs = zip(samples["first"], samples["bare"], strict=True)
     result["first_minus_bare"] = common.median([first - bare for first, bare in pairs])
     if args.profile:
-        result["profile"] = profile(requests["first"], args.n)
+        result["calls"], result["profile"] = profile(requests["first"], args.n)
     return result
 
 
@@ -91,25 +96,36 @@ def statement_floor() -> Any:
     return send
 
 
-def profile(send: Any, n: int) -> list[str]:
-    """The library's functions by own time per first request (microseconds), top 15."""
+def profile(send: Any, n: int) -> tuple[float, list[str]]:
+    """The calls into the library per first request, and its functions by own time
+    per first request (microseconds), top 15.
+
+    The count is deterministic where the times are not: every call of a function of
+    the package (a generator's every resumption included, as cProfile counts them).
+    """
     profiler = cProfile.Profile()
     profiler.enable()
     for _ in range(n):
         send()
     profiler.disable()
     stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+    library = {
+        where: figures
+        for where, figures in stats.items()
+        if "/idempotency_django/" in Path(where[0]).as_posix()
+    }
+    calls = sum(figures[1] for figures in library.values()) / n
     rows = [
-        (own / n * 1e6, cum / n * 1e6, calls / n, f"{Path(file).name}:{line}({name})")
-        for (file, line, name), (_cc, calls, own, cum, _callers) in stats.items()
-        if "idempotency_django" in file
+        (own / n * 1e6, cum / n * 1e6, count / n, f"{Path(file).name}:{line}({name})")
+        for (file, line, name), (_cc, count, own, cum, _callers) in library.items()
     ]
     rows.sort(reverse=True)
-    return [f"own {o:6.1f} us  cum {c:6.1f} us  x{k:.0f}  {f}" for o, c, k, f in rows[:15]]
+    return calls, [f"own {o:6.1f} us  cum {c:6.1f} us  x{k:.0f}  {f}" for o, c, k, f in rows[:15]]
 
 
 def measure(args: argparse.Namespace) -> None:
     """Processes per store in turn (this checkout and --before's), then the report."""
+    os.environ["BENCH_PREPARE_THRESHOLD"] = str(args.prepare_threshold)  # passed on
     common.reset_databases()
     codes = {"after": (common.ROOT, "")}
     if args.before:
@@ -121,7 +137,7 @@ def measure(args: argparse.Namespace) -> None:
                 if label == "before" and (store.startswith("memory") or "_encrypted" in store):
                     continue
                 arguments = ["-n", str(args.n), "--warmup", str(args.warmup)]
-                if store == "postgres" and label == "after":
+                if store in ("postgres", "postgres_prepared") and label == "after":
                     arguments.append("--floor")
                 if args.profile and store == "memory" and round_ == 0:
                     arguments.append("--profile")
@@ -164,6 +180,24 @@ def report(results: Results) -> None:
     for (label, store), measured in results.items():
         for line in measured[0].get("profile", []):
             print(f"  cProfile, {label} {store}: {line}")
+        if "calls" in measured[0]:
+            calls = measured[0]["calls"]
+            common.verdict(
+                f"a keyed first request makes at most {MAX_CALLS} calls into the library, {store}",
+                calls <= MAX_CALLS,
+                f"{calls:.0f} calls (cProfile, a generator's resumptions included)",
+            )
+    if ("after", "postgres") in results and ("after", "postgres_prepared") in results:
+        # Decision 3 of issue 36: what the project gains by preparing statements.
+        for store in ("postgres", "postgres_prepared"):
+            measured = results[("after", store)]
+            added = common.median([r["first_minus_bare"] for r in measured])
+            floor_ms = common.median([r["floor"] for r in measured])
+            print(
+                f"  {common.STORE_LABELS[store]}: first request x{ratio(store, 'first'):.2f}, "
+                f"+{added:.3f} ms over the bare view; its two statements by psycopg "
+                f"{floor_ms:.3f} ms; replay x{ratio(store, 'replay'):.2f}"
+            )
     if ("after", "postgres") in results:
         floor = 1 + ratio("postgres", "floor")
         # The same floor for both: two statements whose commits wait for the disk.
@@ -209,5 +243,11 @@ if __name__ == "__main__":
         "sqlite_encrypted,postgres_encrypted,redis_encrypted,memory_encrypted",
     )
     parser.add_argument("--before", help="another checkout of the library to compare with")
+    parser.add_argument(
+        "--prepare-threshold",
+        type=int,
+        default=0,
+        help="postgres_prepared: psycopg prepares a statement once it ran this many times",
+    )
     parser.add_argument("--before-python", default="", help="the Python that runs --before")
     common.run(parser, measure, child)

@@ -51,9 +51,11 @@ DEFAULTS: dict[str, Any] = {
     # retry gets 409 idempotency_response_not_stored). None: no limit.
     "MAX_STORED_BODY": 1024 * 1024,
     # Live keys one principal may hold; a new key beyond it gets 429
-    # idempotency_too_many_keys. None: no limit. With MAX_STORED_BODY it bounds
-    # what one principal can put in the store (1,000 x 1 MiB at most).
-    "MAX_KEYS_PER_PRINCIPAL": 1000,
+    # idempotency_too_many_keys. None (no limit) by default: a number low enough
+    # to stop a flood also refused ordinary integrations' writes for a day, and
+    # counting costs a query per first request. Set it where anyone can sign up
+    # for credentials, or where the Redis server may evict records.
+    "MAX_KEYS_PER_PRINCIPAL": None,
     # Bytes: a keyed request with a larger body gets 413
     # idempotency_body_too_large before any of it is read. None: no limit.
     "MAX_FINGERPRINTED_BODY": 10 * 1024 * 1024,

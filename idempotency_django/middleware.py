@@ -34,9 +34,9 @@ from idempotency_django.protocol.bodies import ready_body
 from idempotency_django.protocol.marks import (
     EXEMPT_ATTRIBUTE,
     PROTECTED_ATTRIBUTE,
-    header,
     is_drf_view,
     is_ninja_protected_view,
+    key_header,
 )
 from idempotency_django.protocol.options import ViewOptions
 from idempotency_django.protocol.phases import arun, mark_ignored_key, run, run_to_the_end
@@ -70,9 +70,10 @@ class IdempotencyMiddleware:
         if self.async_mode:
             return self.__acall__(request)
         keyed = is_keyed(request)
-        if keyed and (refused := ready_body(request)) is not None:
+        match = route_of_interest(request, keyed)
+        if keyed and (refused := ready_body(request, match)) is not None:
             return refused  # before any CSRF check or parser reads the body
-        protected = protected_view(request)
+        protected = protected_view(request, keyed, match)
         if protected is None:
             response = self.get_response(request)
         else:
@@ -84,11 +85,12 @@ class IdempotencyMiddleware:
 
     async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
         keyed = is_keyed(request)
+        match = route_of_interest(request, keyed)
         if keyed:
-            refused = await sync_to_async(ready_body)(request)
+            refused = await sync_to_async(ready_body)(request, match)
             if refused is not None:
                 return refused
-        response = await self.protected_response(request)
+        response = await self.protected_response(request, keyed, match)
         if keyed:
             mark_ignored_key(request, response)
         return response
@@ -106,8 +108,10 @@ class IdempotencyMiddleware:
             return refuse(request, exception.code)
         return None
 
-    async def protected_response(self, request: HttpRequest) -> HttpResponseBase:
-        protected = protected_view(request)
+    async def protected_response(
+        self, request: HttpRequest, keyed: bool, match: ResolverMatch | None
+    ) -> HttpResponseBase:
+        protected = protected_view(request, keyed, match)
         if protected is None:
             response: HttpResponseBase = await self.get_response(request)
             return response
@@ -126,12 +130,27 @@ class IdempotencyMiddleware:
 def is_keyed(request: HttpRequest) -> bool:
     """An unsafe request with a key: DRF views included, whose body must be ready too."""
     settings = idempotency_settings
-    return request.method in settings.METHODS and header(request, settings.HEADER) is not None
+    return request.method in settings.METHODS and key_header(request, settings.HEADER) is not None
 
 
-def protected_view(request: HttpRequest) -> tuple[Callable[..., Any], ViewOptions] | None:
+def route_of_interest(request: HttpRequest, keyed: bool) -> ResolverMatch | None:
+    """The URL match, resolved once here and handed on, for a request that may be
+    protected: keyed, or unsafe under ``REQUIRED_PATHS``. None for any other
+    (nothing resolves it early) and for a URL that resolves to nothing."""
+    settings = idempotency_settings
+    if keyed or (
+        settings.ENABLED and settings.REQUIRED_PATHS and request.method in settings.METHODS
+    ):
+        return match_of(request)
+    return None
+
+
+def protected_view(
+    request: HttpRequest, keyed: bool, match: ResolverMatch | None
+) -> tuple[Callable[..., Any], ViewOptions] | None:
     """The view this middleware protects for ``request``, and its options; or None.
 
+    ``keyed`` and ``match`` are :func:`is_keyed`'s and :func:`route_of_interest`'s.
     None for a safe method, a request without a key (unless its path matches
     ``REQUIRED_PATHS``), a URL that resolves to nothing, and views protected
     elsewhere: DRF views, ninja operations under ``idempotency_django.ninja``,
@@ -140,10 +159,8 @@ def protected_view(request: HttpRequest) -> tuple[Callable[..., Any], ViewOption
     settings = idempotency_settings
     if not settings.ENABLED or request.method not in settings.METHODS:
         return None
-    keyed = header(request, settings.HEADER) is not None
     if not keyed and not settings.REQUIRED_PATHS:
         return None
-    match = match_of(request)
     if match is None:
         return None
     view = match.func

@@ -22,6 +22,6 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"stderr": {"class": "logging.StreamHandler"}},
     "loggers": {
-        "idempotency_django.tasks": {"handlers": ["stderr"], "level": "INFO", "propagate": False}
+        "idempotency_django.tasks": {"handlers": ["stderr"], "level": "DEBUG", "propagate": False}
     },
 }

@@ -10,6 +10,7 @@ import hashlib
 import io
 import json
 import re
+import sys
 from typing import Any
 
 import pytest
@@ -22,7 +23,7 @@ from django.utils.crypto import salted_hmac
 from django.utils.http import urlencode
 
 from idempotency_django.models import IdempotencyRecord
-from idempotency_django.protocol import bodies, routes
+from idempotency_django.protocol import bodies, fingerprint, marks, routes
 from idempotency_django.protocol.fingerprint import FINGERPRINT_SALT
 from tests.testapp.models import Booking
 
@@ -301,26 +302,60 @@ def test_a_drf_view_readies_the_body_without_the_middleware(
     assert Booking.objects.count() == 1
 
 
-def test_a_drf_view_under_the_middleware_readies_the_body_once(
-    browser: Browser, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("url", ["/api/bookings/", "/plain/bookings/"])
+def test_a_keyed_request_resolves_reads_its_key_and_readies_its_body_once(
+    browser: Browser, monkeypatch: pytest.MonkeyPatch, url: str
 ) -> None:
-    """The middleware readies a keyed request's body; the DRF view does not do it again."""
-    looked_up: list[str] = []
+    """Issue 36: the middleware resolves the URL, reads the key header and readies the
+    body; the DRF view and phase 1 are handed each, and the fingerprint's parts are
+    built once. Counted where every module of the library calls them."""
+    calls: dict[str, list[object]] = {"match_of": [], "key": [], "ready_body": [], "parts": []}
+    original = {name: getattr(module, name) for module, name in (
+        (routes, "match_of"), (marks, "header"), (bodies, "ready_body"),
+        (fingerprint, "keyed_digest"),
+    )}  # fmt: skip
 
     def match_of(request: HttpRequest) -> ResolverMatch | None:
-        looked_up.append(request.path)
-        return routes.match_of(request)
+        calls["match_of"].append(request.path)
+        return original["match_of"](request)  # type: ignore[no-any-return]
 
-    monkeypatch.setattr(bodies, "match_of", match_of)  # ready_body's first step
+    def header(request: HttpRequest, name: str) -> str | None:
+        if name == "Idempotency-Key":
+            calls["key"].append(name)
+        return original["header"](request, name)  # type: ignore[no-any-return]
+
+    def ready_body(request: HttpRequest, match: ResolverMatch | None) -> Any:
+        calls["ready_body"].append(request.path)
+        return original["ready_body"](request, match)
+
+    def keyed_digest(parts: Any) -> Any:
+        def counted() -> Any:
+            calls["parts"].append(parts)
+            return parts()
+
+        return original["keyed_digest"](counted)
+
+    replacements = {"match_of": match_of, "header": header, "ready_body": ready_body}
+    for module in list(sys.modules.values()):
+        if getattr(module, "__name__", "").startswith("idempotency_django"):
+            for name, replacement in replacements.items():
+                if getattr(module, name, None) is original[name]:
+                    monkeypatch.setattr(module, name, replacement)
+    monkeypatch.setattr(fingerprint, "keyed_digest", keyed_digest)
     response = browser.client.post(
-        "/api/bookings/",
+        url,
         json.dumps({"slot": "2026-08-02T09:00:00Z", "customer": "alice"}),
         content_type="application/json",
         HTTP_IDEMPOTENCY_KEY="once-1",
         HTTP_X_CSRFTOKEN=browser.csrf,
     )
     assert response.status_code == 201, response.content[:300]
-    assert looked_up == ["/api/bookings/"]
+    assert {name: len(made) for name, made in calls.items()} == {
+        "match_of": 1,
+        "key": 1,
+        "ready_body": 1,
+        "parts": 1,
+    }
 
 
 def test_without_the_middleware_an_api_view_refuses_a_multipart_body_it_cannot_fingerprint(

@@ -65,6 +65,7 @@ def example_env(tmp_dir: Path, **extra: str) -> dict[str, str]:
     }
     env["DATABASE_URL"] = f"sqlite:///{tmp_dir / 'example.sqlite3'}"
     env["EXAMPLE_BOOKING_GATE"] = str(booking_gate(tmp_dir))
+    env["EXAMPLE_LOG_LEVEL"] = "DEBUG"  # each reservation as it is made: reserved_count()
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra)
     return env
@@ -226,7 +227,7 @@ def cookie(jar: http.cookiejar.CookieJar, name: str) -> str:
 
 
 def reserved_count(tmp_dir: Path) -> int:
-    """How many keys the server has claimed so far (it logs one line per decision)."""
+    """How many keys the server has claimed so far (its DEBUG line per reservation)."""
     log = tmp_dir / "server.log"
     return log.read_text().count("event=reserved") if log.exists() else 0
 

@@ -139,11 +139,12 @@ class StoreThatCannotCount(DatabaseStore):
 
 
 @pytest.mark.django_db
-def test_a_store_that_cannot_count_keys_works_under_the_default_limit(
+def test_a_store_that_cannot_count_keys_works_under_a_limit(
     alice_client: Client,
 ) -> None:
-    """MAX_KEYS_PER_PRINCIPAL is on by default; a store without ``count_keys`` still serves."""
-    with override_settings(IDEMPOTENCY={"STORE": f"{__name__}.StoreThatCannotCount"}):
+    """MAX_KEYS_PER_PRINCIPAL set; a store without ``count_keys`` still serves."""
+    cannot_count = {"STORE": f"{__name__}.StoreThatCannotCount", "MAX_KEYS_PER_PRINCIPAL": 2}
+    with override_settings(IDEMPOTENCY=cannot_count):
         get_store.cache_clear()
         try:
             first = alice_client.post(

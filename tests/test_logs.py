@@ -437,7 +437,8 @@ def test_no_secret_in_any_log_line_of_a_real_server(
     # The file holds what it should, so an empty or broken one cannot pass.
     lines = logged.splitlines()
     for expected in (
-        "INFO idempotency_django idempotency event=reserved",
+        "DEBUG idempotency_django idempotency event=reserved",
+        "INFO idempotency_django idempotency event=stored",
         "INFO idempotency_django idempotency event=replayed",
         "INFO idempotency_django.webhooks webhook event=duplicate",
         "WARNING django.request Bad Request: hooks/<str:token>/",
@@ -462,11 +463,11 @@ def test_operating_md_lists_every_decision_event_at_its_level() -> None:
     source = "".join(
         (root / "idempotency_django" / "protocol" / name).read_text() for name in protocol
     )
-    logged = set(re.findall(r"logging\.(INFO|WARNING|ERROR),\s*\"(\w+)\"", source))
+    logged = set(re.findall(r"logging\.(DEBUG|INFO|WARNING|ERROR),\s*\"(\w+)\"", source))
     page = (root / "docs" / "operating.md").read_text()
     documented = {
         (level, event)
-        for level, events in re.findall(r"^\| `(INFO|WARNING|ERROR)` \| (.+) \|$", page, re.M)
+        for level, events in re.findall(r"^\| `(DEBUG|INFO|WARNING|ERROR)` \| (.+) \|$", page, re.M)
         for event in re.findall(r"`(\w+)`", events)
     }
     assert logged and documented == logged

@@ -42,7 +42,7 @@ def keyed_post(  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.django_db
-def test_one_structured_line_per_decision_without_secrets(
+def test_one_structured_line_per_request_without_secrets(
     alice: User, caplog: pytest.LogCaptureFixture
 ) -> None:
     token = Token.objects.create(user=alice)
@@ -56,19 +56,61 @@ def test_one_structured_line_per_decision_without_secrets(
             keyed_post(client, "/api/bookings/", body=BODY, **auth)
     ours = [record for record in caplog.records if record.name == "idempotency_django"]
     events = [record.idempotency["event"] for record in ours]  # type: ignore[attr-defined]
-    assert events == ["reserved", "stored", "replayed", "conflict"]
+    # Issue 36: one record per request, its outcome; the reservation is DEBUG.
+    assert events == ["stored", "replayed", "conflict"]
     attempts = [record.idempotency["attempt"] for record in ours]  # type: ignore[attr-defined]
-    assert attempts == ["first", "first", "retry", "retry"]
+    assert attempts == ["first", "retry", "retry"]
     for record in ours:
         fields = record.idempotency  # type: ignore[attr-defined]
         assert fields["route"] == "api/bookings/$"
         assert len(fields["key_digest"]) == 16
     # The client's X-Request-Id only once the project names the header (a trusted proxy's).
     request_ids = [record.idempotency.get("request_id") for record in ours]  # type: ignore[attr-defined]
-    assert request_ids == [None, None, None, "req-42"]
+    assert request_ids == [None, None, "req-42"]
     text = caplog.text
     for secret in ("log-key-1", token.key, "cookie-secret-value", "card-4242", "Dana"):
         assert secret not in text
+
+
+@pytest.mark.django_db
+def test_each_keyed_request_and_delivery_writes_one_info_record_at_its_end(
+    alice_client: Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 36: its outcome, once; the reservation before it is a DEBUG record."""
+    alice_client.raise_request_exception = False
+    hook = "/hooks/trg_one_record/"
+    requests = {
+        "first": lambda: keyed_post(alice_client, key="one-1"),
+        "replay": lambda: keyed_post(alice_client, key="one-1"),
+        "refused": lambda: keyed_post(alice_client, key="one-1", body="{}"),
+        "released": lambda: keyed_post(alice_client, url="/plain/bookings/?raise=1", key="one-2"),
+        "too many": lambda: keyed_post(alice_client, key="one-3"),
+        "delivery": lambda: alice_client.post(hook, "{}", "application/json", HTTP_WEBHOOK_ID="d"),
+        "duplicate": lambda: alice_client.post(hook, "{}", "application/json", HTTP_WEBHOOK_ID="d"),
+    }
+    written: dict[str, list[tuple[str, str]]] = {}
+    for name, send in requests.items():
+        caplog.clear()
+        limit = {"MAX_KEYS_PER_PRINCIPAL": 1} if name == "too many" else {}
+        with (
+            override_settings(IDEMPOTENCY=limit),
+            caplog.at_level(logging.DEBUG, logger="idempotency_django"),
+        ):
+            send()
+        written[name] = [
+            (r.levelname, r.idempotency["event"])
+            for r in caplog.records
+            if hasattr(r, "idempotency")
+        ]
+    assert written == {
+        "first": [("DEBUG", "reserved"), ("INFO", "stored")],
+        "replay": [("INFO", "replayed")],
+        "refused": [("INFO", "conflict")],
+        "released": [("DEBUG", "reserved"), ("INFO", "released")],
+        "too many": [("DEBUG", "released"), ("INFO", "rejected")],
+        "delivery": [("DEBUG", "reserved"), ("INFO", "accepted")],
+        "duplicate": [("INFO", "duplicate")],
+    }
 
 
 @pytest.mark.django_db
@@ -296,10 +338,8 @@ def test_takeover_is_logged_as_such(alice: User, caplog: pytest.LogCaptureFixtur
     client.force_login(alice)
     with caplog.at_level(logging.INFO, logger="idempotency_django"):
         assert keyed_post(client).status_code == 201
-    reserved = [
-        r for r in caplog.records if getattr(r, "idempotency", {}).get("event") == "reserved"
-    ]
-    assert [r.idempotency["attempt"] for r in reserved] == ["takeover"]  # type: ignore[attr-defined]
+    ours = [r.idempotency for r in caplog.records if hasattr(r, "idempotency")]
+    assert [(f["event"], f["attempt"]) for f in ours] == [("stored", "takeover")]
 
 
 @pytest.mark.parametrize(

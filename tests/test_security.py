@@ -364,18 +364,39 @@ def test_the_body_limit_is_a_checked_setting() -> None:
 
 
 @pytest.mark.django_db
-def test_a_principal_holds_at_most_1000_keys_by_default(alice_client: Client, alice: User) -> None:
-    """0d3b924: no limit by default."""
-    store = get_store()
-    info = RequestInfo("POST", "/plain/bookings/", "f")
-    for number in range(1000):
-        store.claim(RecordKey(f"auth.user:{alice.pk}", "", f"k{number}"), info, 300)
+def test_a_principal_holds_as_many_keys_as_it_sends_by_default(
+    alice_client: Client, alice: User
+) -> None:
+    """Issue 36: the limit refused an ordinary integration's 1,001st write of the day."""
+    assert DEFAULTS["MAX_KEYS_PER_PRINCIPAL"] is None
+    hold_keys(alice, 1000)
     response = alice_client.post(
         "/plain/bookings/", "{}", "application/json", HTTP_IDEMPOTENCY_KEY="one-more"
     )
+    assert response.status_code == 201
+    assert Booking.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_a_principal_holds_at_most_max_keys_when_set(alice_client: Client, alice: User) -> None:
+    """0d3b924: no limit at all; an API open to sign-ups sets one."""
+    hold_keys(alice, 1000)
+    with override_settings(IDEMPOTENCY={"MAX_KEYS_PER_PRINCIPAL": 1000}):
+        response = alice_client.post(
+            "/plain/bookings/", "{}", "application/json", HTTP_IDEMPOTENCY_KEY="one-more"
+        )
     assert response.status_code == 429
     assert response.json()["code"] == "idempotency_too_many_keys"
+    assert int(response["Retry-After"]) > 0
     assert Booking.objects.count() == 0
+
+
+def hold_keys(user: User, count: int) -> None:
+    """``count`` live keys of ``user``, claimed in the store directly."""
+    store = get_store()
+    info = RequestInfo("POST", "/plain/bookings/", "f")
+    for number in range(count):
+        store.claim(RecordKey(f"auth.user:{user.pk}", "", f"k{number}"), info, 300)
 
 
 @pytest.mark.parametrize(

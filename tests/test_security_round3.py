@@ -256,7 +256,7 @@ class Waiters(logging.Handler):
     """Counts the requests that logged they wait for a key."""
 
     def __init__(self) -> None:
-        super().__init__(logging.INFO)
+        super().__init__(logging.DEBUG)  # "waiting" is a DEBUG record (issue 36)
         self.count = 0
         self.changed = threading.Condition()
 
@@ -277,7 +277,7 @@ def waiters() -> Iterator[Waiters]:
     logger = logging.getLogger("idempotency_django")
     level = logger.level
     logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
+    logger.setLevel(logging.DEBUG)
     yield handler
     logger.removeHandler(handler)
     logger.setLevel(level)

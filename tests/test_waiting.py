@@ -39,7 +39,7 @@ class Waiting(logging.Handler):
     """Set once a request logs that it waits for the key."""
 
     def __init__(self) -> None:
-        super().__init__(logging.INFO)
+        super().__init__(logging.DEBUG)  # "waiting" is a DEBUG record (issue 36)
         self.started = threading.Event()
 
     def emit(self, record: logging.LogRecord) -> None:
@@ -53,7 +53,7 @@ def waiting() -> Iterator[Waiting]:
     logger = logging.getLogger("idempotency_django")
     level = logger.level
     logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
+    logger.setLevel(logging.DEBUG)
     yield handler
     logger.removeHandler(handler)
     logger.setLevel(level)

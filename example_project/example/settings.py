@@ -193,5 +193,11 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "loggers": {"idempotency_django": {"handlers": ["console"], "level": "INFO"}},
+    # INFO: one line per keyed request; DEBUG adds each reservation as it is made.
+    "loggers": {
+        "idempotency_django": {
+            "handlers": ["console"],
+            "level": os.environ.get("EXAMPLE_LOG_LEVEL", "INFO"),
+        }
+    },
 }

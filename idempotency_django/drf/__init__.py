@@ -26,16 +26,17 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from idempotency_django.conf import idempotency_settings
-from idempotency_django.protocol.bodies import ready_body
+from idempotency_django.protocol.bodies import READIED_ATTRIBUTE, ready_body
 from idempotency_django.protocol.marks import (
     EXEMPT_ATTRIBUTE,
     OPTIONS_ATTRIBUTE,
-    header,
+    key_header,
     note_handled_exception,
 )
 from idempotency_django.protocol.options import ViewOptions
 from idempotency_django.protocol.phases import Protection, protect
 from idempotency_django.protocol.problems import PROBLEM_ATTRIBUTE
+from idempotency_django.protocol.routes import match_of
 from idempotency_django.protocol.transactions import roll_back_open_transactions, transaction_block
 
 __all__ = ["IdempotencyError", "IdempotentMixin", "protect_drf_call"]
@@ -87,8 +88,13 @@ class IdempotentMixin:
         # (SessionAuthentication's CSRF check) or a parser can consume it. Under
         # the middleware it was readied already: ready_body looks once.
         settings = idempotency_settings
-        if request.method in settings.METHODS and header(request, settings.HEADER) is not None:
-            ready_body(request)  # a body over the limit is answered 413 when the key is claimed
+        if (
+            request.method in settings.METHODS
+            and not getattr(request, READIED_ATTRIBUTE, False)  # the middleware's, handed on
+            and key_header(request, settings.HEADER) is not None
+        ):
+            # A body over the limit is answered 413 when the key is claimed.
+            ready_body(request, getattr(request, "resolver_match", None) or match_of(request))
         return super().initialize_request(request, *args, **kwargs)  # type: ignore[misc,no-any-return]
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:

@@ -61,7 +61,7 @@ from idempotency_django.protocol.marks import (
     EXEMPT_ATTRIBUTE,
     NINJA_INNER_ATTRIBUTE,
     NINJA_OPTIONS_ATTRIBUTE,
-    header,
+    key_header,
     note_handled_exception,
 )
 from idempotency_django.protocol.options import ViewOptions
@@ -325,7 +325,7 @@ def _keyed(request: HttpRequest) -> bool:
     return (
         settings.ENABLED
         and request.method in settings.METHODS
-        and header(request, settings.HEADER) is not None
+        and key_header(request, settings.HEADER) is not None
     )
 
 

@@ -22,7 +22,7 @@ from django.http.response import HttpResponseBase
 from idempotency_django import signals
 from idempotency_django.conf import idempotency_settings
 from idempotency_django.protocol import problems, transactions
-from idempotency_django.protocol.logs import error_name, log
+from idempotency_django.protocol.logs import error_name, log, logger
 from idempotency_django.protocol.marks import (
     ACTIVE_ATTRIBUTE,
     FINGERPRINT_ATTRIBUTE,
@@ -61,12 +61,14 @@ class Attempt(KeyReservation):
     ) -> None:
         super().__init__(key, info)
         self.request = request
+        #: The Django request under a DRF one, where the request's marks are set.
+        self.django_request = django_request(request)
         self.options = options
         #: For the logs: "first" or "takeover" once claimed; any request that
         #: finds the key held is a "retry" of the operation.
         self.attempt = "retry"
         #: Who the request was authenticated as when the key was claimed.
-        self.authenticated_as: tuple[Any, ...] = ()
+        self.authenticated_as: tuple[Any, Any, Any] = (None, None, None)
 
     def retention(self) -> int:
         return option(self.options.retention, idempotency_settings.RETENTION)
@@ -78,7 +80,8 @@ class Attempt(KeyReservation):
             )
 
     def log(self, level: int, event: str, **fields: Any) -> None:
-        log(level, event, self.request, key_digest=self.digest, attempt=self.attempt, **fields)
+        if logger.isEnabledFor(level):  # a DEBUG step costs nothing more when off
+            log(level, event, self.request, key_digest=self.digest, attempt=self.attempt, **fields)
 
     # -- phase 1: claim --
 
@@ -95,14 +98,16 @@ class Attempt(KeyReservation):
             return self.held(claim)
         self.attempt = "takeover" if claim.took_over else "first"
         self.authenticated_as = _authenticated_as(self.request)
-        too_many = self.over_key_limit()
-        if too_many is not None:
-            return too_many
-        self.log(logging.INFO, "reserved")
+        if idempotency_settings.MAX_KEYS_PER_PRINCIPAL:
+            too_many = self.over_key_limit()
+            if too_many is not None:
+                return too_many
+        self.log(logging.DEBUG, "reserved")  # the request's one INFO record is its outcome
         self.send(signals.reserved)
-        setattr(django_request(self.request), ACTIVE_ATTRIBUTE, True)
-        setattr(django_request(self.request), KEY_ATTRIBUTE, self.key)
-        setattr(django_request(self.request), FINGERPRINT_ATTRIBUTE, self.info.fingerprint)
+        django = self.django_request
+        setattr(django, ACTIVE_ATTRIBUTE, True)
+        setattr(django, KEY_ATTRIBUTE, self.key)
+        setattr(django, FINGERPRINT_ATTRIBUTE, self.info.fingerprint)
         return self
 
     def over_key_limit(self) -> HttpResponseBase | None:
@@ -120,11 +125,11 @@ class Attempt(KeyReservation):
             count, first_expiry = self.store.count_keys(self.key, lifetime)
         except StoreUnavailable as exc:
             self.log(logging.ERROR, "unavailable", error=error_name(exc))
-            self.release(None, "unavailable")
+            self.release(None, "unavailable", logging.DEBUG)
             return self.unavailable()
         if count <= limit:
             return None
-        self.release(None, "too_many_keys")
+        self.release(None, "too_many_keys", logging.DEBUG)  # "rejected" is its record
         self.log(logging.INFO, "rejected", code=problems.TOO_MANY_KEYS)
         return refuse(
             self.request,
@@ -207,7 +212,7 @@ class Attempt(KeyReservation):
         return answer
 
     def finish_attempt(self, response: HttpResponseBase) -> HttpResponseBase:
-        setattr(django_request(self.request), ACTIVE_ATTRIBUTE, False)
+        setattr(self.django_request, ACTIVE_ATTRIBUTE, False)
         status = response.status_code
         reason = self.release_reason(response)
         if self.rolls_back(status):
@@ -242,7 +247,7 @@ class Attempt(KeyReservation):
         (with ``HEARTBEAT``, renewed until its ``MAX_RUN_TIME``), or goes with the
         claim's transaction if that rolls back.
         """
-        setattr(django_request(self.request), ACTIVE_ATTRIBUTE, False)
+        setattr(self.django_request, ACTIVE_ATTRIBUTE, False)
         if self.rolled_back():
             return  # the reservation goes with the rollback
         if isinstance(error, asyncio.CancelledError):
@@ -287,7 +292,8 @@ class Attempt(KeyReservation):
         (a token of its own, a login): its answer is not stored under the
         first one, who would otherwise be served it.
         """
-        if _same_objects(_authenticated_as(self.request), self.authenticated_as):
+        now, then = _authenticated_as(self.request), self.authenticated_as
+        if now[0] is then[0] and now[1] is then[1] and now[2] is then[2]:
             return False  # who the scope is made of was not replaced: the same principal
         scope = scope_of(self.request, self.options)
         if scope is None or scope.principal == self.key.principal:
@@ -318,19 +324,15 @@ class Attempt(KeyReservation):
         )
 
 
-def _authenticated_as(request: HttpRequest) -> tuple[Any, ...]:
+def _authenticated_as(request: HttpRequest) -> tuple[Any, Any, Any]:
     """The objects a principal is named from: ``user``, and DRF's or ninja's ``auth``.
 
     A view that authenticates someone else replaces one of them (``login()``
     sets a new ``request.user``): only then is the scope computed again.
     """
-    django = django_request(request)
+    django = getattr(request, "_request", request)  # django_request(), without the call
     return (
         getattr(request, "user", None),
         getattr(django, "user", None),
         getattr(request, "auth", None),
     )
-
-
-def _same_objects(first: tuple[Any, ...], second: tuple[Any, ...]) -> bool:
-    return len(first) == len(second) and all(a is b for a, b in zip(first, second, strict=True))

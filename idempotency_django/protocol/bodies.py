@@ -18,15 +18,17 @@ from django.conf import settings
 from django.core.handlers.wsgi import LimitedStream
 from django.http import HttpRequest
 from django.http.response import HttpResponseBase
+from django.urls import ResolverMatch
 
 from idempotency_django.conf import idempotency_settings
 from idempotency_django.protocol import problems
 from idempotency_django.protocol.marks import EXEMPT_ATTRIBUTE, OPTIONS_ATTRIBUTE
-from idempotency_django.protocol.routes import match_of
 from idempotency_django.protocol.scope import default_scope, principal_of
 
 #: Where a body too large to keep in memory was copied (see :func:`prepare_body`).
 BODY_COPY_ATTRIBUTE = "_idempotency_body_copy"
+#: Set by :func:`prepare_body` on a request whose whole body it read into ``request.body``.
+PREPARED_ATTRIBUTE = "_idempotency_body_prepared"
 #: Set by :func:`ready_body` on a request it has looked at: it decides once per request.
 READIED_ATTRIBUTE = "_idempotency_body_readied"
 CHUNK_SIZE = 64 * 1024
@@ -44,9 +46,9 @@ def prepare_body(request: HttpRequest, *, capped: bool = True) -> None:
     ``MAX_FINGERPRINTED_BODY`` (a webhook delivery: its view reads the body
     anyway, and the limit is the key contract's).
     """
-    request = django_request_of(request)
-    if hasattr(request, BODY_COPY_ATTRIBUTE):
-        return
+    request = getattr(request, "_request", request)  # django_request_of(), without the call
+    if hasattr(request, BODY_COPY_ATTRIBUTE) or getattr(request, PREPARED_ATTRIBUTE, False):
+        return  # readied by us already (the middleware's, handed on to phase 1)
     length = _content_length(request)
     if hasattr(request, "_body"):
         _check_whole(request._body, length)  # read by us before, or by someone else
@@ -59,6 +61,7 @@ def prepare_body(request: HttpRequest, *, capped: bool = True) -> None:
     limit: int | None = settings.DATA_UPLOAD_MAX_MEMORY_SIZE  # None in Django, not in its stubs
     if limit is None or length <= limit:
         _check_whole(request.body, length)  # Django reads it once and keeps it
+        setattr(request, PREPARED_ATTRIBUTE, True)
         return
     stream: Any = request._stream
     # Deleted when closed, at the latest when the request is garbage-collected.
@@ -141,8 +144,10 @@ class BodyCutShort(BodyRefused):
     code = problems.BODY_INCOMPLETE
 
 
-def ready_body(request: HttpRequest) -> HttpResponseBase | None:
+def ready_body(request: HttpRequest, match: ResolverMatch | None) -> HttpResponseBase | None:
     """For the middleware: ready the body of a keyed request that will be fingerprinted.
+
+    ``match`` is the request's URL match, which the caller resolved (or Django did).
 
     Nothing is read for a URL that resolves to no view, a view exempt from
     the protection or a request nobody can be scoped to yet (an anonymous one
@@ -156,7 +161,6 @@ def ready_body(request: HttpRequest) -> HttpResponseBase | None:
     if getattr(request, READIED_ATTRIBUTE, False):
         return None
     setattr(request, READIED_ATTRIBUTE, True)
-    match = match_of(request)
     if match is None or getattr(match.func, EXEMPT_ATTRIBUTE, False):
         return None
     settings_ = idempotency_settings
@@ -176,9 +180,10 @@ def ready_body(request: HttpRequest) -> HttpResponseBase | None:
 
 def _scopes_itself(view: Any) -> bool:
     """A view under ``@idempotent(scope=...)``: its scope may name an anonymous client."""
-    view_class = getattr(view, "view_class", None)
-    handlers = [view, getattr(view_class, "dispatch", None)]
-    return any(getattr(getattr(h, OPTIONS_ATTRIBUTE, None), "scope", None) for h in handlers)
+    if getattr(getattr(view, OPTIONS_ATTRIBUTE, None), "scope", None):
+        return True
+    dispatch = getattr(getattr(view, "view_class", None), "dispatch", None)
+    return bool(getattr(getattr(dispatch, OPTIONS_ATTRIBUTE, None), "scope", None))
 
 
 def body_chunks(request: HttpRequest) -> Iterator[bytes]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import json
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -23,7 +24,7 @@ from django.http import HttpRequest
 from django.utils.crypto import salted_hmac
 from django.utils.http import parse_header_parameters
 
-from idempotency_django.protocol.bodies import body_chunks, django_request_of
+from idempotency_django.protocol.bodies import BODY_COPY_ATTRIBUTE, body_chunks, django_request_of
 
 FINGERPRINT_SALT = "idempotency_django.protocol.fingerprint"
 
@@ -50,7 +51,7 @@ def keyed_digest(parts: Callable[[], Iterable[bytes]]) -> Fingerprint:
     ``parts`` is called again, only if needed, for the digests that also count:
     under each key of ``SECRET_KEY_FALLBACKS`` and, for records 0.1 wrote, unkeyed.
     """
-    fingerprint = Fingerprint(_digest(parts(), [_mac(settings.SECRET_KEY)])[0])
+    fingerprint = Fingerprint(_digest(parts(), [_keyed_mac(settings.SECRET_KEY).copy()])[0])
 
     def others() -> tuple[str, ...]:
         hashers = [_mac(secret) for secret in settings.SECRET_KEY_FALLBACKS]
@@ -74,7 +75,10 @@ def _digest(parts: Iterable[bytes], hashers: list[Any]) -> tuple[str, ...]:
     for part in parts:
         for hasher in hashers:
             hasher.update(part)
-    return tuple(hasher.hexdigest() for hasher in hashers)
+    digests = []
+    for hasher in hashers:
+        digests.append(hasher.hexdigest())
+    return tuple(digests)
 
 
 def default_fingerprint(request: HttpRequest) -> str:
@@ -83,14 +87,27 @@ def default_fingerprint(request: HttpRequest) -> str:
     Only the digest is kept; the body itself is never stored.
     """
 
-    def parts() -> Iterator[bytes]:
-        yield request.method.encode("ascii") if request.method else b""
-        yield b"\n"
-        yield request.get_full_path().encode("utf-8", "surrogateescape")
-        yield b"\n"
-        yield from canonical_body(request)
+    head = _head(request) + b"\n"
+    django_request = django_request_of(request)
+    # The parts are built once (and again only for the digests under fallback
+    # keys): a body Django holds in memory, unless it is multipart, is one part.
+    whole = (
+        getattr(django_request, BODY_COPY_ATTRIBUTE, None) is None
+        and django_request.content_type != "multipart/form-data"
+    )
+
+    def parts() -> Iterable[bytes]:
+        if whole:
+            return (head, django_request.body)
+        return itertools.chain((head,), canonical_body(request))
 
     return keyed_digest(parts)
+
+
+def _head(request: HttpRequest) -> bytes:
+    """The method and the path with its query string, as every fingerprint starts."""
+    method = request.method.encode("ascii") if request.method else b""
+    return method + b"\n" + request.get_full_path().encode("utf-8", "surrogateescape")
 
 
 #: Which parts of a request count, for people (the OpenAPI description).
@@ -244,14 +261,9 @@ class JSONFingerprint:
             kept = {name: value for name, value in document.items() if name not in self.ignore}
         canonical = json.dumps(kept, sort_keys=True, separators=(",", ":")).encode()
 
-        def parts() -> Iterator[bytes]:
-            yield request.method.encode("ascii") if request.method else b""
-            yield b"\n"
-            yield request.get_full_path().encode("utf-8", "surrogateescape")
-            yield b"\njson\n"  # never equal to a raw body's digest
-            yield canonical
-
-        return keyed_digest(parts)
+        # "json" never makes the digest of a raw body.
+        parts = (_head(request) + b"\njson\n", canonical)
+        return keyed_digest(lambda: parts)
 
     def __repr__(self) -> str:
         fields = self.only or self.ignore

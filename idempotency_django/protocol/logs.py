@@ -1,7 +1,11 @@
-"""The log line: one structured line per decision of the library.
+"""The log line: one structured line per keyed request, task run or webhook delivery.
 
-Never the key, a header value, the path or the body: the route (the URL
-pattern that matched), the method, the request id, and the decision.
+Written once, at its end, at INFO: its outcome (stored, replayed, refused
+with its code, released with its reason). The steps before it (the
+reservation, a wait) are DEBUG records; what went wrong on the way is a
+WARNING or ERROR record of its own. Never the key, a header value, the path
+or the body: the route (the URL pattern that matched), the method, the
+request id, and the decision.
 Every value goes through :func:`log_value`: a client chooses some of them
 (the request id, the method), and one with a space, a quote or a newline
 would otherwise add fields of its choosing to the line.
@@ -19,7 +23,7 @@ from django.http import HttpRequest
 
 from idempotency_django.conf import idempotency_settings
 from idempotency_django.protocol.marks import django_request, header
-from idempotency_django.protocol.routes import match_of
+from idempotency_django.protocol.routes import MATCH_ATTRIBUTE, match_of
 
 logger = logging.getLogger("idempotency_django")
 
@@ -34,11 +38,16 @@ def log(level: int, event: str, request: HttpRequest, **fields: Any) -> None:
     """Log ``event`` for ``request``: ``idempotency event=... method=... route=...``."""
     if not logger.isEnabledFor(level):
         return
+    django = getattr(request, "_request", request)
+    # Django's own match once it has resolved (the middleware handed its own on).
+    match = getattr(django, "resolver_match", None) or getattr(django, MATCH_ATTRIBUTE, None)
     fields = {
         "event": event,
         "method": request.method,
-        "route": route_of(request),
-        "request_id": request_id(request) or None,
+        "route": route_of(django) if match is None else str(match.route),
+        "request_id": (request_id(request) or None)
+        if idempotency_settings.REQUEST_ID_HEADER
+        else None,
         **fields,
     }
     emit(level, fields)
@@ -74,9 +83,16 @@ def error_name(exc: BaseException) -> str:
 
 def log_fields(fields: Mapping[str, Any]) -> str:
     """``name=value`` pairs for a log line, each value through :func:`log_value`; None left out."""
-    return " ".join(
-        f"{name}={log_value(value)}" for name, value in fields.items() if value is not None
-    )
+    pairs = []
+    for name, value in fields.items():
+        if value is None:
+            continue
+        text = str(value)
+        # log_value's bare case, without a call per field: most values are bare.
+        if len(text) > MAX_LOG_VALUE or not text or not _BARE.issuperset(text):
+            text = log_value(text)
+        pairs.append(f"{name}={text}")
+    return " ".join(pairs)
 
 
 def log_value(value: Any, limit: int = MAX_LOG_VALUE) -> str:

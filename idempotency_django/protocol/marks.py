@@ -31,6 +31,9 @@ KEY_ATTRIBUTE = "_idempotency_key"
 #: Set on the Django request by a claim, beside ``KEY_ATTRIBUTE``: the request's
 #: fingerprint, what tells a retry (the same) from a fixed or new request.
 FINGERPRINT_ATTRIBUTE = "_idempotency_fingerprint"
+#: Set on the Django request by :func:`key_header`: the key header's raw value (None
+#: when absent), read once and handed on to every later reader of the request.
+KEY_HEADER_ATTRIBUTE = "_idempotency_key_header"
 #: Set on the Django request by :func:`note_handled_exception`: the exception
 #: DRF or ninja turned into the response, for a ``RETAIN_FUNCTION`` to look at.
 HANDLED_EXCEPTION_ATTRIBUTE = "_idempotency_handled_exception"
@@ -135,7 +138,23 @@ def note_handled_exception(request: HttpRequest, error: Exception) -> None:
 
 def decide(request: HttpRequest, decision: str) -> None:
     """Note what became of the request's key: "protected" or "anonymous"."""
-    setattr(django_request(request), DECISION_ATTRIBUTE, decision)
+    setattr(getattr(request, "_request", request), DECISION_ATTRIBUTE, decision)
+
+
+def key_header(request: HttpRequest, name: str) -> str | None:
+    """The raw value of the key header ``name`` (``HEADER``), or None: read once per request.
+
+    The middleware, the DRF view and phase 1 each need it; the first reads
+    ``request.META`` and keeps the value on the Django request for the others.
+    """
+    django = getattr(request, "_request", request)
+    try:
+        return django.__dict__[KEY_HEADER_ATTRIBUTE]  # type: ignore[no-any-return]
+    except KeyError:
+        pass
+    value = header(django, name)
+    setattr(django, KEY_HEADER_ATTRIBUTE, value)
+    return value
 
 
 def header(request: HttpRequest, name: str) -> str | None:

@@ -69,7 +69,7 @@ from idempotency_django.protocol.marks import (
     DECISION_ATTRIBUTE,
     decide,
     django_request,
-    header,
+    key_header,
 )
 from idempotency_django.protocol.options import (
     ViewOptions as ViewOptions,  # importable here, as documented
@@ -310,10 +310,10 @@ def begin(
     if (
         not settings.ENABLED
         or request.method not in settings.METHODS
-        or getattr(django_request(request), ACTIVE_ATTRIBUTE, False)
+        or getattr(getattr(request, "_request", request), ACTIVE_ATTRIBUTE, False)
     ):
         return None
-    raw_key = header(request, settings.HEADER)
+    raw_key = key_header(request, settings.HEADER)
     if raw_key is None:
         if option(options.required, settings.REQUIRED):
             return refuse(request, problems.KEY_MISSING)

@@ -236,11 +236,11 @@ def json_api_error(members: dict[str, Any]) -> dict[str, Any]:
 def replay_headers(response: HttpResponse) -> tuple[tuple[str, str], ...]:
     """The headers of ``response`` that ``REPLAY_HEADERS`` keeps for its replays."""
     allowed = idempotency_settings.REPLAY_HEADERS
-    return tuple(
-        (name, value)
-        for name, value in response.items()
-        if name.upper() in allowed and name.lower() not in FORBIDDEN_REPLAY_HEADERS
-    )
+    kept = []
+    for name, value in response.items():  # a loop: once per stored answer, no generator
+        if name.upper() in allowed and name.lower() not in FORBIDDEN_REPLAY_HEADERS:
+            kept.append((name, value))
+    return tuple(kept)
 
 
 def replay_response(stored: StoredResponse) -> HttpResponse:

@@ -108,15 +108,16 @@ class KeyReservation(ABC):
         work = open_transactions()
         self.joined_transaction = self.store.joins_transaction()
         self.in_transaction = self.joined_transaction and work == [self.store.database_alias]
-        claim = self.store.claim(self.key, self.info, self.lock_timeout())
+        lock_timeout = self.lock_timeout()
+        claim = self.store.claim(self.key, self.info, lock_timeout)
         if claim.outcome is Outcome.CLAIMED:
             self.token = claim.token
-            if not self.in_transaction:
+            if work and not self.in_transaction:
                 self.store_after_commit(work)
             if not self.joined_transaction:
                 # Renewed only while its fate is open: see fate_open().
                 self.beat = start_beat(
-                    self.store, self.key, self.token, self.info, self.lock_timeout(), self.fate_open
+                    self.store, self.key, self.token, self.info, lock_timeout, self.fate_open
                 )
         return claim
 
@@ -222,9 +223,12 @@ class KeyReservation(ABC):
         self.log(logging.WARNING, "lost_reservation", status=stored.status)
         return True
 
-    def release(self, status: int | None, reason: str) -> None:
-        # Given up, released or not: a release that failed leaves the key to
-        # expire LOCK_TIMEOUT after the last renewal.
+    def release(self, status: int | None, reason: str, level: int = logging.INFO) -> None:
+        """Give the key back; logged at ``level``: DEBUG when another record says why.
+
+        Given up, released or not: a release that failed leaves the key to
+        expire LOCK_TIMEOUT after the last renewal.
+        """
         self.stop_heartbeat()
         try:
             self.store.release(self.key, self.token)
@@ -238,7 +242,7 @@ class KeyReservation(ABC):
             )
             self.roll_back()
             return
-        self.log(logging.INFO, "released", status=status, reason=reason)
+        self.log(level, "released", status=status, reason=reason)
         self.send(signals.released, status=status, reason=reason)
 
     # -- the heartbeat --

@@ -42,8 +42,13 @@ def match_of(request: HttpRequest) -> ResolverMatch | None:
     urlconf = getattr(request, "urlconf", None)
     resolver = get_resolver(urlconf)
     remembered = _matches.setdefault(resolver, {})
-    # The language decides what i18n_patterns and translated routes match.
-    language = _language_of(request, urlconf)
+    # The language decides what i18n_patterns and translated routes match: the
+    # active one, unless a LocaleMiddleware after ours has yet to choose it.
+    language: str | None
+    if hasattr(request, "LANGUAGE_CODE") or not _locale_middleware_installed():
+        language = translation.get_language()
+    else:
+        language = _language_of(request, urlconf)
     key = (request.path_info, language)
     try:
         match = remembered[key]
@@ -57,22 +62,20 @@ def match_of(request: HttpRequest) -> ResolverMatch | None:
             remembered.clear()
         remembered[key] = match
     if match is not None:
-        # The middleware, the body, the claim and the logs ask again: once per request.
+        # Kept for the log line and a later caller that was not handed it (a view's
+        # own protection without the middleware): resolved once per request.
         setattr(request, MATCH_ATTRIBUTE, match)
     return match
 
 
 def _language_of(request: HttpRequest, urlconf: str | None) -> str | None:
-    """The language Django's handler will resolve the URL in.
+    """The language Django's handler will resolve the URL in, where a ``LocaleMiddleware``
+    listed after the idempotency middleware has not activated it yet.
 
-    A ``LocaleMiddleware`` listed after the idempotency middleware has not
-    activated the request's language yet (it sets ``request.LANGUAGE_CODE``
-    when it has): choose it as that middleware will, so that a translated
-    route (``path(_("book/"), ...)``) or a language prefix resolves to the
-    view the handler will call.
+    That middleware sets ``request.LANGUAGE_CODE`` once it has: until then, choose
+    the language as it will, so that a translated route (``path(_("book/"), ...)``)
+    or a language prefix resolves to the view the handler will call.
     """
-    if hasattr(request, "LANGUAGE_CODE") or not _locale_middleware_installed():
-        return translation.get_language()
     # As LocaleMiddleware.process_request chooses it.
     i18n_patterns_used, prefixed_default_language = is_language_prefix_patterns_used(
         urlconf or django_settings.ROOT_URLCONF

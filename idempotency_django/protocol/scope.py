@@ -18,7 +18,7 @@ from django.utils.module_loading import import_string
 
 from idempotency_django.conf import idempotency_settings
 from idempotency_django.protocol.keys import InvalidKey, parse_key
-from idempotency_django.protocol.marks import header
+from idempotency_django.protocol.marks import header, key_header
 
 MAX_LOCATION_LENGTH = 255
 #: Starts the name of a user that is not a model; a model's label never does.
@@ -85,7 +85,8 @@ def default_scope(request: HttpRequest) -> Scope | None:
     if principal is None:
         return None
     location = location_of(request)
-    legacy = legacy_principal_of(user)
+    # A model user (the most common) has no legacy name: no call to find that out.
+    legacy = None if getattr(user, "_meta", None) is not None else legacy_principal_of(user)
     if legacy is not None and _holds(request, legacy, location):
         # A retry of a request 0.1 stored: answer it from that record. Costs
         # one store read per keyed request of such users (docs/security.md).
@@ -126,7 +127,7 @@ def credential_principal(request: HttpRequest, prefix: str, credential: str | by
 def _holds(request: HttpRequest, principal: str, location: str) -> bool:
     from idempotency_django.stores import RecordKey, StoreUnavailable, get_store
 
-    raw_key = header(request, idempotency_settings.HEADER)
+    raw_key = key_header(request, idempotency_settings.HEADER)
     if raw_key is None:
         return False
     try:

@@ -102,7 +102,7 @@ class Busy:
         with waiting_slot(self.attempt.key.digest) as admitted:
             if not admitted:
                 return False
-            self.attempt.log(logging.INFO, "waiting", seconds=round(seconds, 3))
+            self.attempt.log(logging.DEBUG, "waiting", seconds=round(seconds, 3))
             # On a store failure, begin again: the claim then answers 503 if it stays down.
             with contextlib.suppress(StoreUnavailable):
                 self.attempt.store.wait(self.attempt.key, seconds)
@@ -113,7 +113,7 @@ class Busy:
         with waiting_slot(self.attempt.key.digest) as admitted:
             if not admitted:
                 return False
-            self.attempt.log(logging.INFO, "waiting", seconds=round(seconds, 3))
+            self.attempt.log(logging.DEBUG, "waiting", seconds=round(seconds, 3))
             store, key = self.attempt.store, self.attempt.key
             deadline = time.monotonic() + seconds
             for pause in backoff():

@@ -328,7 +328,8 @@ class TaskRun(KeyReservation):
                         self.log(logging.ERROR, "unavailable")
                         raise
                     if claim.outcome is Outcome.CLAIMED:
-                        self.log(logging.INFO, "took_over" if claim.took_over else "reserved")
+                        # The run's one INFO record is its outcome, at its end.
+                        self.log(logging.DEBUG, "took_over" if claim.took_over else "reserved")
                         return self.run_claimed(call)
             except BaseException:
                 self.commit_failed()  # a COMMIT that failed stored nothing: a retry runs
@@ -352,7 +353,7 @@ class TaskRun(KeyReservation):
                 # would hold its locks, and not see the other's reservation commit.
                 self.log(logging.INFO, "conflict", code=TaskInProgress.code)
                 raise TaskInProgress(f"This {self.name} is running in another delivery.")
-            self.log(logging.INFO, "waiting")
+            self.log(logging.DEBUG, "waiting")
             with contextlib.suppress(StoreUnavailable):  # the claim then says it is down
                 self.store.wait(self.key, self.lock_timeout())
 
@@ -402,6 +403,8 @@ class TaskRun(KeyReservation):
 
     def log(self, level: int, event: str, **fields: Any) -> None:
         """The task's name and the key's digest: never the key or the arguments."""
+        if not logger.isEnabledFor(level):
+            return
         # A task's result has no HTTP status: its StoredResponse's is a placeholder.
         fields.pop("status", None)
         fields = {"event": event, "task": self.name, "key_digest": self.digest, **fields}
