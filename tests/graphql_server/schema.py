@@ -70,6 +70,7 @@ class Query:
         return Booking.objects.count()
 
 
+# --8<-- [start:mutation]
 @strawberry.type
 class Mutation:
     @strawberry.mutation(extensions=[Idempotent()])
@@ -78,6 +79,7 @@ class Mutation:
     ) -> BookingOut:
         time.sleep(delay)
         return _book(info.context.request, slot, fail)
+        # --8<-- [end:mutation]
 
     @strawberry.mutation(extensions=[Idempotent()])
     async def book_async(
