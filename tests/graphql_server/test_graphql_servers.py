@@ -61,18 +61,24 @@ def book(server: Server, key: str, slot: str = "09:00", delay: float = 0) -> str
     )
 
 
-def request_bytes(server: Server, user: User, query: str) -> tuple[dict[str, str], bytes]:
+def session(user: User) -> dict[str, str]:
+    """``user``'s session cookie and CSRF token, made once per test in its thread: a
+    connection opened by a client thread would outlive the test."""
+    return servers.logged_in_headers(user)
+
+
+def request_bytes(server: Server, user: dict[str, str], query: str) -> tuple[dict[str, str], bytes]:
     body = json.dumps({"query": query}).encode()
     headers = {
         "Content-Type": "application/json",
         "Content-Length": str(len(body)),
         "Host": f"127.0.0.1:{server.port}",
-        **servers.logged_in_headers(user),
+        **user,
     }
     return headers, body
 
 
-def ask(server: Server, user: User, query: str, timeout: float = 30) -> dict[str, Any]:
+def ask(server: Server, user: dict[str, str], query: str, timeout: float = 30) -> dict[str, Any]:
     headers, body = request_bytes(server, user, query)
     connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=timeout)
     try:
@@ -88,7 +94,7 @@ def codes(answer: dict[str, Any]) -> list[str]:
     return [error["extensions"]["code"] for error in answer.get("errors", [])]
 
 
-def until_answered(server: Server, user: User, query: str) -> dict[str, Any]:
+def until_answered(server: Server, user: dict[str, str], query: str) -> dict[str, Any]:
     """Retry while the key is in progress (as a client honouring the code does)."""
     deadline = time.monotonic() + 15
     while True:
@@ -110,15 +116,16 @@ def bob(transactional_db: None) -> User:
 
 def test_a_storm_of_retries_runs_the_mutation_once(server: Server, alice: User, bob: User) -> None:
     storm = book(server, "storm", delay=0.5)
+    alices = session(alice)
     with ThreadPoolExecutor(8) as pool:
-        answers = list(pool.map(lambda _: ask(server, alice, storm), range(8)))
+        answers = list(pool.map(lambda _: ask(server, alices, storm), range(8)))
     done = [answer for answer in answers if "errors" not in answer]
     assert done, answers
     assert all(codes(a) == ["idempotency_key_in_progress"] for a in answers if a not in done)
     assert all(answer == done[0] for answer in done)  # the waiters, if any, got its answer
-    assert ask(server, alice, storm) == done[0]
+    assert ask(server, alices, storm) == done[0]
     # Bob's key of the same name is his own: his mutation runs, and answers him.
-    bobs = ask(server, bob, book(server, "storm", delay=0.5))
+    bobs = ask(server, session(bob), book(server, "storm", delay=0.5))
     assert bobs["data"][server.mutation]["customer"] == f"auth.user:{bob.pk}"
     assert done[0]["data"][server.mutation]["customer"] == f"auth.user:{alice.pk}"
     assert Booking.objects.filter(owner=alice).count() == 1
@@ -133,16 +140,17 @@ def test_two_mutations_with_two_keys_in_one_request(server: Server, alice: User)
             f'"{second_key}", slot: {{name: "b"}}) {{ id }} }}'
         )
 
-    first = ask(server, alice, both("two"))
+    alices = session(alice)
+    first = ask(server, alices, both("two"))
     assert "errors" not in first, first
-    assert ask(server, alice, both("two")) == first
-    third = ask(server, alice, both("three"))
+    assert ask(server, alices, both("two")) == first
+    third = ask(server, alices, both("three"))
     assert third["data"]["first"] == first["data"]["first"]  # replayed
     assert third["data"]["second"] != first["data"]["second"]  # a new key: it ran
     assert Booking.objects.count() == 3
 
 
-def hang_up(server: Server, user: User, query: str, after: float) -> None:
+def hang_up(server: Server, user: dict[str, str], query: str, after: float) -> None:
     """Send the whole request, then close the socket ``after`` seconds later, unread."""
     headers, body = request_bytes(server, user, query)
     head = f"POST {server.path} HTTP/1.1\r\n" + "".join(
@@ -155,12 +163,12 @@ def hang_up(server: Server, user: User, query: str, after: float) -> None:
 
 
 def test_a_hang_up_mid_mutation_is_never_run_twice(server: Server, alice: User) -> None:
-    query = book(server, "hang-up", delay=0.8)
-    hang_up(server, alice, query, after=0.2)
-    retry = ask(server, alice, query)
+    query, alices = book(server, "hang-up", delay=0.8), session(alice)
+    hang_up(server, alices, query, after=0.2)
+    retry = ask(server, alices, query)
     # The mutation still runs (the hung-up one, or this retry if it claimed first).
     assert codes(retry) in (["idempotency_key_in_progress"], []), retry
-    answer = until_answered(server, alice, query)
+    answer = until_answered(server, alices, query)
     assert answer["data"][server.mutation]["id"] == Booking.objects.get().pk
 
 
@@ -170,13 +178,13 @@ def test_a_clients_retry_after_a_lost_answer_runs_the_mutation_once(
     """The issue's closing evidence: the client gives up waiting for its first answer
     (a read timeout: the answer is lost to it), retries with the same key, and gets
     the result of the one run the database shows."""
-    query = book(server, "lost-answer", slot="10:00", delay=1.0)
+    query, alices = book(server, "lost-answer", slot="10:00", delay=1.0), session(alice)
     with pytest.raises(TimeoutError):
-        ask(server, alice, query, timeout=0.3)
+        ask(server, alices, query, timeout=0.3)
     # The first run goes on without its client (under ASGI too, where Django cancels
     # the view of a client that left): the retry finds it still running.
-    assert codes(ask(server, alice, query)) == ["idempotency_key_in_progress"]
-    answer = until_answered(server, alice, query)
+    assert codes(ask(server, alices, query)) == ["idempotency_key_in_progress"]
+    answer = until_answered(server, alices, query)
     booked = answer["data"][server.mutation]
     row = Booking.objects.get()
     assert (booked["id"], booked["slot"]["name"], row.slot) == (row.pk, "10:00", "10:00")
