@@ -19,6 +19,7 @@ TESTS = Path(__file__).resolve().parent
 SERVICE_PATHS = (
     "hangup/",  # uvicorn, daphne and gunicorn, clients that hang up
     "ninja_server/",  # gunicorn and uvicorn serving the django-ninja API
+    "graphql_server/",  # gunicorn and uvicorn serving the GraphQL mutations
     "reliability/",  # gunicorn, PostgreSQL and Redis of its own (IDEMPOTENCY_RELIABILITY=1)
     "real_stack/test_pgbouncer.py",  # a pgbouncer in front of PostgreSQL
     "test_scale_out.py",  # gunicorn workers, a redis-server cluster, PostgreSQL

@@ -86,6 +86,7 @@ def test_no_module_of_the_package_imports_itself_through_others() -> None:
 INTEGRATIONS = (
     "idempotency_django.drf",
     "idempotency_django.ninja",
+    "idempotency_django.graphql",
     "idempotency_django.webhooks",
     "idempotency_django.tasks",
     "idempotency_django.admin",

@@ -294,7 +294,10 @@ async def aprotect(
 
 
 def begin(
-    request: HttpRequest, options: ViewOptions = ViewOptions()
+    request: HttpRequest,
+    options: ViewOptions = ViewOptions(),
+    *,
+    read_key: Callable[[HttpRequest], str | None] | None = None,
 ) -> Attempt | Busy | HttpResponseBase | None:
     """Decide what a request gets before its view runs.
 
@@ -305,6 +308,9 @@ def begin(
     request; run the view, then ``finish`` or ``abort`` the attempt. A
     :class:`Busy`: another request holds the key and the view waits for it
     (``WAIT_FOR_IN_PROGRESS``); :func:`run` handles it.
+
+    ``read_key`` reads the raw key where a door keeps it other than in the ``HEADER``
+    header (a GraphQL mutation's argument); None from it: the request has no key.
     """
     settings = idempotency_settings
     if (
@@ -313,7 +319,7 @@ def begin(
         or getattr(getattr(request, "_request", request), ACTIVE_ATTRIBUTE, False)
     ):
         return None
-    raw_key = key_header(request, settings.HEADER)
+    raw_key = key_header(request, settings.HEADER) if read_key is None else read_key(request)
     if raw_key is None:
         if option(options.required, settings.REQUIRED):
             return refuse(request, problems.KEY_MISSING)
