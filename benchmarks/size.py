@@ -29,6 +29,8 @@ AREAS: list[tuple[str, int, tuple[str, ...]]] = [
     ("stores", 1640, ("stores/*",)),
     ("DRF", 170, ("drf/*",)),
     ("ninja", 300, ("ninja/*",)),
+    # Issue 39's own budget for it: about 300 lines.
+    ("GraphQL", 300, ("graphql/*",)),
     ("webhooks", 450, ("webhooks/*",)),
     ("tasks and their adapters", 380, ("tasks/*", "contrib/celery.py", "contrib/django_tasks.py")),
     (
