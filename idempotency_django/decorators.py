@@ -41,6 +41,7 @@ class IdempotentOptions(TypedDict, total=False):
     fingerprint: Callable[[Any], str] | str | None
     scope: Callable[[Any], Any] | str | None
     retain: Callable[[Any, Any, Any], bool] | str | None
+    window: int | None
 
 
 @overload
@@ -66,7 +67,10 @@ def idempotent(view: Any = None, **options: Unpack[IdempotentOptions]) -> Any:
     example [`json_fields`][idempotency_django.protocol.fingerprint.json_fields]. ``retain``:
     a function ``(request, response, exception) -> bool`` (or its dotted path) that
     says whether an answer is kept, used instead of ``RETAIN_FUNCTION`` (a 5xx never
-    is). Each defaults to the ``IDEMPOTENCY`` setting.
+    is). ``window``: seconds in which an authenticated request that carries no key
+    gets the answer of the same request (method, path, body) its principal sent
+    before, or ``409`` while that one runs: for clients that mint no key. Each
+    other option defaults to the ``IDEMPOTENCY`` setting.
     """
     view_options = ViewOptions(**options)
 

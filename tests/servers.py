@@ -135,12 +135,14 @@ def logged_in_headers(user: AbstractBaseUser) -> dict[str, str]:
     }
 
 
-def post(url: str, body: bytes, headers: Mapping[str, str]) -> tuple[int, dict[str, str], bytes]:
+def post(
+    url: str, body: bytes, headers: Mapping[str, str], timeout: float = 30
+) -> tuple[int, dict[str, str], bytes]:
     """POST ``body`` to a real server: the status, headers and body of its answer, an
     error status's included."""
     request = urllib.request.Request(url, data=body, method="POST", headers=dict(headers))
     try:
-        with urllib.request.urlopen(request, timeout=30) as response:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
             return response.status, dict(response.headers), response.read()
     except urllib.error.HTTPError as error:
         return error.code, dict(error.headers), error.read()

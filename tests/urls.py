@@ -18,6 +18,7 @@ router.register(
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("plain/bookings/", views.create_booking),
+    path("window/bookings/", views.windowed_booking),
     path("plain/token-bookings/", views.token_booking),
     path("plain/no-response/", views.returns_no_response),
     path("plain/no-response-atomic/", views.atomic_returns_no_response),

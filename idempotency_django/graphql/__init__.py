@@ -90,12 +90,14 @@ class Idempotent(FieldExtension):
         retention: int | None = None,
         wait_for_in_progress: float | None = None,
         scope: Callable[[HttpRequest], Scope | None] | str | None = None,
+        window: int | None = None,
     ) -> None:
         self.options = ViewOptions(
             required=required,
             retention=retention,
             wait_for_in_progress=wait_for_in_progress,
             scope=scope,
+            window=window,
         )
         self.field: StrawberryField | None = None
         self.adds_argument = True

@@ -44,6 +44,9 @@ from idempotency_django.stores import (
     StoreUnavailable,
 )
 
+#: On a replay that the duplicate window made (the request carried no key): its seconds.
+WINDOW_HEADER = "Idempotency-Window"
+
 
 class Attempt(KeyReservation):
     """One claim of a key: :meth:`claim` it, then :meth:`finish` or :meth:`abort`.
@@ -69,6 +72,8 @@ class Attempt(KeyReservation):
         self.attempt = "retry"
         #: Who the request was authenticated as when the key was claimed.
         self.authenticated_as: tuple[Any, Any, Any] = (None, None, None)
+        #: The view's window, when the request carried no key and its fingerprint is it.
+        self.window: int | None = None
 
     def retention(self) -> int:
         return option(self.options.retention, idempotency_settings.RETENTION)
@@ -147,6 +152,8 @@ class Attempt(KeyReservation):
             self.log(logging.INFO, "replayed", status=claim.response.status)
             self.send(signals.replayed, status=claim.response.status)
             replay = replay_response(claim.response)
+            if self.window is not None:
+                replay[WINDOW_HEADER] = str(self.window)  # not a key's replay: the window's
             hook = idempotency_settings.REPLAY_HOOK
             return hook(self.request, replay) if hook is not None else replay
         if claim.outcome is Outcome.REUSED:
@@ -187,7 +194,7 @@ class Attempt(KeyReservation):
     def echo_key(self, response: HttpResponseBase) -> None:
         """Name the key on the answer when ``MARKER_HEADERS["KEY_ECHO"]`` asks for it."""
         header = idempotency_settings.MARKER_HEADERS.key_echo
-        if header:
+        if header and self.window is None:  # a window's key is no key the client sent
             response[header] = self.key.key
 
     def finish(self, response: HttpResponseBase) -> HttpResponseBase:

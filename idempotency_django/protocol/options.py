@@ -65,9 +65,13 @@ class ViewOptions:
     scope: Callable[[HttpRequest], Scope | None] | str | None = None
     #: A function (or its dotted path) used instead of ``RETAIN_FUNCTION``.
     retain: RetainFunction | str | None = None
+    #: Seconds in which an authenticated request without a key is answered as the same
+    #: request of its principal was (its fingerprint is its key). None: no window.
+    window: int | None = None
 
     def __post_init__(self) -> None:
         check_retention(self.retention)
+        check_retention(self.window)
 
 
 def scope_of(request: HttpRequest, options: ViewOptions) -> Scope | None:

@@ -47,6 +47,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -293,6 +295,10 @@ async def aprotect(
 # -- phase 1 --------------------------------------------------------------------
 
 
+#: The key of a keyless request under a view's ``window``: this, then its fingerprint.
+WINDOW_KEY_PREFIX = "window:"
+
+
 def begin(
     request: HttpRequest,
     options: ViewOptions = ViewOptions(),
@@ -320,18 +326,25 @@ def begin(
     ):
         return None
     raw_key = key_header(request, settings.HEADER) if read_key is None else read_key(request)
+    key: str | None = None
     if raw_key is None:
         if option(options.required, settings.REQUIRED):
             return refuse(request, problems.KEY_MISSING)
-        return None
-    decide(request, "protected")
-    try:
-        key = parse_key(raw_key)
-    except InvalidKey as exc:
-        log(logging.INFO, "rejected", request, code=problems.KEY_INVALID)
-        return refuse(request, problems.KEY_INVALID, detail=exc.translated(gettext))
-
-    scope = scope_of(request, options)
+        if options.window is None:
+            return None
+        # The duplicate window: the request's fingerprint will be its key, in the
+        # scope of an authenticated principal only (never a guest's session).
+        scope = function(options.scope, settings.SCOPE_FUNCTION)(request)
+        if scope is None:
+            return None
+    else:
+        decide(request, "protected")
+        try:
+            key = parse_key(raw_key)
+        except InvalidKey as exc:
+            log(logging.INFO, "rejected", request, code=problems.KEY_INVALID)
+            return refuse(request, problems.KEY_INVALID, detail=exc.translated(gettext))
+        scope = scope_of(request, options)
     if scope is None:
         if settings.ANONYMOUS == "reject":
             return refuse(request, problems.AUTHENTICATION_REQUIRED)
@@ -348,10 +361,19 @@ def begin(
     try:
         prepare_body(request)
         fingerprint = function(options.fingerprint, settings.FINGERPRINT_FUNCTION)(request)
-    except RawPostDataException:
+    except (RawPostDataException, BodyRefused) as exc:
+        if key is None:
+            return None  # a keyless request the window cannot hold runs as it would without
+        if isinstance(exc, BodyRefused):
+            return exc.answer(request)
         return refuse(request, problems.BODY_UNAVAILABLE)
-    except BodyRefused as exc:
-        return exc.answer(request)
+    window = None
+    if key is None:
+        decide(request, "protected")
+        # Hashed: a project's fingerprint function may return more than a key holds.
+        digest = hashlib.sha256(fingerprint.encode()).hexdigest()
+        key, window = WINDOW_KEY_PREFIX + digest, options.window
+        options = dataclasses.replace(options, retention=window)
     info = RequestInfo(
         method=str(request.method),
         path=request.path,
@@ -359,6 +381,7 @@ def begin(
         request_id=request_id(request),
     )
     attempt = Attempt(request, RecordKey(scope.principal, scope.location, key), info, options)
+    attempt.window = window
     outcome = attempt.claim()
     if isinstance(outcome, HttpResponseBase):
         attempt.echo_key(outcome)

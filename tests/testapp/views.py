@@ -82,6 +82,18 @@ def create_booking(request: HttpRequest) -> HttpResponseBase:
     return response
 
 
+@idempotent(window=2)
+def windowed_booking(request: HttpRequest) -> HttpResponse:
+    """A form a browser may submit twice, or an agent's tool may retry, with no key:
+    the same request of the same user within 2 s is answered as the first was."""
+    booking = Booking.objects.create(
+        slot=request.POST.get("slot", ""),
+        owner=request.user if request.user.is_authenticated else None,
+    )
+    _apply_test_controls(request)
+    return JsonResponse({"id": booking.pk}, status=201)
+
+
 @idempotency_exempt
 def exempt_booking(request: HttpRequest) -> HttpResponse:
     booking = Booking.objects.create(slot="exempt")
