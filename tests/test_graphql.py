@@ -180,3 +180,14 @@ def test_the_async_view_runs_async_and_sync_resolvers_once(alice: User) -> None:
     assert "errors" not in counted[0], counted[0]
     assert counted[0] == counted[1]
     assert Booking.objects.count() == 2
+
+
+def test_a_keyless_call_within_the_window_is_answered_once(
+    alice_client: Client, bob_client: Client
+) -> None:
+    """Issue 39, part 2, for the GraphQL marker: no key, the same field and arguments."""
+    call = 'mutation { countWindowed(slot: "w") }'
+    first, again = graphql(alice_client, call), graphql(alice_client, call)
+    assert again["data"] == first["data"] and "errors" not in again
+    assert graphql(bob_client, call)["data"] != first["data"]  # another user's own
+    assert Booking.objects.count() == 2

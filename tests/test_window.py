@@ -9,6 +9,7 @@ and the window's edge.
 
 from __future__ import annotations
 
+import json
 import time
 import urllib.error
 import urllib.parse
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client, override_settings
+from rest_framework.test import APIClient
 
 from idempotency_django import ViewOptions
 from tests import servers
@@ -78,6 +80,17 @@ def test_past_the_window_the_same_request_runs_again(alice_client: Client) -> No
     time.sleep(2.2)
     assert "Idempotency-Replayed" not in submit(alice_client)
     assert Booking.objects.count() == 2
+
+
+def test_the_same_option_on_a_drf_viewset(alice: User) -> None:
+    api = APIClient()
+    api.force_authenticate(alice)
+    body = json.dumps({"slot": "2026-07-30T09:00:00Z"})
+    first, again = (
+        api.post("/api/windowed-bookings/", body, content_type="application/json") for _ in range(2)
+    )
+    assert first.status_code == 201 and again["Idempotency-Window"] == "2"
+    assert again.json() == first.json() and Booking.objects.count() == 1
 
 
 def test_a_window_is_whole_seconds_from_one() -> None:

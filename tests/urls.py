@@ -10,6 +10,7 @@ router = SimpleRouter()
 router.register("bookings", views.BookingViewSet, basename="booking")
 router.register("mixin-bookings", views.MixinBookingViewSet, basename="mixin-booking")
 router.register("unprotected-bookings", views.UnprotectedBookingViewSet, basename="unprotected")
+router.register("windowed-bookings", views.WindowedBookingViewSet, basename="windowed")
 router.register("strict-bookings", views.StrictBookingViewSet, basename="strict")
 router.register(
     "decorated-mixin-bookings", views.DecoratedMixinBookingViewSet, basename="decorated-mixin"

@@ -206,6 +206,12 @@ class UnprotectedBookingViewSet(_BookingViewSetBase):
     pass
 
 
+class WindowedBookingViewSet(IdempotentMixin, _BookingViewSetBase):
+    """For API clients that mint no key: the same request within 2 s is answered once."""
+
+    idempotency_options = ViewOptions(window=2)
+
+
 class StrictBookingViewSet(BookingViewSet):
     """A subclass of a decorated viewset with options of its own."""
 
