@@ -17,7 +17,9 @@ if not apps.ready:  # the worker; the test process is set up already
 REDIS_URL = os.environ.get("TESTS_REDIS_URL", "redis://127.0.0.1:6379/15")
 #: The worker's broker: Redis, or RabbitMQ (``amqp://...``) when the test says so.
 BROKER_URL = os.environ.get("TESTS_BROKER_URL", REDIS_URL)
-QUEUE = "idempotency-django-tests"
+#: The test process names it for its own workers (worker_env passes it on): a worker
+#: another run left behind, still consuming, never takes this run's tasks.
+QUEUE = os.environ.get("TESTS_CELERY_QUEUE", "idempotency-django-tests")
 
 app = Celery("tests")
 app.conf.update(

@@ -40,6 +40,10 @@ STORES: dict[str, dict[str, object]] = {
 }
 
 
+#: This run's queue (tests/celery_app.py reads it), set before the app is first imported.
+os.environ.setdefault("TESTS_CELERY_QUEUE", f"idempotency-django-tests-{os.getpid()}")
+
+
 def worker_env(idempotency: dict[str, object]) -> dict[str, str]:
     return {
         **os.environ,
