@@ -133,7 +133,7 @@ class Idempotent(FieldExtension):
 
         def call(_request: HttpRequest) -> HttpResponse:
             result = next_(source, info, **self.resolver_arguments(kwargs))
-            ran.append((_as_response(result), result))
+            ran.append((self.as_response(result), result))
             return ran[0][0]
 
         view = getattr(request.resolver_match, "func", None)
@@ -148,7 +148,7 @@ class Idempotent(FieldExtension):
 
         async def call(_request: HttpRequest) -> HttpResponse:
             result = await next_(source, info, **self.resolver_arguments(kwargs))
-            ran.append((_as_response(result), result))
+            ran.append((await sync_to_async(self.as_response)(result), result))
             return ran[0][0]
 
         return self.answer(await arun(request, options, call, begin_phase), ran)
@@ -172,6 +172,22 @@ class Idempotent(FieldExtension):
         if _protected_fields(info) == 1:
             return request, options, begin  # the key may be in the header
         return request, options, functools.partial(begin, read_key=_no_key)
+
+    def as_response(self, result: Any) -> HttpResponse:
+        """The resolver's result as the answer the protocol keeps (a 200 of its JSON),
+        read through the field's declared type: a model instance under a
+        strawberry-django type is kept as that type's fields."""
+        assert self.field is not None
+        try:
+            body = _json(_kept(self.field.type, result))
+        except (TypeError, ValueError, RecursionError) as exc:
+            # Raised in the attempt: its key is given back, its savepoint rolled back.
+            raise TypeError(
+                f"An idempotent mutation returned {type(result).__name__}, which cannot be "
+                "kept for its retries: return what the field's type declares, with fields "
+                "that are JSON, enums, dates, decimals or UUIDs."
+            ) from exc
+        return HttpResponse(body, content_type="application/json")
 
     def resolver_arguments(self, kwargs: dict[str, Any]) -> dict[str, Any]:
         if self.adds_argument:
@@ -280,18 +296,28 @@ def _fingerprint(parent: str, field: str, arguments: dict[str, Any]) -> str:
     return keyed_digest(lambda: [canonical])
 
 
-def _as_response(result: Any) -> HttpResponse:
-    """The resolver's result as the answer the protocol keeps (a 200 of its JSON)."""
-    try:
-        body = _json(result)
-    except (TypeError, ValueError, RecursionError) as exc:
-        # Raised in the attempt: its key is given back, its savepoint rolled back.
-        raise TypeError(
-            f"An idempotent mutation returned {type(result).__name__}, which cannot be kept "
-            "for its retries: return a Strawberry type (or JSON) whose fields are JSON, "
-            "enums, dates, decimals or UUIDs."
-        ) from exc
-    return HttpResponse(body, content_type="application/json")
+def _kept(kind: Any, value: Any) -> Any:
+    """``value`` as the field's type ``kind`` shows it: a Strawberry (or strawberry-django)
+    type's fields without a resolver of their own, read by name (a model's attributes)."""
+    if value is None:
+        return None
+    if isinstance(kind, StrawberryOptional):
+        return _kept(kind.of_type, value)
+    if isinstance(kind, StrawberryList):
+        return [_kept(kind.of_type, item) for item in value]
+    definition = get_object_definition(kind)
+    if definition is None:
+        return value  # a scalar or an enum: _json writes it
+    return {
+        field.python_name: _kept(field.type, getattr(value, _attribute(field)))
+        for field in definition.fields
+        if field.base_resolver is None
+    }
+
+
+def _attribute(field: StrawberryField) -> str:
+    """Where a type's field reads its value: a strawberry-django field's model attribute."""
+    return str(getattr(field, "django_name", None) or field.python_name)
 
 
 #: Scalars stored as text, read back for their Strawberry scalar.
