@@ -33,6 +33,18 @@ SERVICE_PATHS = (
 )
 #: Fixtures that start a real server (test_async.py, test_client.py).
 SERVICE_FIXTURES = frozenset({"uvicorn_server", "server", "storeless_server"})
+#: Tests that run on a database of their own, never the test database: the example
+#: project's SQLite file, or a fresh startproject's. The SQLite run covers them; under
+#: TEST_DATABASE=postgres or mariadb they would only run again unchanged (CI's time).
+OWN_DATABASE_PATHS = (
+    "test_example_project.py",
+    "test_example_browser.py",
+    "test_example_openapi.py",
+    "test_quickstart.py::test_the_settings_lines_work_in_a_fresh_project",
+    "test_quickstart.py::test_the_quickstart_pasted_into_a_fresh_project",
+)
+#: test_client.py's example-project servers.
+OWN_DATABASE_FIXTURES = {"test_client.py": frozenset({"server", "storeless_server"})}
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -49,12 +61,23 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    from django.conf import settings
+
+    another_database = getattr(settings, "TEST_DATABASE", "sqlite") != "sqlite"
     for item in items:
         relative = item.path.resolve().relative_to(TESTS).as_posix()
-        if relative.startswith(SERVICE_PATHS) or SERVICE_FIXTURES & set(
-            getattr(item, "fixturenames", ())
-        ):
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if relative.startswith(SERVICE_PATHS) or SERVICE_FIXTURES & fixtures:
             item.add_marker(pytest.mark.services)
+        if another_database and _own_database(relative, item.name, fixtures):
+            item.add_marker(pytest.mark.skip(reason="a database of its own: the SQLite run"))
+
+
+def _own_database(relative: str, name: str, fixtures: set[str]) -> bool:
+    node = f"{relative}::{name.split('[')[0]}"
+    return node.startswith(OWN_DATABASE_PATHS) or bool(
+        OWN_DATABASE_FIXTURES.get(relative, frozenset()) & fixtures
+    )
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:

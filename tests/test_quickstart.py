@@ -129,10 +129,6 @@ def walkthrough() -> list[tuple[str, str]]:
 
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
-@pytest.mark.skipif(
-    os.environ.get("TEST_DATABASE", "sqlite") != "sqlite",
-    reason="the fresh project has its own SQLite database: once per CI run",
-)
 def test_the_quickstart_pasted_into_a_fresh_project(tmp_path: Path) -> None:
     """Every block of docs/quickstart.md's walkthrough, pasted in order into an empty
     directory; the server it starts is real (runserver), and so is curl."""
