@@ -586,3 +586,19 @@ def test_the_package_imports_without_ninja() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
+
+
+def test_the_duplicate_window_answers_a_keyless_retry_by_the_same_principal(
+    alice_token: str, bob_token: str
+) -> None:
+    """``window=`` on a ninja operation: scoped by ninja's ``request.auth``, not the session."""
+    client = Client()
+    first = post(client, "/ninja/windowed-bookings", key=None, token=alice_token)
+    again = post(client, "/ninja/windowed-bookings", key=None, token=alice_token)
+    assert (first.status_code, again.status_code) == (201, 201)
+    assert again.content == first.content
+    assert again["Idempotency-Replayed"] == "true" and again["Idempotency-Window"] == "2"
+    bobs = post(client, "/ninja/windowed-bookings", key=None, token=bob_token)
+    other = post(client, "/ninja/windowed-bookings", key=None, slot="b", token=alice_token)
+    assert "Idempotency-Replayed" not in bobs and "Idempotency-Replayed" not in other
+    assert rows() == 3

@@ -297,6 +297,13 @@ def unprotected(request: HttpRequest, payload: BookingIn) -> Any:
 
 
 # A router protected as a whole; one operation with its own options, one exempt.
+@api.post("/windowed-bookings", response={201: BookingOut})
+@idempotent(window=2)
+def windowed_booking(request: HttpRequest, payload: BookingIn) -> Any:
+    """A keyless retry of the same booking by the same token's user, within 2 s, replays."""
+    return Status(201, book(request, payload.slot))
+
+
 router = Router()
 router.add_decorator(idempotent(), mode="view")
 
