@@ -111,6 +111,21 @@ def running(
             stop(server)
 
 
+@contextlib.contextmanager
+def test_project_on_uvicorn(settings: str = "tests.settings", **environment: str) -> Iterator[str]:
+    """The test project (``tests.asgi``) with the ``settings`` module, served by a real
+    uvicorn with ``environment`` added; yields its base URL."""
+    import pytest
+
+    pytest.importorskip("uvicorn")
+    with running(
+        lambda port: uvicorn("tests.asgi:application", port),
+        {"DJANGO_SETTINGS_MODULE": settings, **environment},
+        what="uvicorn",
+    ) as port:
+        yield f"http://127.0.0.1:{port}"
+
+
 def stop(process: subprocess.Popen[bytes] | subprocess.Popen[str]) -> None:
     """Ask ``process`` to exit; kill it if it has not within 15 s."""
     process.terminate()

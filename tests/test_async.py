@@ -115,13 +115,8 @@ def test_concurrent_async_requests_run_once(aclient: AsyncClient) -> None:
 
 @pytest.fixture
 def uvicorn_server(transactional_db: None) -> Iterator[str]:
-    pytest.importorskip("uvicorn")
-    with servers.running(
-        lambda port: servers.uvicorn("tests.asgi:application", port),
-        {"DJANGO_SETTINGS_MODULE": "tests.settings"},
-        what="uvicorn",
-    ) as port:
-        yield f"http://127.0.0.1:{port}"
+    with servers.test_project_on_uvicorn() as url:
+        yield url
 
 
 def test_same_key_storm_against_a_real_asgi_server(uvicorn_server: str, django_user_model) -> None:  # type: ignore[no-untyped-def]

@@ -343,16 +343,10 @@ def test_the_retry_client_example_sends_the_derived_key_and_retries_with_it(
 
 @pytest.fixture
 def uvicorn_server(transactional_db: None, provider: tuple[Provider, str]) -> Iterator[str]:
-    pytest.importorskip("uvicorn")
-    with servers.running(
-        lambda port: servers.uvicorn("tests.asgi:application", port),
-        {
-            "DJANGO_SETTINGS_MODULE": "tests.downstream_settings",
-            "TESTS_PROVIDER_URL": provider[1] + "/v1/charges",
-        },
-        what="uvicorn",
-    ) as port:
-        yield f"http://127.0.0.1:{port}"
+    with servers.test_project_on_uvicorn(
+        "tests.downstream_settings", TESTS_PROVIDER_URL=provider[1] + "/v1/charges"
+    ) as url:
+        yield url
 
 
 def test_a_retry_after_a_lost_answer_charges_once(

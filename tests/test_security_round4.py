@@ -38,17 +38,13 @@ NEW_SECRET = "round4-new-secret-key-" + "b" * 40
 @contextlib.contextmanager
 def round4_server(log: Path, **environment: str) -> Iterator[str]:
     """uvicorn on the test project with tests/round4_settings.py; yields its base URL."""
-    pytest.importorskip("uvicorn")
-    env = {
-        "DJANGO_SETTINGS_MODULE": "tests.round4_settings",
-        "ROUND4_ENCRYPTION_KEY": ENCRYPTION_KEY,
-        "ROUND4_LOG": str(log),
+    with servers.test_project_on_uvicorn(
+        "tests.round4_settings",
+        ROUND4_ENCRYPTION_KEY=ENCRYPTION_KEY,
+        ROUND4_LOG=str(log),
         **environment,
-    }
-    with servers.running(
-        lambda port: servers.uvicorn("tests.asgi:application", port), env, what="uvicorn"
-    ) as port:
-        yield f"http://127.0.0.1:{port}"
+    ) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

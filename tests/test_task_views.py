@@ -20,16 +20,13 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def server(transactional_db: None) -> Iterator[str]:
-    pytest.importorskip("uvicorn")
     pytest.importorskip("django_tasks_db")
     skip_without_redis()
     raw_client().flushdb()
-    with servers.running(
-        lambda port: servers.uvicorn("tests.asgi:application", port),
-        {"DJANGO_SETTINGS_MODULE": "tests.task_view_settings", "TESTS_REDIS_URL": REDIS_URL},
-        what="uvicorn",
-    ) as port:
-        yield f"http://127.0.0.1:{port}"
+    with servers.test_project_on_uvicorn(
+        "tests.task_view_settings", TESTS_REDIS_URL=REDIS_URL
+    ) as url:
+        yield url
     raw_client().flushdb()
 
 

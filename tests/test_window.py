@@ -96,13 +96,8 @@ def test_a_window_is_whole_seconds_from_one() -> None:
 
 @pytest.fixture(scope="module")
 def server(django_db_setup: None) -> Iterator[str]:
-    pytest.importorskip("uvicorn")
-    with servers.running(
-        lambda port: servers.uvicorn("tests.asgi:application", port),
-        {"DJANGO_SETTINGS_MODULE": "tests.settings"},
-        what="uvicorn",
-    ) as port:
-        yield f"http://127.0.0.1:{port}"
+    with servers.test_project_on_uvicorn() as url:
+        yield url
 
 
 def form(user: User, slot: str) -> tuple[bytes, dict[str, str]]:
