@@ -1,12 +1,8 @@
 """Keys for the calls a protected view makes to other ``Idempotency-Key`` APIs.
 
-A view that charges a card through a payment provider must send the provider
-the same key on every retry of its own request, or a retry after a lost
-answer charges twice; and another key for any other request, or the provider
-takes it for the first one. ``downstream_key`` derives that key from the key
-the request holds (its scope and the client's key), the request's fingerprint
-and a name the view gives the call: the same for every attempt at the request,
-a takeover included, and nothing a third party can learn the client's key from.
+A view that charges a card must send the provider the same key on every retry of
+its own request (or a retry after a lost answer charges twice), and another key
+for any other request (or the provider takes it for the first one).
 """
 
 from __future__ import annotations
@@ -37,14 +33,12 @@ class NotProtected(RuntimeError):
 def downstream_key(request: HttpRequest, name: str) -> str:
     """The ``Idempotency-Key`` for the call ``name`` that this protected request makes.
 
-    An HMAC-SHA256 (64 hexadecimal characters), keyed with a secret derived
-    from ``SECRET_KEY``, of the request's scope (principal and location), its
-    client's key, its fingerprint and ``name``: the same on every retry and
-    after a takeover, different for each principal, location, key, request
-    (another body, path or method) and name, and revealing none of them.
-    ``request`` is the one the view got (Django's, DRF's or ninja's). Raises
-    [`NotProtected`][idempotency_django.downstream.NotProtected] when the
-    request holds no key.
+    An HMAC-SHA256 (64 hexadecimal characters), keyed with a secret derived from
+    ``SECRET_KEY``, of the request's scope, its client's key, its fingerprint and
+    ``name``: the same on every retry and after a takeover, different for anything
+    else, and revealing none of them. ``request`` is the one the view got (Django's,
+    DRF's or ninja's). Raises [`NotProtected`][idempotency_django.downstream.NotProtected]
+    when the request holds no key.
     """
     if not name:
         raise ValueError("downstream_key needs the name of the call, e.g. 'charge'.")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter
@@ -79,41 +80,20 @@ def _uid(receiver: Any) -> str:
     return f"idempotency_django.contrib.prometheus.{receiver.__name__}"
 
 
-def _count(decision: str, code: str = "", reason: str = "") -> None:
-    counter = _counter
-    if counter is not None:
-        counter.labels(decision=decision, code=code, reason=reason).inc()
+def _counting(decision: str) -> Callable[..., None]:
+    # Only ``conflict`` sends a code and only ``released`` a reason: the other
+    # decisions' labels stay empty.
+    def receiver(sender: Any, *, code: str = "", reason: str = "", **kwargs: Any) -> None:
+        counter = _counter
+        if counter is not None:
+            counter.labels(decision=decision, code=str(code), reason=str(reason)).inc()
+
+    receiver.__name__ = f"_on_{decision}"
+    return receiver
 
 
-def _on_reserved(sender: Any, **kwargs: Any) -> None:
-    _count("reserved")
-
-
-def _on_replayed(sender: Any, **kwargs: Any) -> None:
-    _count("replayed")
-
-
-def _on_conflict(sender: Any, *, code: str = "", **kwargs: Any) -> None:
-    _count("conflict", code=str(code))
-
-
-def _on_stored(sender: Any, **kwargs: Any) -> None:
-    _count("stored")
-
-
-def _on_released(sender: Any, *, reason: str = "", **kwargs: Any) -> None:
-    _count("released", reason=str(reason))
-
-
-def _on_unavailable(sender: Any, **kwargs: Any) -> None:
-    _count("unavailable")
-
-
-_RECEIVERS = (
-    (signals.reserved, _on_reserved),
-    (signals.replayed, _on_replayed),
-    (signals.conflict, _on_conflict),
-    (signals.stored, _on_stored),
-    (signals.released, _on_released),
-    (signals.unavailable, _on_unavailable),
+#: Each signal counts as the decision of its own name.
+_RECEIVERS = tuple(
+    (getattr(signals, decision), _counting(decision))
+    for decision in ("reserved", "replayed", "conflict", "stored", "released", "unavailable")
 )
