@@ -183,7 +183,7 @@ def check_settings(**kwargs: Any) -> list[checks.CheckMessage]:
     messages = list(_setting_problems(user, merged))
     if any(message.level >= checks.ERROR for message in messages):
         return messages
-    return messages + _check_store()
+    return messages + _check_store(merged)
 
 
 def _setting_problems(
@@ -222,10 +222,10 @@ def _setting_problems(
             "stored or replayed.",
             "E008",
         )
-    for name in sorted({*IMPORT_STRINGS, "STORE"}):
-        if isinstance(value := merged[name], str):
+    for name in sorted(IMPORT_STRINGS):
+        if isinstance(merged[name], str):
             try:
-                import_string(STORE_ALIASES.get(value, value) if name == "STORE" else value)
+                import_string(merged[name])
             except ImportError as exc:
                 yield _error(f"{SETTING_NAME}[{name!r}] cannot be imported: {exc}", "E009")
     if "REQUIRED_PATHS" in typed:
@@ -340,7 +340,11 @@ def _check_encryption_keys(key: Any, fallbacks: Any) -> Iterator[checks.CheckMes
         )
 
 
-def _check_store() -> list[checks.CheckMessage]:
+def _check_store(merged: dict[str, Any]) -> list[checks.CheckMessage]:
+    try:
+        import_string(STORE_ALIASES.get(merged["STORE"], merged["STORE"]))
+    except ImportError as exc:
+        return [_error(f"{SETTING_NAME}['STORE'] cannot be imported: {exc}", "E009")]
     from idempotency_django.stores import get_store
 
     try:
