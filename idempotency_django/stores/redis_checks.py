@@ -54,6 +54,13 @@ def redis_store_checks(alias: str, client: Callable[[], Any]) -> Iterator[checks
             hint="Keep a limit (the default is 1 MiB).",
             id="idempotency_django.W021",
         )
+    errors = list(_configuration_errors(where, config))
+    yield from errors
+    if not errors:
+        yield from _eviction_checks(where, client)
+
+
+def _configuration_errors(where: str, config: dict[str, Any]) -> Iterator[checks.CheckMessage]:
     backend = str(config.get("BACKEND", ""))
     options = config.get("OPTIONS") or {}
     pool_kwargs = options.get("CONNECTION_POOL_KWARGS") or {}
@@ -64,9 +71,7 @@ def redis_store_checks(alias: str, client: Callable[[], Any]) -> Iterator[checks
         for suspect in (options.get("REDIS_CLIENT_CLASS"), pool_kwargs.get("connection_class"))
         if suspect is not None
     )
-    usable = True
     if not _is_django_redis(backend):
-        usable = False
         yield checks.Error(
             f"{where}, whose BACKEND {backend!r} is not django-redis.",
             hint=f"The Redis store needs BACKEND {DJANGO_REDIS_BACKEND!r} "
@@ -74,7 +79,6 @@ def redis_store_checks(alias: str, client: Callable[[], Any]) -> Iterator[checks
             id="idempotency_django.E020",
         )
     if not settings.DEBUG and (backend in NOT_SHARED_BACKENDS or fake):
-        usable = False
         yield checks.Error(
             f"{where}, which is not shared between processes: each worker would "
             "see only its own reservations and run duplicates.",
@@ -82,21 +86,17 @@ def redis_store_checks(alias: str, client: Callable[[], Any]) -> Iterator[checks
             id="idempotency_django.E021",
         )
     if client_class.endswith("ShardClient"):
-        usable = False
         yield checks.Error(
             f"{where}, whose CLIENT_CLASS {client_class!r} has no raw client.",
             hint="Use DefaultClient or SentinelClient (or a cluster client).",
             id="idempotency_django.E022",
         )
     if pool_kwargs.get("decode_responses"):
-        usable = False
         yield checks.Error(
             f"{where}, whose connections decode responses; stored bodies are bytes.",
             hint="Remove decode_responses from CONNECTION_POOL_KWARGS.",
             id="idempotency_django.E022",
         )
-    if usable:
-        yield from _eviction_checks(where, client)
 
 
 def _eviction_checks(where: str, client: Callable[[], Any]) -> Iterator[checks.CheckMessage]:
