@@ -17,25 +17,9 @@ from django.shortcuts import resolve_url
 from django.urls import NoReverseMatch, get_resolver, reverse
 from django.utils.module_loading import import_string
 
-from idempotency_django.conf import (
-    DEFAULT_MAX_RUN_TIME,
-    DEFAULTS,
-    FORBIDDEN_REPLAY_HEADERS,
-    IMPORT_STRINGS,
-    REMOVED_SETTINGS,
-    SETTING_NAME,
-    STORE_ALIASES,
-    IdempotencySettings,
-    idempotency_settings,
-    read_heartbeat,
-)
-from idempotency_django.protocol.marks import (
-    NINJA_OPTIONS_ATTRIBUTE,
-    PROTECTED_ATTRIBUTE,
-    _ninja_operations,
-    is_ninja_view,
-    unprotected_ninja_methods,
-)
+from idempotency_django import conf
+from idempotency_django.conf import DEFAULTS, SETTING_NAME, idempotency_settings
+from idempotency_django.protocol import marks
 from idempotency_django.protocol.options import MAX_SECONDS
 from idempotency_django.protocol.retention import retain_successes
 from idempotency_django.protocol.routes import walk_patterns
@@ -58,17 +42,11 @@ def _is_number(value: Any, types: type | tuple[type, ...] = (int, float)) -> boo
 
 
 def _is_heartbeat(value: Any) -> bool:
-    return (
-        value is None
-        or _is_number(value)
-        or (
-            isinstance(value, dict)
-            and "INTERVAL" in value
-            and set(value) <= {"INTERVAL", "MAX_RUN_TIME"}
-            and _is_number(value["INTERVAL"])
-            and _is_number(value.get("MAX_RUN_TIME", DEFAULT_MAX_RUN_TIME), int)
-        )
-    )
+    if not isinstance(value, dict):
+        return value is None or _is_number(value)
+    max_run_time = value.get("MAX_RUN_TIME", conf.DEFAULT_MAX_RUN_TIME)
+    has_its_keys = "INTERVAL" in value and set(value) <= {"INTERVAL", "MAX_RUN_TIME"}
+    return has_its_keys and _is_number(value["INTERVAL"]) and _is_number(max_run_time, int)
 
 
 def _are_marker_headers(value: Any) -> bool:
@@ -176,9 +154,7 @@ def _is_sync_only(path: str) -> bool:
 def check_settings(**kwargs: Any) -> list[checks.CheckMessage]:
     user = getattr(settings, SETTING_NAME, {})
     if not isinstance(user, dict):
-        return [
-            checks.Error(f"settings.{SETTING_NAME} must be a dict.", id="idempotency_django.E002")
-        ]
+        return [_error(f"settings.{SETTING_NAME} must be a dict.", "E002")]
     merged = {**DEFAULTS, **user}
     messages = list(_setting_problems(user, merged))
     if any(message.level >= checks.ERROR for message in messages):
@@ -190,17 +166,17 @@ def _setting_problems(
     user: dict[str, Any], merged: dict[str, Any]
 ) -> Iterator[checks.CheckMessage]:
     for name in user:
-        if name in REMOVED_SETTINGS:
+        if name in conf.REMOVED_SETTINGS:
             yield checks.Warning(
                 f"{SETTING_NAME}[{name!r}] was removed in 0.3.0 and is not read; "
-                f"its replacement: {REMOVED_SETTINGS[name]}.",
+                f"its replacement: {conf.REMOVED_SETTINGS[name]}.",
                 hint="docs/upgrading.md says how to move each removed setting.",
                 id="idempotency_django.W050",
             )
         elif name not in DEFAULTS:
             yield _error(f"Unknown setting {SETTING_NAME}[{name!r}].", "E003")
     typed = {}
-    for name, annotation in get_type_hints(IdempotencySettings).items():
+    for name, annotation in get_type_hints(conf.IdempotencySettings).items():
         refusal = None if name in OWN_CHECKS else _type_refusal(name, annotation, merged[name])
         if refusal is None:
             typed[name] = merged[name]
@@ -215,14 +191,14 @@ def _setting_problems(
             f"{sorted(methods - UNSAFE_METHODS)} are safe or unknown.",
             "E007",
         )
-    forbidden = {str(h).lower() for h in merged["REPLAY_HEADERS"]} & FORBIDDEN_REPLAY_HEADERS
+    forbidden = {str(h).lower() for h in merged["REPLAY_HEADERS"]} & conf.FORBIDDEN_REPLAY_HEADERS
     if forbidden:
         yield _error(
             f"{SETTING_NAME}['REPLAY_HEADERS'] names {sorted(forbidden)}, which are never "
             "stored or replayed.",
             "E008",
         )
-    for name in sorted(IMPORT_STRINGS):
+    for name in sorted(conf.IMPORT_STRINGS):
         if isinstance(merged[name], str):
             try:
                 import_string(merged[name])
@@ -246,7 +222,7 @@ def _type_refusal(name: str, annotation: Any, value: Any) -> tuple[str, str] | N
         return "E005", f"must be {' or '.join(map(repr, choices))}."
     union = get_origin(annotation) in (UnionType, Union)
     types = set(get_args(annotation)) if union else {annotation}
-    if name in IMPORT_STRINGS:
+    if name in conf.IMPORT_STRINGS:
         if callable(value) or isinstance(value, str) or (value is None and NoneType in types):
             return None
         return "E004", "must be a dotted path or a function."
@@ -277,7 +253,7 @@ def _out_of_bounds(typed: dict[str, Any]) -> Iterator[tuple[str, str, str]]:
     elif wait is not None and wait >= lock_timeout:
         yield "WAIT_FOR_IN_PROGRESS", "E027", "must be shorter than LOCK_TIMEOUT."
     if typed.get("HEARTBEAT") is not None:
-        interval, max_run_time = read_heartbeat(typed["HEARTBEAT"])
+        interval, max_run_time = conf.read_heartbeat(typed["HEARTBEAT"])
         if interval <= 0 or max_run_time <= 0:
             rule = "must renew every so many seconds above 0, up to a MAX_RUN_TIME above 0."
             yield "HEARTBEAT", "E024", rule
@@ -342,7 +318,7 @@ def _check_encryption_keys(key: Any, fallbacks: Any) -> Iterator[checks.CheckMes
 
 def _check_store(merged: dict[str, Any]) -> list[checks.CheckMessage]:
     try:
-        import_string(STORE_ALIASES.get(merged["STORE"], merged["STORE"]))
+        import_string(conf.STORE_ALIASES.get(merged["STORE"], merged["STORE"]))
     except ImportError as exc:
         return [_error(f"{SETTING_NAME}['STORE'] cannot be imported: {exc}", "E009")]
     from idempotency_django.stores import get_store
@@ -411,16 +387,16 @@ def check_ninja_operations(**kwargs: Any) -> Iterator[checks.CheckMessage]:
     except Exception:  # a broken URLconf is Django's own check to report
         return
     methods = idempotency_settings.METHODS
-    ninja_views = [(r, v) for r, v, _ in walk_patterns(patterns) if is_ninja_view(v)]
+    ninja_views = [(r, v) for r, v, _ in walk_patterns(patterns) if marks.is_ninja_view(v)]
     # The Django views' @idempotent on an operation: it finds no Django request where
     # ninja calls it, and every call is a 500.
     mistaken = sorted(
         {
             f"{route} ({', '.join(sorted(operation.methods))})"
             for route, view in ninja_views
-            for operation in _ninja_operations(view)
-            if getattr(getattr(operation, "view_func", None), PROTECTED_ATTRIBUTE, False)
-            and getattr(operation, NINJA_OPTIONS_ATTRIBUTE, None) is None
+            for operation in marks._ninja_operations(view)
+            if getattr(getattr(operation, "view_func", None), marks.PROTECTED_ATTRIBUTE, False)
+            and getattr(operation, marks.NINJA_OPTIONS_ATTRIBUTE, None) is None
             and set(getattr(operation, "methods", ())) & set(methods)
         }
     )
@@ -436,7 +412,7 @@ def check_ninja_operations(**kwargs: Any) -> Iterator[checks.CheckMessage]:
     routes = [
         f"{route} ({', '.join(sorted(unprotected))})"
         for route, view in ninja_views
-        if (unprotected := unprotected_ninja_methods(view, methods))
+        if (unprotected := marks.unprotected_ninja_methods(view, methods))
     ]
     routes = [route for route in routes if route not in mistaken]
     if routes:
