@@ -257,7 +257,7 @@ class DatabaseStore(BaseStore):
             return read_datetime(connection, cursor.fetchone()[0])
 
     def check(self) -> list[checks.CheckMessage]:
-        return database_store_checks(self.alias, self.async_claim_commit)
+        return list(database_store_checks(self.alias, self.async_claim_commit))
 
 
 def _answer(row: Row, key: RecordKey, request: RequestInfo) -> Claim:

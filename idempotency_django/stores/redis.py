@@ -233,7 +233,7 @@ class RedisStore(BaseStore):
         return bool(reply == 1)
 
     def check(self) -> list[checks.CheckMessage]:
-        return redis_store_checks(self.alias, self.client)
+        return list(redis_store_checks(self.alias, self.client))
 
     # -- helpers ------------------------------------------------------------
 
