@@ -162,16 +162,8 @@ class ExpiringRecordAdmin(_ModelAdmin):
         # would otherwise read as the live ones, a release or an eviction as effective.
         store = idempotency_settings.STORE
         if store != "database":
-            extra_context = {
-                **(extra_context or {}),
-                "idempotency_store_notice": gettext(
-                    'The active store is %(name)s (IDEMPOTENCY["STORE"] = "%(store)s"): these '
-                    "database records are not the live ones. Keys are claimed, replayed and "
-                    "released in that store; releasing or deleting a row here changes nothing "
-                    "there."
-                )
-                % {"name": STORE_NAMES.get(store, store), "store": store},
-            }
+            notice = {"idempotency_store": store, "store_name": STORE_NAMES.get(store, store)}
+            extra_context = {**(extra_context or {}), **notice}
         return super().changelist_view(request, extra_context)
 
     def lookup_allowed(self, lookup: str, value: str, request: HttpRequest) -> bool:
