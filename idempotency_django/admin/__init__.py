@@ -353,25 +353,17 @@ class IdempotencyRecordAdmin(ExpiringRecordAdmin):
                 model_count={self.opts.verbose_name_plural: sum(counts.values())}.items(),
                 erasing_principals=True,
             )
-        deleted = sum(
-            purge_principal(
-                principal,
-                using=using,
-                on_batch=partial(
-                    log_deletions,
-                    request,
-                    message=f"Deleted with every record of principal {principal}.",
-                ),
-            )
-            for principal in principals
-        )
+        deleted = 0
+        for principal in principals:
+            why = f"Deleted with every record of principal {principal}."
+            log = partial(log_deletions, request, message=why)
+            deleted += purge_principal(principal, using=using, on_batch=log)
         done = ngettext(
             "Deleted every record of %(principals)d principal (%(count)d in all).",
             "Deleted every record of %(principals)d principals (%(count)d in all).",
             len(principals),
-        )
-        totals = {"count": deleted, "principals": len(principals)}
-        self.message_user(request, done % totals, messages.SUCCESS)
+        ) % {"count": deleted, "principals": len(principals)}
+        self.message_user(request, done, messages.SUCCESS)
         return None
 
     def _username(self, obj: IdempotencyRecord) -> str | None:
