@@ -1,14 +1,11 @@
-"""Changelist pieces for the records' admins: list filters, a paginator, the changelist.
-
-They keep the changelist fast on a table of millions of rows: the filter
-choices come from settings or from the newest rows (never a ``DISTINCT``
-scan), and the paginator skips ``COUNT(*)`` of a whole big PostgreSQL table.
+"""The records' changelists on a table of millions of rows: list filters whose choices come
+from settings or the newest rows (never a ``DISTINCT`` scan), a paginator that skips
+``COUNT(*)`` of a whole big PostgreSQL table, and a changelist that loads no bodies.
 """
 
 from __future__ import annotations
 
 import json
-from abc import abstractmethod
 from datetime import datetime
 from typing import Any
 
@@ -16,7 +13,7 @@ from django.contrib import admin
 from django.contrib.admin.views.main import ChangeList
 from django.core.paginator import Paginator
 from django.db import connections, models
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.functional import cached_property
@@ -33,87 +30,87 @@ EXPIRED = "expired"
 
 def expiry_state(state: str, expires_at: datetime, now: datetime | None = None) -> str:
     """``"in_progress"``, ``"completed"``, or ``"expired"`` once past ``expires_at``."""
-    if expires_at <= (now or timezone.now()):
-        return EXPIRED
-    return state
+    return EXPIRED if expires_at <= (now or timezone.now()) else state
 
 
-class LookupFilter(admin.SimpleListFilter):
-    """A list filter whose chosen value stands for one ``filter()`` of the queryset."""
+class ChoicesFilter(admin.SimpleListFilter):
+    """A list filter whose choices each stand for a condition (:meth:`conditions`):
+    a value it does not know (from an old bookmark, say) filters nothing out."""
 
-    @abstractmethod
-    def lookup(self, value: str) -> dict[str, Any] | None:
-        """The ``filter()`` arguments for ``value``; None for a value it does not know
-        (from an old bookmark, say): then nothing is filtered out."""
+    def conditions(self) -> dict[str, tuple[Any, Q]]:
+        """``{value: (label, condition)}``."""
+        raise NotImplementedError
+
+    def lookups(
+        self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]
+    ) -> list[tuple[str, Any]]:
+        return [(value, label) for value, (label, _q) in self.conditions().items()]
+
+    def queryset(
+        self, request: HttpRequest, queryset: QuerySet[models.Model]
+    ) -> QuerySet[models.Model] | None:
+        chosen = self.conditions().get(self.value() or "")
+        return queryset if chosen is None else queryset.filter(chosen[1])
+
+
+class ExpiryStateFilter(ChoicesFilter):
+    """In progress / completed / expired: a row past ``expires_at`` counts as absent to the
+    store, whatever its state, so it is "expired" here and neither of the others."""
+
+    title = _("state")
+    parameter_name = "state"
+
+    def conditions(self) -> dict[str, tuple[Any, Q]]:
+        now = timezone.now()
+        return {
+            IN_PROGRESS: (_("in progress"), Q(state=IN_PROGRESS, expires_at__gt=now)),
+            COMPLETED: (_("completed"), Q(state=COMPLETED, expires_at__gt=now)),
+            EXPIRED: (_("expired"), Q(expires_at__lte=now)),
+        }
+
+
+class StatusClassFilter(ChoicesFilter):
+    """The stored response's status class: 2xx, 3xx, 4xx, 5xx, or none yet."""
+
+    title = _("status class")
+    parameter_name = "status_class"
+    CLASSES = {
+        2: _("2xx success"),
+        3: _("3xx redirection"),
+        4: _("4xx client error"),
+        5: _("5xx server error"),
+    }
+
+    def conditions(self) -> dict[str, tuple[Any, Q]]:
+        return {
+            **{
+                f"{n}xx": (label, Q(status_code__gte=n * 100, status_code__lt=n * 100 + 100))
+                for n, label in self.CLASSES.items()
+            },
+            "none": (_("no response yet"), Q(status_code__isnull=True)),
+        }
+
+
+class ValueFilter(admin.SimpleListFilter):
+    """Rows whose ``field`` is the chosen value, listed among the choices or not."""
+
+    field = ""
 
     def queryset(
         self, request: HttpRequest, queryset: QuerySet[models.Model]
     ) -> QuerySet[models.Model] | None:
         value = self.value()
-        lookup = None if value is None else self.lookup(value)
-        return queryset if lookup is None else queryset.filter(**lookup)
+        return queryset if value is None else queryset.filter(**{self.field: value})
 
 
-class ExpiryStateFilter(LookupFilter):
-    """In progress / completed / expired, from ``state`` and ``expires_at``.
-
-    A row past ``expires_at`` counts as absent to the store, whatever its
-    state, so it is "expired" here and neither of the others.
-    """
-
-    title = _("state")
-    parameter_name = "state"
-
-    def lookups(
-        self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]
-    ) -> list[tuple[str, Any]]:
-        return [
-            (IN_PROGRESS, _("in progress")),
-            (COMPLETED, _("completed")),
-            (EXPIRED, _("expired")),
-        ]
-
-    def lookup(self, value: str) -> dict[str, Any] | None:
-        now = timezone.now()
-        if value == EXPIRED:
-            return {"expires_at__lte": now}
-        if value in (IN_PROGRESS, COMPLETED):
-            return {"state": value, "expires_at__gt": now}
-        return None
-
-
-class StatusClassFilter(LookupFilter):
-    """The stored response's status class: 2xx, 3xx, 4xx, 5xx, or none yet."""
-
-    title = _("status class")
-    parameter_name = "status_class"
-    NONE = "none"
-
-    def lookups(
-        self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]
-    ) -> list[tuple[str, Any]]:
-        return [
-            ("2xx", _("2xx success")),
-            ("3xx", _("3xx redirection")),
-            ("4xx", _("4xx client error")),
-            ("5xx", _("5xx server error")),
-            (self.NONE, _("no response yet")),
-        ]
-
-    def lookup(self, value: str) -> dict[str, Any] | None:
-        if value == self.NONE:
-            return {"status_code__isnull": True}
-        if value in {"2xx", "3xx", "4xx", "5xx"}:
-            low = int(value[0]) * 100
-            return {"status_code__gte": low, "status_code__lt": low + 100}
-        return None
-
-
-class MethodFilter(LookupFilter):
-    """The HTTP method, from the protected methods setting: no DISTINCT scan of the table."""
+class MethodFilter(ValueFilter):
+    """The HTTP method, its choices from the protected methods setting: no DISTINCT scan."""
 
     title = _("method")
-    parameter_name = "method"
+    parameter_name = field = "method"
+
+    def value(self) -> str | None:
+        return (super().value() or "").upper() or None
 
     def lookups(
         self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]
@@ -125,20 +122,14 @@ class MethodFilter(LookupFilter):
         )
         return [(method, method) for method in methods]
 
-    def lookup(self, value: str) -> dict[str, Any] | None:
-        return {"method": value.upper()} if value else None
 
+class RecentValuesFilter(ValueFilter):
+    """The choices: the distinct values of ``field`` among the newest ``sample_size`` rows.
 
-class RecentValuesFilter(LookupFilter):
-    """The distinct values of ``field`` among the newest ``sample_size`` rows.
-
-    Django's default filter for a plain field runs ``SELECT DISTINCT`` over the
-    whole table, a full scan on millions of rows; this reads the newest rows by
-    primary key instead. Filtering by any value (e.g. from a bookmarked URL)
-    still works, whether or not it is listed.
+    Django's default filter for a plain field runs ``SELECT DISTINCT`` over the whole
+    table, a full scan on millions of rows; this reads the newest rows by primary key.
     """
 
-    field = ""
     sample_size = 10_000
     max_choices = 50
 
@@ -152,36 +143,31 @@ class RecentValuesFilter(LookupFilter):
             values.append(current)
         return [(value, value) for value in values[: self.max_choices]]
 
-    def lookup(self, value: str) -> dict[str, Any] | None:
-        return {self.field: value}
-
 
 class LocationFilter(RecentValuesFilter):
     title = _("location")
-    parameter_name = "location"
-    field = "location"
+    parameter_name = field = "location"
 
 
 class SourceFilter(RecentValuesFilter):
     """Where a webhook delivery's identity came from (a provider, "body", "fallback")."""
 
     title = _("source")
-    parameter_name = "source"
-    field = "source"
+    parameter_name = field = "source"
 
 
 class EstimatedCountPaginator(Paginator):  # type: ignore[type-arg]
     """Skip ``COUNT(*)`` of a whole big PostgreSQL table: use the planner's estimate.
 
-    Only for an unfiltered queryset on PostgreSQL whose estimate is large;
-    anything filtered, small or on another database is counted exactly.
+    Only for an unfiltered queryset on PostgreSQL whose estimate is large; anything
+    filtered, small or on another database is counted exactly.
     """
 
     #: Below this many estimated rows, count exactly.
     exact_below = 100_000
-    #: The admin's own rows before any filter or search (its ``get_queryset``),
-    #: set by the admin: a page of those is unfiltered too. Each of this app's
-    #: admins lists one kind of row, so its queryset always has a WHERE.
+    #: The admin's own rows before any filter or search (its ``get_queryset``), set by
+    #: the admin: a page of those is unfiltered too. Each of this app's admins lists
+    #: one kind of row, so its queryset always has a WHERE.
     unfiltered: QuerySet[Any] | None = None
 
     @cached_property
@@ -193,31 +179,18 @@ class EstimatedCountPaginator(Paginator):  # type: ignore[type-arg]
 
     def _estimate(self) -> int | None:
         queryset = self.object_list
-        if not isinstance(queryset, QuerySet):
+        if not isinstance(queryset, QuerySet) or connections[queryset.db].vendor != "postgresql":
             return None
         where = queryset.query.where
         if where and (self.unfiltered is None or where != self.unfiltered.query.where):
             return None
-        connection = connections[queryset.db]
-        if connection.vendor != "postgresql":
-            return None
-        if where:
-            # The planner's estimate of the admin's own rows, from the statistics.
-            plan = json.loads(queryset.order_by().explain(format="json"))
-            return int(plan[0]["Plan"]["Plan Rows"])
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT reltuples FROM pg_class WHERE oid = to_regclass(%s)",
-                [connection.ops.quote_name(queryset.model._meta.db_table)],
-            )
-            row = cursor.fetchone()
-        if row is None or row[0] is None or row[0] < 0:
-            return None
-        return int(row[0])
+        # The planner's estimate of the rows, from the table's statistics: no scan.
+        plan = json.loads(queryset.order_by().explain(format="json"))
+        return int(plan[0]["Plan"]["Plan Rows"])
 
 
 class RecordChangeList(ChangeList):
-    """The records changelist: the stored bodies and headers are not loaded, and the users
+    """The records' changelist: the stored bodies and headers are not loaded, and the users
     behind the page's principals are named in one query."""
 
     def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Any]:

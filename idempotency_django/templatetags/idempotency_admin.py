@@ -1,4 +1,4 @@
-"""Template filters of the records' delete confirmations (admin/actions.py)."""
+"""Template filters of the records' delete confirmations (see ``idempotency_django.admin``)."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ DELETE_SELECTED = '<input type="hidden" name="action" value="delete_selected">'
 @register.filter
 def live_reservations(records: models.Model | QuerySet[Any]) -> int:
     """How many of ``records`` (``object`` or ``queryset``) are reservations within their
-    takeover window, by the database's clock (the one takeovers go by, not the app
-    server's): their requests may still be running. A COUNT: a selection may be millions."""
+    takeover window, by the database's clock (the one takeovers go by): their requests may
+    still be running. A COUNT: a selection may be millions."""
     using = default_database()
     if isinstance(records, models.Model):
         records = type(records)._base_manager.using(using).filter(pk=records.pk)
@@ -37,5 +37,6 @@ def posting_back(page: str, action: str) -> SafeString:
     releasing must not turn into evicting. Fails loudly if Django's form changes."""
     if page.count(DELETE_SELECTED) != 1:
         raise RuntimeError("Django's delete confirmation no longer names delete_selected once.")
-    posted = DELETE_SELECTED.replace("delete_selected", escape(action))
-    return mark_safe(page.replace(DELETE_SELECTED, posted))
+    return mark_safe(
+        page.replace(DELETE_SELECTED, DELETE_SELECTED.replace("delete_selected", escape(action)))
+    )

@@ -1,8 +1,7 @@
 """``manage.py purge_idempotency_records``: delete expired records and abandoned reservations.
 
-Safe to run from cron on every app server at once; see :mod:`idempotency_django.purge`.
-With ``--principal`` (or ``--user``) it deletes every record of one principal
-instead, e.g. on account deletion.
+Safe to run from cron on every app server at once (see :mod:`idempotency_django.purge`).
+With ``--principal`` or ``--user`` it deletes every record of one principal instead.
 """
 
 from __future__ import annotations
@@ -60,10 +59,6 @@ def _duration(value: str) -> timedelta:
 
 
 class Command(BaseCommand):
-    #: Seconds between progress lines at the default verbosity: a short purge (cron's
-    #: usual run) prints only its totals, and a long one still shows it is working.
-    progress_interval = 5.0
-
     help = (
         "Delete expired completed idempotency records and abandoned reservations "
         "(past their takeover time), in small batches. Live reservations and "
@@ -71,53 +66,42 @@ class Command(BaseCommand):
         "every record of that principal instead, live or not. A long purge prints its "
         "running total every 5 seconds; -v 2 prints every batch."
     )
+    #: Seconds between progress lines at the default verbosity: a short purge (cron's
+    #: usual run) prints only its totals, and a long one still shows it is working.
+    progress_interval = 5.0
 
     def add_arguments(self, parser: ArgumentParser) -> None:
-        parser.add_argument(
+        add = parser.add_argument
+        add(
             "--batch-size",
             type=_number(int, 1, MAX_BATCH_SIZE, "a whole number"),
             default=DEFAULT_BATCH_SIZE,
             help=f"Rows deleted per batch, at most 1,000,000 (default {DEFAULT_BATCH_SIZE}).",
         )
-        parser.add_argument(
-            "--dry-run",
-            action="store_true",
-            help="Print how many rows would be deleted, and delete nothing.",
-        )
-        parser.add_argument(
+        add("--dry-run", action="store_true", help="Print what would go; delete nothing.")
+        add(
             "--older-than",
             type=_duration,
             metavar="DURATION",
-            help=(
-                "Also delete the stored responses of requests that finished longer ago "
-                "than this (e.g. 90s, 30m, 2h, 7d; at most 100 years), even within their "
-                "retention. Task results keep their retention and webhook deliveries their "
-                "WEBHOOK_RETENTION, and reservations are still only deleted once abandoned."
-            ),
+            help="Also delete requests' stored responses completed longer ago than this "
+            "(90s, 30m, 2h, 7d; at most 100 years), even within their retention. Task "
+            "results and webhook deliveries keep theirs, reservations wait to be abandoned.",
         )
-        parser.add_argument(
+        add(
             "--pause",
             type=_number(float, 0, 3600, "a number of seconds"),
             default=0.0,
             metavar="SECONDS",
             help="Sleep this long between batches, to leave the database to traffic (default 0).",
         )
-        parser.add_argument(
-            "--database",
-            help="Database alias to purge (default: the one the idempotency store uses).",
-        )
+        add("--database", help="The database to purge (default: the store's).")
         whose = parser.add_mutually_exclusive_group()
         whose.add_argument(
             "--principal",
-            help=(
-                "Delete every record of this principal (e.g. auth.user:42), live or not, "
-                "requests and webhook deliveries: for an account deletion or an erasure request."
-            ),
+            help="Delete every record of this principal (e.g. auth.user:42), live or not.",
         )
         whose.add_argument(
-            "--user",
-            metavar="USERNAME",
-            help="Like --principal, for the principal of the user with this username.",
+            "--user", metavar="USERNAME", help="Like --principal, for this user's principal."
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -133,7 +117,6 @@ class Command(BaseCommand):
                 )
             self.stdout.write(f"The {name} store expires entries by itself; nothing to purge.")
             return
-
         using: str = options["database"] or default_database()
         try:
             connections[using]
@@ -146,7 +129,7 @@ class Command(BaseCommand):
             if principal is None:
                 done = self._purge(using, options)
             else:
-                done = self._purge_principal(principal, using, options)
+                done = [self._purge_principal(principal, using, options)]
         except Error as exc:
             raise CommandError(f"Purge failed on database {using!r}: {exc}") from exc
         verb = "Would delete" if options["dry_run"] else "Deleted"
@@ -158,29 +141,27 @@ class Command(BaseCommand):
     def _purge(self, using: str, options: dict[str, Any]) -> list[str]:
         """Purge every kind of dead row; what it deleted, a line per kind."""
         verbosity: int = options["verbosity"]
-        totals: dict[str, int] = {}
+        totals = dict.fromkeys((kind.label for kind in KINDS), 0)
+        # Rows of a kind to delete: counted at the kind's first progress line (a
+        # purge that ends sooner counts nothing), then decreased as batches go.
         expected: dict[str, int] = {}
         started = last_line = time.monotonic()
 
-        def left(kind: PurgeKind) -> int:
-            """Rows of ``kind`` still to delete. Counted once, at the kind's first progress
-            line (a purge that ends sooner counts nothing), then decreased as batches go."""
-            if kind.label not in expected:
-                rows = dead_rows(kind, using, database_now(using), options["older_than"])
-                expected[kind.label] = totals[kind.label] + rows.count()
-            return max(0, expected[kind.label] - totals[kind.label])
-
         def progress(kind: PurgeKind, deleted: int) -> None:
             nonlocal last_line
-            totals[kind.label] = totals.get(kind.label, 0) + deleted
+            totals[kind.label] += deleted
             now = time.monotonic()
             if verbosity >= 2 or (verbosity >= 1 and now - last_line >= self.progress_interval):
                 last_line = now
+                if kind.label not in expected:
+                    rows = dead_rows(kind, using, database_now(using), options["older_than"])
+                    expected[kind.label] = totals[kind.label] + rows.count()
+                left = max(0, expected[kind.label] - totals[kind.label])
                 rate = sum(totals.values()) / max(now - started, 1e-6)
                 batch = f"deleted a batch of {deleted:,}, " if verbosity >= 2 else ""
                 self.stdout.write(
                     f"  {kind.description}: {batch}{kind.count(totals[kind.label])} so far, "
-                    f"about {left(kind):,} left ({rate:,.0f} rows/s)"
+                    f"about {left:,} left ({rate:,.0f} rows/s)"
                 )
 
         counts = purge(
@@ -194,28 +175,28 @@ class Command(BaseCommand):
         return [kind.count(counts[kind.label]) for kind in KINDS]
 
     def _principal(self, options: dict[str, Any]) -> str | None:
-        for name in ("principal", "user"):
+        principal: str | None = options["principal"]
+        username: str | None = options["user"]
+        for name, value in (("principal", principal), ("user", username)):
             # PostgreSQL refuses NUL in any text: a DataError, not "no such principal".
-            if options[name] is not None and "\x00" in options[name]:
+            if value is not None and "\x00" in value:
                 raise CommandError(f"--{name} must not contain a NUL character.")
-        if options["principal"] is not None:
-            principal: str = options["principal"].strip()
-            if not principal:
+        if principal is not None:
+            if not principal.strip():
                 raise CommandError("--principal must not be empty.")
-            return principal
-        if options["user"] is None:
+            return principal.strip()
+        if username is None:
             return None
         user_model = get_user_model()
         try:
-            user = user_model._default_manager.get_by_natural_key(options["user"])
+            return principal_of(user_model._default_manager.get_by_natural_key(username))
         except user_model.DoesNotExist:
             raise CommandError(
-                f"No user {options['user']!r}. For an account already deleted, pass "
+                f"No user {username!r}. For an account already deleted, pass "
                 f"--principal {user_model._meta.label_lower}:<its id>."
             ) from None
-        return principal_of(user)
 
-    def _purge_principal(self, principal: str, using: str, options: dict[str, Any]) -> list[str]:
+    def _purge_principal(self, principal: str, using: str, options: dict[str, Any]) -> str:
         def progress(batch: Any) -> None:
             if options["verbosity"] >= 2:
                 self.stdout.write(f"  deleting a batch of {len(batch)}")
@@ -228,5 +209,4 @@ class Command(BaseCommand):
             on_batch=progress,
             pause=options["pause"],
         )
-        records = "record" if count == 1 else "records"
-        return [f"{count:,} {records} of principal {principal!r}"]
+        return f"{count:,} {'record' if count == 1 else 'records'} of principal {principal!r}"
