@@ -9,15 +9,13 @@
     router.add_decorator(idempotent(), mode="view")  # every operation of a router
     api.add_decorator(idempotent(), mode="view")     # of the whole API
 
-django-ninja authenticates inside its view, after every middleware: only there is
-``request.auth`` known. So ``idempotent(...)`` is a ninja *view* decorator: ninja hands it
-each operation's ``run`` when it binds the operation, and it replaces the operation's
-function with one ninja calls after authentication, throttling and input validation. That
-one turns the function's result into ninja's real response *before* it is stored, so a
-stored answer is always the bytes the client got, and a result ninja cannot serialize is
-an error of the attempt (key released, transaction rolled back), never a 500 after the
-answer was kept. Nothing else in the package imports django-ninja
-(``pip install idempotency-django[ninja]``).
+django-ninja authenticates inside its view, after every middleware, so ``idempotent`` is
+a ninja *view* decorator: ninja hands it each operation's ``run`` when it binds the
+operation, and the operation's function is replaced with one that ninja calls after its
+authentication, throttling and input validation. That one makes ninja's real response
+*before* it is stored: a stored answer is the bytes the client got, and a result ninja
+cannot serialize is an error of the attempt, never a 500 after the answer was kept.
+Nothing else in the package imports django-ninja.
 """
 
 from __future__ import annotations
@@ -148,6 +146,13 @@ def _protected_function(
     answers ninja's real response, which ninja passes through as it is."""
     options = dataclasses.replace(options, scope=options.scope or ninja_scope)
 
+    def respond(request: HttpRequest, values: dict[str, Any], result: Any) -> HttpResponseBase:
+        # On the response the function set headers and cookies on, as ninja gives it.
+        temporal = values.get(operation.signature.response_arg or "")
+        if not isinstance(temporal, HttpResponse):
+            temporal = operation.api.create_temporal_response(request)
+        return operation._result_to_response(request, result, temporal)
+
     def handled(request: HttpRequest, error: Exception) -> HttpResponseBase:
         # ninja's exception handlers answer HttpError, ValidationError, ...;
         # an error they do not handle is raised again, and releases the key.
@@ -160,10 +165,8 @@ def _protected_function(
         @functools.wraps(inner)
         async def protected_async(request: HttpRequest, **values: Any) -> HttpResponseBase:
             async def call() -> HttpResponseBase:
-                temporal = _temporal_response(operation, request, values)
                 try:
-                    result = await inner(request, **values)
-                    return operation._result_to_response(request, result, temporal)
+                    return respond(request, values, await inner(request, **values))
                 except Exception as error:
                     return handled(request, error)
 
@@ -175,10 +178,8 @@ def _protected_function(
         @functools.wraps(inner)
         def protected_sync(request: HttpRequest, **values: Any) -> HttpResponseBase:
             def call() -> HttpResponseBase:
-                temporal = _temporal_response(operation, request, values)
                 try:
-                    result = inner(request, **values)
-                    return operation._result_to_response(request, result, temporal)
+                    return respond(request, values, inner(request, **values))
                 except Exception as error:
                     response = handled(request, error)
                     # The error interrupted the work: what it wrote must not
@@ -194,13 +195,10 @@ def _protected_function(
 
 
 def _note_authentication(operation: Operation) -> None:
-    """Make ``operation`` note on each request which of its auth callbacks authenticated it.
-
-    ninja keeps only what ``authenticate()`` returned: two auth classes returning the
-    same string would be one principal. ninja's own loop runs, on a copy of the
-    operation whose callbacks note themselves; the operation's list stays as it is (the
-    OpenAPI schema reads it) and is read per request (a router or the API may set it later).
-    """
+    """Make ``operation`` note on each request which auth callback authenticated it: ninja
+    keeps only what it returned, and two returning the same string are two principals.
+    ninja's own loop runs on a copy whose callbacks note themselves; the operation's list
+    stays as it is (the schema reads it; a router or the API may set it later)."""
     if "_run_authentication" in vars(operation):
         return  # already noting (an operation protected again, by its router)
     authenticate = type(operation)._run_authentication
@@ -234,17 +232,6 @@ def _noting(callback: Callable[..., Any]) -> Callable[..., Any]:
 def _is_async(operation: Operation) -> bool:
     """An ``async def`` operation; ``is_async`` is set only after ninja's callbacks ran."""
     return isinstance(operation, AsyncOperation) or bool(operation.is_async)
-
-
-def _temporal_response(
-    operation: Operation, request: HttpRequest, values: dict[str, Any]
-) -> HttpResponse:
-    """The response the function may set headers and cookies on, as ninja gives it."""
-    name = operation.signature.response_arg
-    given = values.get(name) if name else None
-    if isinstance(given, HttpResponse):
-        return given
-    return operation.api.create_temporal_response(request)
 
 
 def _ready_body_first(operation: Operation, run: FuncT) -> FuncT:
