@@ -16,7 +16,7 @@ import copy
 from typing import Any
 
 from drf_spectacular.openapi import AutoSchema
-from drf_spectacular.plumbing import ComponentRegistry, ResolvedComponent, get_doc
+from drf_spectacular.plumbing import ResolvedComponent, get_doc
 from drf_spectacular.settings import spectacular_settings
 from drf_spectacular.utils import OpenApiParameter
 
@@ -28,10 +28,10 @@ from idempotency_django.protocol.openapi_contract import (
     PROBLEM_SCHEMA,
     ProblemAnswer,
     add_problem_response,
+    add_replayed_header,
     key_description,
     key_required,
     problem_answers,
-    replayed_header,
 )
 from idempotency_django.protocol.options import ViewOptions
 
@@ -42,12 +42,8 @@ PROBLEM_COMPONENT_NAME = "IdempotencyProblem"
 
 
 def view_idempotency_options(view: Any, method: str) -> ViewOptions | None:
-    """The options the handler serving ``method`` on this DRF view runs with.
-
-    None when that handler is not protected, is exempt, or ``method`` is not
-    one the key protects. ``view`` is a view instance as drf-spectacular
-    builds it (a viewset instance has ``action`` set).
-    """
+    """The options the handler serving ``method`` on this DRF view instance (a viewset's
+    with its ``action`` set) runs with; None when it is not protected."""
     if method.upper() not in idempotency_settings.METHODS:
         return None
     action = getattr(view, "action", None)
@@ -121,15 +117,8 @@ class IdempotentAutoSchema(AutoSchema):
     def idempotency_key_description(self, options: ViewOptions) -> str:
         return key_description(key_required(options.required), options.fingerprint)
 
-    def get_operation(
-        self,
-        path: str,
-        path_regex: str,
-        path_prefix: str,
-        method: str,
-        registry: ComponentRegistry,
-    ) -> dict[str, Any] | None:
-        operation = super().get_operation(path, path_regex, path_prefix, method, registry)
+    def get_operation(self, *args: Any, **kwargs: Any) -> dict[str, Any] | None:
+        operation: dict[str, Any] | None = super().get_operation(*args, **kwargs)
         options = self.idempotency_options()
         if operation is not None and options is not None:
             self.add_idempotency_responses(operation.setdefault("responses", {}), options)
@@ -139,9 +128,7 @@ class IdempotentAutoSchema(AutoSchema):
         """Add the replay header to 2xx responses and the problem responses."""
         for code, response in responses.items():
             if str(code).startswith("2") and isinstance(response, dict):
-                response.setdefault("headers", {}).setdefault(
-                    idempotency_settings.MARKER_HEADERS.replayed, replayed_header()
-                )
+                add_replayed_header(response)
         for answer in self.idempotency_problems(options):
             response = responses.get(str(answer[0]))
             if not isinstance(response, dict):

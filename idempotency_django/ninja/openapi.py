@@ -10,10 +10,10 @@ from idempotency_django.protocol.openapi_contract import (
     KEY_SCHEMA,
     PROBLEM_SCHEMA,
     add_problem_response,
+    add_replayed_header,
     key_description,
     key_required,
     problem_answers,
-    replayed_header,
 )
 from idempotency_django.protocol.options import ViewOptions
 
@@ -47,10 +47,7 @@ def operation_openapi_extra(
     documented = {status for status in operation.response_models if isinstance(status, int)}
     for status in documented:
         if 200 <= status < 300:
-            response = responses.setdefault(status, {})
-            response.setdefault("headers", {}).setdefault(
-                idempotency_settings.MARKER_HEADERS.replayed, replayed_header()
-            )
+            add_replayed_header(responses.setdefault(status, {}))
     for answer in problem_answers(required):
         response = responses.setdefault(answer[0], {})
         if answer[0] not in documented:  # ninja's own description stays

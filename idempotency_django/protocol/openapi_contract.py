@@ -27,17 +27,6 @@ from idempotency_django.protocol.problems import (
 )
 from idempotency_django.protocol.scope import MAX_LOCATION_LENGTH
 
-__all__ = [
-    "KEY_SCHEMA",
-    "PROBLEM_SCHEMA",
-    "ProblemAnswer",
-    "add_problem_response",
-    "key_description",
-    "key_required",
-    "problem_answers",
-    "replayed_header",
-]
-
 #: The ``Idempotency-Key`` header's schema. The pattern is printable ASCII without a comma,
 #: no leading or trailing space: the bare keys ``parse_key`` accepts (it also accepts a
 #: quoted RFC 8941 sf-string, which may contain a comma).
@@ -98,14 +87,17 @@ def key_description(required: bool, fingerprint: Callable[..., str] | str | None
     )
 
 
-def replayed_header() -> dict[str, Any]:
-    """The replay header, as a success response documents it."""
-    return {
-        "schema": {"type": "string", "enum": ["true"]},
-        "description": "`true` when this is the stored response of an "
-        "earlier request with the same key, replayed without running "
-        "the operation again. Absent otherwise.",
-    }
+def add_replayed_header(response: dict[str, Any]) -> None:
+    """Document the replay header on a success response."""
+    response.setdefault("headers", {}).setdefault(
+        idempotency_settings.MARKER_HEADERS.replayed,
+        {
+            "schema": {"type": "string", "enum": ["true"]},
+            "description": "`true` when this is the stored response of an "
+            "earlier request with the same key, replayed without running "
+            "the operation again. Absent otherwise.",
+        },
+    )
 
 
 def problem_answers(required: bool) -> list[ProblemAnswer]:
