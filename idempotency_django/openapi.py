@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+from collections.abc import Iterator
 from typing import Any
 
 from drf_spectacular.openapi import AutoSchema
@@ -64,12 +65,10 @@ def view_idempotency_options(view: Any, method: str) -> ViewOptions | None:
     return None
 
 
-def _closure(func: Any) -> list[Any]:
-    contents = []
+def _closure(func: Any) -> Iterator[Any]:
     for cell in getattr(func, "__closure__", None) or ():
         with contextlib.suppress(ValueError):  # an empty cell
-            contents.append(cell.cell_contents)
-    return [content for content in contents if callable(content)]
+            yield cell.cell_contents
 
 
 class IdempotentAutoSchema(AutoSchema):

@@ -13,18 +13,8 @@ from typing import Any
 from django.utils.module_loading import import_string
 
 from idempotency_django.conf import idempotency_settings
+from idempotency_django.protocol import problems
 from idempotency_django.protocol.keys import MAX_KEY_LENGTH
-from idempotency_django.protocol.problems import (
-    AUTHENTICATION_REQUIRED,
-    KEY_IN_PROGRESS,
-    KEY_INVALID,
-    KEY_MISSING,
-    KEY_REUSED,
-    LOCATION_INVALID,
-    PROBLEM_CONTENT_TYPE,
-    REFUSALS,
-    UNAVAILABLE,
-)
 from idempotency_django.protocol.scope import MAX_LOCATION_LENGTH
 
 #: The ``Idempotency-Key`` header's schema. The pattern is printable ASCII without a comma,
@@ -103,36 +93,39 @@ def add_replayed_header(response: dict[str, Any]) -> None:
 def problem_answers(required: bool) -> list[ProblemAnswer]:
     """Each problem response, read from :data:`~idempotency_django.protocol.problems.REFUSALS`
     with the settings that change them (``REUSE_STATUS``, ``ANONYMOUS``)."""
-    missing = (KEY_MISSING,) if required else ()
+    missing = (problems.KEY_MISSING,) if required else ()
     invalid = f"The {idempotency_settings.HEADER} header is missing or invalid."
-    answers = [_answer(400, invalid, *missing, KEY_INVALID, LOCATION_INVALID)]
+    answers = [_answer(400, invalid, *missing, problems.KEY_INVALID, problems.LOCATION_INVALID)]
     if idempotency_settings.ANONYMOUS == "reject":
-        detail = REFUSALS[AUTHENTICATION_REQUIRED].english_detail()
-        answers.append(_answer(401, detail, AUTHENTICATION_REQUIRED))
-    reuse_status = REFUSALS[KEY_REUSED].status_code()
+        rejected = problems.AUTHENTICATION_REQUIRED
+        answers.append(_answer(401, _detail(rejected), rejected))
+    reuse_status = problems.REFUSALS[problems.KEY_REUSED].status_code()
     if reuse_status == 409:
         both = (
             "The key was used with a different request, or a request with this "
             "key is still being processed (with Retry-After)."
         )
-        answers.append(_answer(409, both, KEY_REUSED, KEY_IN_PROGRESS))
+        answers.append(_answer(409, both, problems.KEY_REUSED, problems.KEY_IN_PROGRESS))
     else:
         in_progress = "A request with this key is still being processed."
-        answers.append(_answer(409, in_progress, KEY_IN_PROGRESS))
+        answers.append(_answer(409, in_progress, problems.KEY_IN_PROGRESS))
         reused = "The key was used with a different request."
-        answers.append(_answer(reuse_status, reused, KEY_REUSED))
+        answers.append(_answer(reuse_status, reused, problems.KEY_REUSED))
     gone = "The idempotency store could not be reached; nothing was done. Retry with the same key."
-    return [*answers, _answer(503, gone, UNAVAILABLE)]
+    return [*answers, _answer(503, gone, problems.UNAVAILABLE)]
 
 
 def _answer(status: int, description: str, *codes: str) -> ProblemAnswer:
-    location = {"header": idempotency_settings.LOCATION_HEADER, "length": MAX_LOCATION_LENGTH}
-    details = [
-        (code, REFUSALS[code].english_detail(**(location if code == LOCATION_INVALID else {})))
-        for code in codes
-    ]
-    retry_after = any(REFUSALS[code].retry_after for code in codes)
-    return status, description, details, {"Retry-After": RETRY_AFTER_HEADER} if retry_after else {}
+    retry_after = any(problems.REFUSALS[code].retry_after for code in codes)
+    headers = {"Retry-After": RETRY_AFTER_HEADER} if retry_after else {}
+    return status, description, [(code, _detail(code)) for code in codes], headers
+
+
+def _detail(code: str) -> str:
+    if code == problems.LOCATION_INVALID:
+        location = idempotency_settings.LOCATION_HEADER
+        return problems.REFUSALS[code].english_detail(header=location, length=MAX_LOCATION_LENGTH)
+    return problems.REFUSALS[code].english_detail()
 
 
 def add_problem_response(
@@ -156,9 +149,9 @@ def add_problem_response(
         for code, detail in codes
     }
     content = response.setdefault("content", {})
-    existing = content.get(PROBLEM_CONTENT_TYPE)
+    existing = content.get(problems.PROBLEM_CONTENT_TYPE)
     if existing is None:
-        content[PROBLEM_CONTENT_TYPE] = {"schema": schema, "examples": examples}
+        content[problems.PROBLEM_CONTENT_TYPE] = {"schema": schema, "examples": examples}
     elif isinstance(existing.get("examples"), dict):
         for code, example in examples.items():
             existing["examples"].setdefault(code, example)
