@@ -37,7 +37,6 @@ from graphql import FieldNode, FragmentSpreadNode, GraphQLError, InlineFragmentN
 from graphql.language import SelectionSetNode
 from strawberry.annotation import StrawberryAnnotation
 from strawberry.extensions import FieldExtension
-from strawberry.schema.types.scalar import DEFAULT_SCALAR_REGISTRY
 from strawberry.types import Info
 from strawberry.types.arguments import StrawberryArgument
 from strawberry.types.base import StrawberryList, StrawberryOptional, get_object_definition
@@ -292,5 +291,6 @@ def _through(kind: Any, value: Any, *, keep: bool) -> Any:
     wrapped = getattr(kind, "wrapped_cls", kind)  # an enum's definition wraps its class
     if isinstance(wrapped, type) and issubclass(wrapped, enum.Enum):
         return wrapped(value)
-    scalar = DEFAULT_SCALAR_REGISTRY.get(kind)  # dates, decimals, UUIDs are kept as text
-    return value if scalar is None or scalar.parse_value is None else scalar.parse_value(value)
+    if kind in (datetime.datetime, datetime.date, datetime.time):  # kept as text (_plain)
+        return kind.fromisoformat(value)
+    return kind(value) if kind in (decimal.Decimal, uuid.UUID) else value
