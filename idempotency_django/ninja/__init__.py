@@ -27,12 +27,11 @@ import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar, Unpack, overload
 
-from asgiref.sync import sync_to_async
+from asgiref.sync import iscoroutinefunction, sync_to_async
 from django.http import HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
 from ninja.decorators import decorate_view
 from ninja.operation import AsyncOperation, Operation
-from ninja.utils import is_async_callable
 
 from idempotency_django.conf import idempotency_settings
 from idempotency_django.decorators import IdempotentOptions
@@ -219,7 +218,12 @@ def _noting(callback: Callable[..., Any]) -> Callable[..., Any]:
             setattr(request, AUTHENTICATED_BY_ATTRIBUTE, callback)
         return result
 
-    if is_async_callable(callback) or getattr(callback, "is_async", False):  # as ninja tells
+    # As ninja tells one (asgiref's test also knows markcoroutinefunction's mark).
+    if (
+        iscoroutinefunction(callback)
+        or iscoroutinefunction(type(callback).__call__)
+        or getattr(callback, "is_async", False)
+    ):
 
         async def noting_async(request: HttpRequest) -> Any:
             result = callback(request)
