@@ -68,7 +68,8 @@ def view_idempotency_options(view: Any, method: str) -> ViewOptions | None:
 def _closure(func: Any) -> Iterator[Any]:
     for cell in getattr(func, "__closure__", None) or ():
         with contextlib.suppress(ValueError):  # an empty cell
-            yield cell.cell_contents
+            if callable(cell.cell_contents):
+                yield cell.cell_contents
 
 
 class IdempotentAutoSchema(AutoSchema):

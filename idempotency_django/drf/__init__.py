@@ -92,11 +92,10 @@ class IdempotentMixin:
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         super().initial(request, *args, **kwargs)  # type: ignore[misc]
         method = str(request.method).lower()
-        handler = getattr(self, method, None)
         if (
             request.method not in idempotency_settings.METHODS
             or method not in self.http_method_names  # type: ignore[attr-defined]
-            or handler is None  # 405: nothing to protect
+            or (handler := getattr(self, method, None)) is None  # 405: nothing to protect
             or (options := self.idempotency_options_of(handler)) is None
         ):
             return
