@@ -1,30 +1,23 @@
-"""OpenAPI documentation of the key contract through drf-spectacular.
-
-Enable it once, in settings::
+"""OpenAPI documentation of the key contract through drf-spectacular (docs/openapi.md)::
 
     REST_FRAMEWORK = {
         "DEFAULT_SCHEMA_CLASS": "idempotency_django.openapi.IdempotentAutoSchema",
     }
 
-Every operation whose handler is protected (``@idempotent`` on the view,
-viewset or action, below ``@api_view``, or ``IdempotentMixin``) and whose
-method is in ``IDEMPOTENCY["METHODS"]`` then documents the
-``Idempotency-Key`` request header, the ``Idempotency-Replayed`` header on
-its success responses, and the problem responses the key contract can
-answer. Exempt handlers and unprotected views are left as they are.
-
-This module imports drf-spectacular; nothing else in the package imports
-this module, so drf-spectacular stays optional.
+Every protected operation whose method is in ``IDEMPOTENCY["METHODS"]`` then documents
+the ``Idempotency-Key`` header, the replay header on its success responses and the
+problem answers. Nothing else in the package imports this module or drf-spectacular.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
-import inspect
+from collections.abc import Iterator
 from typing import Any
 
 from drf_spectacular.openapi import AutoSchema
-from drf_spectacular.plumbing import ComponentRegistry, ResolvedComponent, get_doc
+from drf_spectacular.plumbing import ResolvedComponent, get_doc
 from drf_spectacular.settings import spectacular_settings
 from drf_spectacular.utils import OpenApiParameter
 
@@ -36,11 +29,10 @@ from idempotency_django.protocol.openapi_contract import (
     PROBLEM_SCHEMA,
     ProblemAnswer,
     add_problem_response,
+    add_replayed_header,
     key_description,
     key_required,
     problem_answers,
-    replayed_header,
-    same_request_description,
 )
 from idempotency_django.protocol.options import ViewOptions
 
@@ -51,53 +43,33 @@ PROBLEM_COMPONENT_NAME = "IdempotencyProblem"
 
 
 def view_idempotency_options(view: Any, method: str) -> ViewOptions | None:
-    """The options the handler serving ``method`` on this DRF view runs with.
-
-    None when that handler is not protected, is exempt, or ``method`` is not
-    one the key protects. ``view`` is a view instance as drf-spectacular
-    builds it (a viewset instance has ``action`` set).
-    """
+    """The options the handler serving ``method`` on this DRF view instance (a viewset's
+    with its ``action`` set) runs with; None when it is not protected."""
     if method.upper() not in idempotency_settings.METHODS:
         return None
     action = getattr(view, "action", None)
-    name = action if isinstance(action, str) and action else method.lower()
-    handler = getattr(view, name, None)
+    handler = getattr(view, action if isinstance(action, str) and action else method.lower(), None)
     if handler is None:
         return None
     if isinstance(view, IdempotentMixin):
         return view.idempotency_options_of(handler)  # what its ``initial`` reads
-    return _handler_options(handler)
-
-
-def _handler_options(handler: Any) -> ViewOptions | None:
     func = getattr(handler, "__func__", handler)
     if getattr(func, EXEMPT_ATTRIBUTE, False):
         return None
-    options = getattr(func, OPTIONS_ATTRIBUTE, None)
-    if isinstance(options, ViewOptions):
-        return options
-    # @api_view installs ``def handler(self, *args, **kwargs): return func(...)``
-    # on a generated APIView: the protected function is in its closure.
-    for cell in getattr(func, "__closure__", None) or ():
-        try:
-            inner = cell.cell_contents
-        except ValueError:  # an empty cell
-            continue
-        if callable(inner) and not getattr(inner, EXEMPT_ATTRIBUTE, False):
-            options = getattr(inner, OPTIONS_ATTRIBUTE, None)
-            if isinstance(options, ViewOptions):
-                return options
+    # @api_view installs ``def handler(self, *args, **kwargs): return func(...)`` on a
+    # generated APIView: the protected function is in its closure.
+    for candidate in (func, *_closure(func)):
+        options = getattr(candidate, OPTIONS_ATTRIBUTE, None)
+        if isinstance(options, ViewOptions) and not getattr(candidate, EXEMPT_ATTRIBUTE, False):
+            return options
     return None
 
 
-def _class_doc(cls: type, *, skip: type) -> str:
-    excludes = spectacular_settings.GET_LIB_DOC_EXCLUDES()
-    for klass in cls.__mro__:
-        if klass in excludes:
-            break
-        if klass is not skip and klass.__doc__:
-            return "\n".join(line.rstrip() for line in inspect.cleandoc(klass.__doc__).split("\n"))
-    return ""
+def _closure(func: Any) -> Iterator[Any]:
+    for cell in getattr(func, "__closure__", None) or ():
+        with contextlib.suppress(ValueError):  # an empty cell
+            if callable(cell.cell_contents):
+                yield cell.cell_contents
 
 
 class IdempotentAutoSchema(AutoSchema):
@@ -113,16 +85,19 @@ class IdempotentAutoSchema(AutoSchema):
         """The protection options of the current operation, or None if unprotected."""
         return view_idempotency_options(self.view, self.method)
 
-    def idempotency_key_required(self, options: ViewOptions) -> bool:
-        return key_required(options.required)
-
     def get_description(self) -> str:  # type: ignore[override]
         description: str = super().get_description()
-        if description and description == get_doc(IdempotentMixin):
-            # drf-spectacular takes the first docstring along the view's MRO,
-            # which is IdempotentMixin's when the view has none of its own.
-            return _class_doc(type(self.view), skip=IdempotentMixin)
-        return description
+        if not description or description != get_doc(IdempotentMixin):
+            return description
+        # drf-spectacular takes the first docstring along the view's MRO, which is
+        # IdempotentMixin's when the view has none of its own: skip it.
+        excludes = spectacular_settings.GET_LIB_DOC_EXCLUDES()
+        for klass in type(self.view).__mro__:
+            if klass in excludes:
+                break
+            if klass is not IdempotentMixin and klass.__doc__:
+                return get_doc(klass)
+        return ""
 
     def get_override_parameters(self) -> list[Any]:
         parameters: list[Any] = list(super().get_override_parameters())
@@ -133,34 +108,19 @@ class IdempotentAutoSchema(AutoSchema):
             name=idempotency_settings.HEADER,
             type=dict(KEY_SCHEMA),
             location=OpenApiParameter.HEADER,
-            required=self.idempotency_key_required(options),
+            required=key_required(options.required),
             description=self.idempotency_key_description(options),
         )
         # Ours first: a parameter of the same name from @extend_schema replaces it.
         return [header, *parameters]
 
     def idempotency_key_description(self, options: ViewOptions) -> str:
-        return key_description(
-            self.idempotency_key_required(options), self.same_request_description(options)
-        )
+        return key_description(key_required(options.required), options.fingerprint)
 
-    def same_request_description(self, options: ViewOptions) -> str:
-        """Which parts of a request make a retry "the same request" on this endpoint."""
-        return same_request_description(options.fingerprint)
-
-    def get_operation(
-        self,
-        path: str,
-        path_regex: str,
-        path_prefix: str,
-        method: str,
-        registry: ComponentRegistry,
-    ) -> dict[str, Any] | None:
-        operation = super().get_operation(path, path_regex, path_prefix, method, registry)
-        if operation is None:
-            return None
+    def get_operation(self, *args: Any, **kwargs: Any) -> dict[str, Any] | None:
+        operation: dict[str, Any] | None = super().get_operation(*args, **kwargs)
         options = self.idempotency_options()
-        if options is not None:
+        if operation is not None and options is not None:
             self.add_idempotency_responses(operation.setdefault("responses", {}), options)
         return operation
 
@@ -168,9 +128,7 @@ class IdempotentAutoSchema(AutoSchema):
         """Add the replay header to 2xx responses and the problem responses."""
         for code, response in responses.items():
             if str(code).startswith("2") and isinstance(response, dict):
-                response.setdefault("headers", {}).setdefault(
-                    idempotency_settings.MARKER_HEADERS.replayed, replayed_header()
-                )
+                add_replayed_header(response)
         for answer in self.idempotency_problems(options):
             response = responses.get(str(answer[0]))
             if not isinstance(response, dict):
@@ -180,7 +138,7 @@ class IdempotentAutoSchema(AutoSchema):
 
     def idempotency_problems(self, options: ViewOptions) -> list[ProblemAnswer]:
         """(status, description, [(code, detail)], headers) for each problem response."""
-        return problem_answers(self.idempotency_key_required(options))
+        return problem_answers(key_required(options.required))
 
     def _problem_ref(self) -> dict[str, Any]:
         component = ResolvedComponent(  # type: ignore[no-untyped-call]

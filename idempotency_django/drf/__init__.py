@@ -1,17 +1,10 @@
 """Django REST framework integration.
 
-DRF authenticates inside the view, so the key is claimed after DRF's own
-``initial`` (authentication, permissions, throttling), scoped by the
-principal DRF resolved. :class:`IdempotentMixin` works through DRF's hooks:
-
-* ``initial``: claim the key, or answer for it (a replay, a conflict);
-* ``handle_exception``: a handled exception rolls the transactions back, as
-  DRF does under ``ATOMIC_REQUESTS``; one that is not gives the key back;
-* ``finalize_response``: store the finalized, rendered response (the bytes
-  that go out), or give the key back.
-
-``@idempotent`` on one handler of a view without the mixin, or below
-``@api_view``, protects that call: :func:`protect_drf_call`.
+DRF authenticates inside the view, so :class:`IdempotentMixin` claims the key after DRF's
+``initial`` (authentication, permissions, throttling), scoped by the principal DRF
+resolved, and stores the finalized, rendered response in ``finalize_response``.
+``@idempotent`` on one handler, or below ``@api_view``, protects that call
+(:func:`protect_drf_call`).
 """
 
 from __future__ import annotations
@@ -84,41 +77,33 @@ class IdempotentMixin:
     _idempotency_protection: Protection | None = None
 
     def initialize_request(self, request: Any, *args: Any, **kwargs: Any) -> Request:
-        # The fingerprint needs the raw body: ready it before authentication
-        # (SessionAuthentication's CSRF check) or a parser can consume it. Under
-        # the middleware it was readied already: ready_body looks once.
+        # The fingerprint needs the raw body: ready it before authentication (the CSRF
+        # check) or a parser can consume it, unless the middleware did. A body over the
+        # limit is answered 413 when the key is claimed.
         settings = idempotency_settings
         if (
             request.method in settings.METHODS
-            and not getattr(request, READIED_ATTRIBUTE, False)  # the middleware's, handed on
+            and not getattr(request, READIED_ATTRIBUTE, False)
             and key_header(request, settings.HEADER) is not None
         ):
-            # A body over the limit is answered 413 when the key is claimed.
             ready_body(request, getattr(request, "resolver_match", None) or match_of(request))
         return super().initialize_request(request, *args, **kwargs)  # type: ignore[misc,no-any-return]
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         super().initial(request, *args, **kwargs)  # type: ignore[misc]
-        options = self.handler_idempotency_options(request)
-        if options is None:
+        method = str(request.method).lower()
+        if (
+            request.method not in idempotency_settings.METHODS
+            or method not in self.http_method_names  # type: ignore[attr-defined]
+            or (handler := getattr(self, method, None)) is None  # 405: nothing to protect
+            or (options := self.idempotency_options_of(handler)) is None
+        ):
             return
         protection = Protection(request, options, transaction_block(options))
         answer = protection.enter()
         if answer is not None:
             raise Answered(answer)
         self._idempotency_protection = protection
-
-    def handler_idempotency_options(self, request: Request) -> ViewOptions | None:
-        """The options of the handler that will serve ``request``; None if it is not protected."""
-        method = str(request.method).lower()
-        if request.method not in idempotency_settings.METHODS:
-            return None
-        if method not in self.http_method_names:  # type: ignore[attr-defined]
-            return None
-        handler = getattr(self, method, None)
-        if handler is None:
-            return None  # 405: nothing to protect
-        return self.idempotency_options_of(handler)
 
     def idempotency_options_of(self, handler: Callable[..., Any]) -> ViewOptions | None:
         """A handler's own options (``@idempotent``), None if exempt, else the view's."""
@@ -128,9 +113,8 @@ class IdempotentMixin:
         own = getattr(func, OPTIONS_ATTRIBUTE, None)
         return own if isinstance(own, ViewOptions) else self.idempotency_options
 
-    # These two hooks have the signatures of DRF's stubs (Response), so that a
-    # view may mix this class with APIView under mypy. DRF itself passes any
-    # HttpResponseBase through them, as a replay or a refusal is: hence the casts.
+    # DRF's stubs type these two hooks with Response, so that a view may mix this class
+    # with APIView under mypy; DRF passes a replay or a refusal through: hence the casts.
 
     def handle_exception(self, exc: Exception) -> Response:
         if isinstance(exc, Answered):
@@ -176,11 +160,9 @@ def protect_drf_call(
     request: Request, call_handler: Callable[[], Any], options: ViewOptions
 ) -> HttpResponseBase:
     """Protect one handler call: ``@idempotent`` on a handler, or below ``@api_view``."""
-    if isinstance(request.parser_context["view"], IdempotentMixin):
-        # The mixin's hooks protect it, with these options.
-        answer: HttpResponseBase = call_handler()
-        return answer
     view: APIView = request.parser_context["view"]
+    if isinstance(view, IdempotentMixin):
+        return cast(HttpResponseBase, call_handler())  # the mixin's hooks protect it
 
     def call_and_finalize() -> HttpResponseBase:
         try:

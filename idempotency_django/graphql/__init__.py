@@ -9,33 +9,17 @@ One marker on the field, a Strawberry field extension::
         @strawberry.mutation(extensions=[Idempotent()])
         def create_order(self, info: strawberry.Info, item: str) -> Order: ...
 
-The field gains an ``idempotencyKey: String`` argument (Shopify's style: each
-protected mutation of a request has its own key). A request with exactly one
-protected mutation and no such argument may send the key in the
-``Idempotency-Key`` header instead.
-
-An extension, not a directive: the extension wraps the resolver's call, which
-is where the key must be claimed, the work run and its answer kept; a
-directive is schema metadata a client would have to send.
-
-The key goes through the protocol every door does
-([`phases.run`][idempotency_django.protocol.phases.run] and
-[`arun`][idempotency_django.protocol.phases.arun] driving an
-[`Attempt`][idempotency_django.protocol.attempt.Attempt]): scoped by the
-request's principal and location as a view's is, refused with the REST
-answers' codes (a ``GraphQLError`` whose ``extensions.code`` is
-``idempotency_key_in_progress``, ...). The fingerprint is the field's name and
-its arguments in canonical JSON, not the query text: a retry that asks for
-other result fields still replays. What is kept is the resolver's return
-value as JSON (a Strawberry type's fields, recursively); a replay rebuilds
-the field's declared type from it.
-
-This module imports Strawberry; nothing else in the package imports it
-(``pip install idempotency-django[graphql]``).
+The field gains an ``idempotencyKey: String`` argument; a request with exactly one
+protected mutation may send the key in the ``Idempotency-Key`` header instead. The key
+goes through the protocol every door does (``phases.run`` and ``arun``), refused with the
+REST answers' codes in a ``GraphQLError``'s ``extensions.code``. docs/graphql.md says why
+an extension and what counts as the same request. Nothing else in the package imports
+Strawberry (``pip install idempotency-django[graphql]``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime
 import decimal
@@ -119,20 +103,21 @@ class Idempotent(FieldExtension):
     # -- resolving --
 
     def resolve(self, next_: Callable[..., Any], source: Any, info: Info, **kwargs: Any) -> Any:
-        if _in_event_loop():
-            # A sync resolver under an async view: the store's and the resolver's
-            # blocking I/O may not run on the event loop.
-            return sync_to_async(self.resolve_sync)(next_, source, info, kwargs)
-        return self.resolve_sync(next_, source, info, kwargs)
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # a sync view
+            return self.resolve_sync(next_, source, info, kwargs)
+        # A sync resolver under an async view: its and the store's blocking I/O stay off the loop.
+        return sync_to_async(self.resolve_sync)(next_, source, info, kwargs)
 
     def resolve_sync(
         self, next_: Callable[..., Any], source: Any, info: Info, kwargs: dict[str, Any]
     ) -> Any:
-        request, options, begin_phase = self.prepare(info, kwargs)
+        request, options, begin_phase, arguments = self.prepare(info, kwargs)
         ran: list[tuple[HttpResponse, Any]] = []
 
         def call(_request: HttpRequest) -> HttpResponse:
-            result = next_(source, info, **self.resolver_arguments(kwargs))
+            result = next_(source, info, **arguments)
             ran.append((self.as_response(result), result))
             return ran[0][0]
 
@@ -143,18 +128,21 @@ class Idempotent(FieldExtension):
     async def resolve_async(
         self, next_: Callable[..., Any], source: Any, info: Info, **kwargs: Any
     ) -> Any:
-        request, options, begin_phase = self.prepare(info, kwargs)
+        request, options, begin_phase, arguments = self.prepare(info, kwargs)
         ran: list[tuple[HttpResponse, Any]] = []
 
         async def call(_request: HttpRequest) -> HttpResponse:
-            result = await next_(source, info, **self.resolver_arguments(kwargs))
+            result = await next_(source, info, **arguments)
             ran.append((await sync_to_async(self.as_response)(result), result))
             return ran[0][0]
 
         return self.answer(await arun(request, options, call, begin_phase), ran)
 
-    def prepare(self, info: Info, kwargs: dict[str, Any]) -> tuple[HttpRequest, ViewOptions, Any]:
-        """The Django request, the options with this call's fingerprint, phase 1 with its key."""
+    def prepare(
+        self, info: Info, kwargs: dict[str, Any]
+    ) -> tuple[HttpRequest, ViewOptions, Any, dict[str, Any]]:
+        """The Django request, the options with this call's fingerprint, phase 1 with its key,
+        the resolver's arguments."""
         context = info.context
         request = context.get("request") if isinstance(context, dict) else context.request
         if not isinstance(request, HttpRequest):
@@ -166,12 +154,10 @@ class Idempotent(FieldExtension):
         arguments = {name: value for name, value in kwargs.items() if name != KEY_ARGUMENT}
         fingerprint = _fingerprint(info._raw_info.parent_type.name, info.field_name, arguments)
         options = dataclasses.replace(self.options, fingerprint=lambda _request: fingerprint)
-        if given is not None:
-            read = functools.partial(_given, given)
-            return request, options, functools.partial(begin, read_key=read)
-        if _protected_fields(info) == 1:
-            return request, options, begin  # the key may be in the header
-        return request, options, functools.partial(begin, read_key=_no_key)
+        phase: Any = functools.partial(begin, read_key=lambda _request: given)
+        if given is None and _protected_fields(info) == 1:
+            phase = begin  # the key may be in the header
+        return request, options, phase, arguments if self.adds_argument else kwargs
 
     def as_response(self, result: Any) -> HttpResponse:
         """The resolver's result as the answer the protocol keeps (a 200 of its JSON),
@@ -179,7 +165,7 @@ class Idempotent(FieldExtension):
         strawberry-django type is kept as that type's fields."""
         assert self.field is not None
         try:
-            body = _json(_kept(self.field.type, result))
+            body = _json(_through(self.field.type, result, keep=True))
         except (TypeError, ValueError, RecursionError) as exc:
             # Raised in the attempt: its key is given back, its savepoint rolled back.
             raise TypeError(
@@ -188,11 +174,6 @@ class Idempotent(FieldExtension):
                 "that are JSON, enums, dates, decimals or UUIDs."
             ) from exc
         return HttpResponse(body, content_type="application/json")
-
-    def resolver_arguments(self, kwargs: dict[str, Any]) -> dict[str, Any]:
-        if self.adds_argument:
-            return {name: value for name, value in kwargs.items() if name != KEY_ARGUMENT}
-        return kwargs
 
     def answer(self, response: HttpResponseBase, ran: list[tuple[HttpResponse, Any]]) -> Any:
         """The field's value: the resolver's result, a replay of it, or the refusal raised."""
@@ -206,25 +187,7 @@ class Idempotent(FieldExtension):
                 extensions["retryAfter"] = retry_after
             raise GraphQLError(str(members["detail"]), extensions=extensions)
         assert isinstance(response, HttpResponse) and self.field is not None
-        return _rebuilt(self.field.type, json.loads(response.content))
-
-
-def _given(key: str, _request: HttpRequest) -> str:
-    return key
-
-
-def _no_key(_request: HttpRequest) -> None:
-    return None
-
-
-def _in_event_loop() -> bool:
-    import asyncio
-
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
+        return _through(self.field.type, json.loads(response.content), keep=False)
 
 
 # -- the header's key: one protected mutation in the request ------------------------
@@ -296,58 +259,38 @@ def _fingerprint(parent: str, field: str, arguments: dict[str, Any]) -> str:
     return keyed_digest(lambda: [canonical])
 
 
-def _kept(kind: Any, value: Any) -> Any:
-    """``value`` as the field's type ``kind`` shows it: a Strawberry (or strawberry-django)
-    type's fields without a resolver of their own, read by name (a model's attributes)."""
+def _through(kind: Any, value: Any, *, keep: bool) -> Any:
+    """``value`` walked through the field's declared type ``kind``: the resolver's result as
+    the JSON kept (``keep``), or that JSON as the declared type again (a replay). A type is
+    its fields without a resolver of their own (computed again on a replay), read by name: a
+    strawberry-django type's from its model's attributes."""
     if value is None:
         return None
     if isinstance(kind, StrawberryOptional):
-        return _kept(kind.of_type, value)
+        return _through(kind.of_type, value, keep=keep)
     if isinstance(kind, StrawberryList):
-        return [_kept(kind.of_type, item) for item in value]
-    definition = get_object_definition(kind)
-    if definition is None:
-        return value  # a scalar or an enum: _json writes it
-    return {
-        field.python_name: _kept(field.type, getattr(value, _attribute(field)))
-        for field in definition.fields
-        if field.base_resolver is None
-    }
-
-
-def _attribute(field: StrawberryField) -> str:
-    """Where a type's field reads its value: a strawberry-django field's model attribute."""
-    return str(getattr(field, "django_name", None) or field.python_name)
-
-
-#: Scalars stored as text, read back for their Strawberry scalar.
-_PARSERS: dict[Any, Callable[[Any], Any]] = {
-    datetime.datetime: datetime.datetime.fromisoformat,
-    datetime.date: datetime.date.fromisoformat,
-    datetime.time: datetime.time.fromisoformat,
-    decimal.Decimal: decimal.Decimal,
-    uuid.UUID: uuid.UUID,
-}
-
-
-def _rebuilt(kind: Any, data: Any) -> Any:
-    """The stored JSON as a value of the field's declared type (for a replay)."""
-    if data is None:
-        return None
-    if isinstance(kind, StrawberryOptional):
-        return _rebuilt(kind.of_type, data)
-    if isinstance(kind, StrawberryList):
-        return [_rebuilt(kind.of_type, item) for item in data]
+        return [_through(kind.of_type, item, keep=keep) for item in value]
     definition = get_object_definition(kind)
     if definition is not None:
-        values = {
-            field.python_name: _rebuilt(field.type, data[field.python_name])
-            for field in definition.fields
-            if field.base_resolver is None and field.init and field.python_name in data
+        fields = {
+            field.python_name: field for field in definition.fields if field.base_resolver is None
         }
-        return kind(**values)
+        if keep:
+            read = {
+                name: getattr(value, getattr(field, "django_name", None) or name)
+                for name, field in fields.items()
+            }
+        else:
+            read = {
+                name: value[name] for name, field in fields.items() if field.init and name in value
+            }
+        walked = {name: _through(fields[name].type, item, keep=keep) for name, item in read.items()}
+        return walked if keep else kind(**walked)
+    if keep:
+        return value  # a scalar or an enum: _json writes it
     wrapped = getattr(kind, "wrapped_cls", kind)  # an enum's definition wraps its class
     if isinstance(wrapped, type) and issubclass(wrapped, enum.Enum):
-        return wrapped(data)
-    parse = _PARSERS.get(kind)
-    return parse(data) if parse is not None else data
+        return wrapped(value)
+    if kind in (datetime.datetime, datetime.date, datetime.time):  # kept as text (_plain)
+        return kind.fromisoformat(value)
+    return kind(value) if kind in (decimal.Decimal, uuid.UUID) else value

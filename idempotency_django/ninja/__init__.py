@@ -1,10 +1,4 @@
-"""django-ninja integration: protect an operation, a router or a whole ``NinjaAPI``.
-
-django-ninja authenticates inside its view (``auth=`` on an operation, a
-router or the API), after every middleware: only there is ``request.auth``
-known. So the key is claimed there too, after ninja's authentication,
-throttling and input validation, and scoped by the principal ninja
-authenticated::
+"""django-ninja integration: protect an operation, a router or a whole ``NinjaAPI``::
 
     from idempotency_django.ninja import idempotent
 
@@ -15,21 +9,13 @@ authenticated::
     router.add_decorator(idempotent(), mode="view")  # every operation of a router
     api.add_decorator(idempotent(), mode="view")     # of the whole API
 
-How: ``idempotent(...)`` is a ninja *view* decorator (``decorate_view``,
-``add_decorator(..., mode="view")``), so ninja hands it each operation's
-``run`` when it binds the operation to its API. It then replaces the
-operation's function with one that ninja calls after authentication, and
-that turns the function's result (a schema object, ``Status(...)``, a
-``(status, data)`` tuple) into ninja's real response *before* the
-response is stored: a stored answer is always the bytes the client got,
-and a result ninja cannot serialize is an error of the attempt (its key is
-released, its transaction rolled back), never a 500 after the answer was
-kept. It also documents the key contract in the API's OpenAPI schema
-(:mod:`idempotency_django.ninja.openapi`); whose key it is, is
-:mod:`idempotency_django.ninja.scope`'s to say.
-
-This module imports django-ninja; nothing else in the package imports it,
-so django-ninja stays optional (``pip install idempotency-django[ninja]``).
+django-ninja authenticates inside its view, after every middleware, so ``idempotent`` is
+a ninja *view* decorator: ninja hands it each operation's ``run`` when it binds the
+operation, and the operation's function is replaced with one that ninja calls after its
+authentication, throttling and input validation. That one makes ninja's real response
+*before* it is stored: a stored answer is the bytes the client got, and a result ninja
+cannot serialize is an error of the attempt, never a 500 after the answer was kept.
+Nothing else in the package imports django-ninja.
 """
 
 from __future__ import annotations
@@ -38,7 +24,7 @@ import copy
 import dataclasses
 import functools
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any, TypeVar, Unpack, overload
 
 from asgiref.sync import iscoroutinefunction, sync_to_async
@@ -78,16 +64,11 @@ _BASE_EXTRA_ATTRIBUTE = "_idempotency_base_openapi_extra"
 _LEVEL_ATTRIBUTE = "_idempotency_level"
 
 
-# -- the decorator ---------------------------------------------------------------
-
-
 class NinjaIdempotency:
-    """The protection of ninja operations, with its :class:`ViewOptions`.
-
-    Made by :func:`idempotent`. Apply it to an operation's function (below
-    ``@api.post(...)``, or through ``decorate_view``), or add it to a router
-    or an API with ``add_decorator(..., mode="view")``.
-    """
+    """The protection of ninja operations, with its :class:`ViewOptions`, made by
+    :func:`idempotent`: apply it to an operation's function (below ``@api.post(...)``,
+    or through ``decorate_view``), or add it to a router or an API with
+    ``add_decorator(..., mode="view")``."""
 
     def __init__(self, options: ViewOptions, *, operation_level: bool = False) -> None:
         self.options = options
@@ -98,8 +79,7 @@ class NinjaIdempotency:
 
     def __call__(self, target: FuncT) -> FuncT:
         operation = _operation_of(target)
-        if operation is not None:
-            # ninja binds an operation and hands us its ``run``.
+        if operation is not None:  # ninja binds an operation and hands us its ``run``
             return self.protect_operation(operation, target)
         if hasattr(target, "_ninja_operation"):
             raise TypeError(
@@ -107,10 +87,9 @@ class NinjaIdempotency:
                 "(or given to add_decorator(..., mode='view')): as an operation decorator "
                 "it would run before ninja's authentication is known."
             )
-        # On an operation's function: ninja calls us with the operation's
-        # ``run`` once it has made the operation, and again for every copy.
-        marked = NinjaIdempotency(self.options, operation_level=True)
-        return decorate_view(marked)(target)
+        # On an operation's function: ninja calls us with the operation's ``run`` once it
+        # has made the operation, and again for every copy.
+        return decorate_view(NinjaIdempotency(self.options, operation_level=True))(target)
 
     def protect_operation(self, operation: Operation, run: FuncT) -> FuncT:
         """Protect one bound operation; return its ``run``, which readies the body first."""
@@ -125,12 +104,7 @@ class NinjaIdempotency:
         setattr(operation.view_func, _BASE_EXTRA_ATTRIBUTE, base_extra)
         setattr(operation, NINJA_OPTIONS_ATTRIBUTE, self.options)
         _note_authentication(operation)
-        operation.openapi_extra = operation_openapi_extra(
-            operation,
-            base_extra,
-            required=self.options.required,
-            fingerprint=self.options.fingerprint,
-        )
+        operation.openapi_extra = operation_openapi_extra(operation, base_extra, self.options)
         return _ready_body_first(operation, run)
 
 
@@ -155,29 +129,28 @@ def idempotent(view: Any = None, **options: Unpack[IdempotentOptions]) -> Any:
     return protection if view is None else protection(view)
 
 
-# -- running an operation --------------------------------------------------------
-
-
 def _operation_of(target: Any) -> Operation | None:
     """The operation whose ``run`` ``target`` is (or wraps), else None."""
-    seen = 0
-    while target is not None and seen < 100:
-        owner = getattr(target, "__self__", None)
-        if isinstance(owner, Operation):
-            return owner
-        target = getattr(target, "__wrapped__", None)
-        seen += 1
-    return None
+    bound = inspect.unwrap(
+        target, stop=lambda f: isinstance(getattr(f, "__self__", None), Operation)
+    )
+    owner = getattr(bound, "__self__", None)
+    return owner if isinstance(owner, Operation) else None
 
 
 def _protected_function(
     operation: Operation, inner: Callable[..., Any], options: ViewOptions
 ) -> Callable[..., Any]:
-    """The operation's function, called by ninja after authentication, protected.
-
-    It answers ninja's real response: ninja passes a response through as it is.
-    """
+    """The operation's function, called by ninja after authentication, protected; it
+    answers ninja's real response, which ninja passes through as it is."""
     options = dataclasses.replace(options, scope=options.scope or ninja_scope)
+
+    def respond(request: HttpRequest, values: dict[str, Any], result: Any) -> HttpResponseBase:
+        # On the response the function set headers and cookies on, as ninja gives it.
+        temporal = values.get(operation.signature.response_arg or "")
+        if not isinstance(temporal, HttpResponse):
+            temporal = operation.api.create_temporal_response(request)
+        return operation._result_to_response(request, result, temporal)
 
     def handled(request: HttpRequest, error: Exception) -> HttpResponseBase:
         # ninja's exception handlers answer HttpError, ValidationError, ...;
@@ -191,10 +164,8 @@ def _protected_function(
         @functools.wraps(inner)
         async def protected_async(request: HttpRequest, **values: Any) -> HttpResponseBase:
             async def call() -> HttpResponseBase:
-                temporal = _temporal_response(operation, request, values)
                 try:
-                    result = await inner(request, **values)
-                    return operation._result_to_response(request, result, temporal)
+                    return respond(request, values, await inner(request, **values))
                 except Exception as error:
                     return handled(request, error)
 
@@ -206,10 +177,8 @@ def _protected_function(
         @functools.wraps(inner)
         def protected_sync(request: HttpRequest, **values: Any) -> HttpResponseBase:
             def call() -> HttpResponseBase:
-                temporal = _temporal_response(operation, request, values)
                 try:
-                    result = inner(request, **values)
-                    return operation._result_to_response(request, result, temporal)
+                    return respond(request, values, inner(request, **values))
                 except Exception as error:
                     response = handled(request, error)
                     # The error interrupted the work: what it wrote must not
@@ -225,14 +194,10 @@ def _protected_function(
 
 
 def _note_authentication(operation: Operation) -> None:
-    """Make ``operation`` note on each request which of its auth callbacks authenticated it.
-
-    ninja keeps only what ``authenticate()`` returned (``request.auth``): two auth
-    classes returning the same string (an organisation's name) would be one
-    principal. ninja's own loop runs, on a copy of the operation whose callbacks
-    note themselves; the operation's list stays as it is (the OpenAPI schema
-    reads it) and is read per request (a router or the API may set it after us).
-    """
+    """Make ``operation`` note on each request which auth callback authenticated it: ninja
+    keeps only what it returned, and two returning the same string are two principals.
+    ninja's own loop runs on a copy whose callbacks note themselves; the operation's list
+    stays as it is (the schema reads it; a router or the API may set it later)."""
     if "_run_authentication" in vars(operation):
         return  # already noting (an operation protected again, by its router)
     authenticate = type(operation)._run_authentication
@@ -247,7 +212,13 @@ def _note_authentication(operation: Operation) -> None:
 
 def _noting(callback: Callable[..., Any]) -> Callable[..., Any]:
     """``callback``, which notes itself on the request it authenticates; async stays async."""
-    # As ninja tells one: an async function, an instance with an async __call__, or is_async.
+
+    def noted(request: HttpRequest, result: Any) -> Any:
+        if result:
+            setattr(request, AUTHENTICATED_BY_ATTRIBUTE, callback)
+        return result
+
+    # As ninja tells one (asgiref's test also knows markcoroutinefunction's mark).
     if (
         iscoroutinefunction(callback)
         or iscoroutinefunction(type(callback).__call__)
@@ -256,21 +227,10 @@ def _noting(callback: Callable[..., Any]) -> Callable[..., Any]:
 
         async def noting_async(request: HttpRequest) -> Any:
             result = callback(request)
-            if inspect.isawaitable(result):
-                result = await result
-            if result:
-                setattr(request, AUTHENTICATED_BY_ATTRIBUTE, callback)
-            return result
+            return noted(request, await result if inspect.isawaitable(result) else result)
 
         return noting_async
-
-    def noting_sync(request: HttpRequest) -> Any:
-        result = callback(request)
-        if result:
-            setattr(request, AUTHENTICATED_BY_ATTRIBUTE, callback)
-        return result
-
-    return noting_sync
+    return lambda request: noted(request, callback(request))
 
 
 def _is_async(operation: Operation) -> bool:
@@ -278,51 +238,30 @@ def _is_async(operation: Operation) -> bool:
     return isinstance(operation, AsyncOperation) or bool(operation.is_async)
 
 
-def _temporal_response(
-    operation: Operation, request: HttpRequest, values: dict[str, Any]
-) -> HttpResponse:
-    """The response the function may set headers and cookies on, as ninja gives it."""
-    name = operation.signature.response_arg
-    given = values.get(name) if name else None
-    if isinstance(given, HttpResponse):
-        return given
-    return operation.api.create_temporal_response(request)
-
-
 def _ready_body_first(operation: Operation, run: FuncT) -> FuncT:
-    """``run``, which first readies a keyed request's body for the fingerprint.
-
-    ninja's parsers read the body (a form's, a file upload's) before the key
-    is claimed; read first, it stays readable for both. A body over
-    ``MAX_FINGERPRINTED_BODY`` is answered 413 before anything runs.
-    """
+    """``run``, which first readies a keyed request's body for the fingerprint: ninja's
+    parsers read it (a form's, an upload's) before the key is claimed. A body over
+    ``MAX_FINGERPRINTED_BODY`` is answered 413 before anything runs."""
     if _is_async(operation):
 
         @functools.wraps(run)
         async def async_run(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-            if _keyed(request):
-                refused = await sync_to_async(_ready)(request)
-                if refused is not None:
-                    return refused
-            result: Awaitable[Any] = run(request, *args, **kwargs)
-            return await result
+            refused = await sync_to_async(_ready)(request) if _keyed(request) else None
+            return refused if refused is not None else await run(request, *args, **kwargs)
 
         return async_run  # type: ignore[return-value]
 
     @functools.wraps(run)
     def sync_run(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-        if _keyed(request):
-            refused = _ready(request)
-            if refused is not None:
-                return refused
-        return run(request, *args, **kwargs)
+        refused = _ready(request) if _keyed(request) else None
+        return refused if refused is not None else run(request, *args, **kwargs)
 
     return sync_run  # type: ignore[return-value]
 
 
 def _keyed(request: HttpRequest) -> bool:
     settings = idempotency_settings
-    return (
+    return bool(
         settings.ENABLED
         and request.method in settings.METHODS
         and key_header(request, settings.HEADER) is not None

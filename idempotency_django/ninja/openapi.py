@@ -3,47 +3,38 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
-
-from django.http import HttpRequest
 
 from idempotency_django.conf import idempotency_settings
 from idempotency_django.protocol.openapi_contract import (
     KEY_SCHEMA,
     PROBLEM_SCHEMA,
     add_problem_response,
+    add_replayed_header,
     key_description,
     key_required,
     problem_answers,
-    replayed_header,
-    same_request_description,
 )
+from idempotency_django.protocol.options import ViewOptions
 
 if TYPE_CHECKING:  # django-ninja is imported by idempotency_django.ninja only
     from ninja.operation import Operation
 
 
 def operation_openapi_extra(
-    operation: Operation,
-    base: dict[str, Any] | None,
-    *,
-    required: bool | None,
-    fingerprint: Callable[[HttpRequest], str] | str | None,
+    operation: Operation, base: dict[str, Any] | None, options: ViewOptions
 ) -> dict[str, Any]:
-    """``base`` (the operation's own ``openapi_extra``) and the key contract, for ninja to merge.
-
-    Read when the API is bound (``api.urls``): the schema shows the settings of then.
-    """
+    """``base`` (the operation's own ``openapi_extra``) and the key contract, for ninja to
+    merge. Read when the API is bound (``api.urls``): the schema shows the settings of then."""
     extra = copy.deepcopy(base) if base else {}
     if operation.methods and not set(operation.methods) & set(idempotency_settings.METHODS):
         return extra
-    required = key_required(required)
+    required = key_required(options.required)
     parameter = {
         "in": "header",
         "name": idempotency_settings.HEADER,
         "required": required,
-        "description": key_description(required, same_request_description(fingerprint)),
+        "description": key_description(required, options.fingerprint),
         "schema": dict(KEY_SCHEMA),
     }
     parameters = extra.setdefault("parameters", [])
@@ -56,10 +47,7 @@ def operation_openapi_extra(
     documented = {status for status in operation.response_models if isinstance(status, int)}
     for status in documented:
         if 200 <= status < 300:
-            response = responses.setdefault(status, {})
-            response.setdefault("headers", {}).setdefault(
-                idempotency_settings.MARKER_HEADERS.replayed, replayed_header()
-            )
+            add_replayed_header(responses.setdefault(status, {}))
     for answer in problem_answers(required):
         response = responses.setdefault(answer[0], {})
         if answer[0] not in documented:  # ninja's own description stays

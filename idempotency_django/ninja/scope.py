@@ -1,9 +1,4 @@
-"""Whose key a django-ninja request carries: the principal ninja authenticated.
-
-django-ninja authenticates inside its view and leaves what ``authenticate()``
-returned in ``request.auth``; :func:`auth_principal` names it, and
-:func:`ninja_scope` is the scope of :mod:`idempotency_django.ninja`'s operations.
-"""
+"""Whose key a django-ninja request carries: the principal ninja authenticated."""
 
 from __future__ import annotations
 
@@ -35,28 +30,13 @@ AUTHENTICATED_BY_ATTRIBUTE = "_idempotency_authenticated_by"
 def auth_principal(auth: Any, authenticated_by: Any = None) -> str | None:
     """A name for what ninja's authentication returned (``request.auth``); None for nobody.
 
-    In this order:
-
-    * an object with an ``idempotency_principal`` attribute (or property, or
-      method): its value, as it is (make it unique among every kind of
-      principal, e.g. ``"partner:42"``); empty or None for nobody;
-    * a Django user (``django_auth`` returns ``request.user``, a token auth
-      often the token's user): the name the middleware and DRF give it
-      (:func:`idempotency_django.protocol.scope.principal_of`), so a user's keys are
-      the same keys whichever way they came in;
-    * a model instance (an ``ApiKey`` row, a ``Client``):
-      ``app_label.model:pk``, ``app_label.model@alias:pk`` for one of
-      another database than the default one;
-    * a string or bytes (an ``APIKeyHeader`` or ``HttpBearer`` that returns
-      the key it checked, or an organisation's name): ``secret:``, the auth
-      class that returned it (``authenticated_by``, the callback), and an
-      HMAC of it with ``SECRET_KEY`` (the key itself, a credential, is never
-      stored, and a short one cannot be found by hashing guesses). Two auth
-      classes that return the same string are two principals.
-
-    Anything else (``True``, a number, a dict) names nobody it could be told
-    apart from: :class:`~django.core.exceptions.ImproperlyConfigured` is
-    raised before the key is claimed, and nothing runs.
+    The table of docs/ninja.md, in its order: an ``idempotency_principal`` attribute's
+    value; a user's name as the middleware and DRF give it; ``app_label.model:pk`` (or
+    ``app_label.model@alias:pk``) for a model instance; for a string or bytes, ``secret:``,
+    the auth class that returned it (``authenticated_by``) and an HMAC of it with
+    ``SECRET_KEY``, never the credential itself. Anything else names nobody it could be
+    told apart from: :class:`~django.core.exceptions.ImproperlyConfigured`, before the key
+    is claimed.
     """
     if auth is None or auth is False:
         return None
@@ -84,26 +64,18 @@ def auth_principal(auth: Any, authenticated_by: Any = None) -> str | None:
 
 
 def ninja_scope(request: HttpRequest) -> Scope | None:
-    """The principal ninja authenticated (``request.auth``) and the ``X-Location-Id`` header.
-
-    An operation without ninja authentication has no ``request.auth``: its
-    scope is then the ``SCOPE_FUNCTION`` setting's (the session user, by
-    default), as on a plain Django view.
-    """
+    """The principal ninja authenticated (``request.auth``) and the ``X-Location-Id`` header;
+    without ninja authentication, the ``SCOPE_FUNCTION`` setting's, as on a plain view."""
     if not hasattr(request, "auth"):
         scope: Scope | None = idempotency_settings.SCOPE_FUNCTION(request)
         return scope
-    auth = request.auth
-    principal: str | None
-    if isinstance(auth, str | bytes):
-        # Under SECRET_KEY, or a fallback's name that still holds the key.
-        via = getattr(request, AUTHENTICATED_BY_ATTRIBUTE, None)
-        principal = credential_principal(request, secret_prefix(via), auth)
+    auth, principal = request.auth, None  # principal: str | None
+    if isinstance(auth, str | bytes):  # under SECRET_KEY, or a fallback's that still holds it
+        via = secret_prefix(getattr(request, AUTHENTICATED_BY_ATTRIBUTE, None))
+        principal = credential_principal(request, via, auth)
     else:
         principal = auth_principal(auth)
-    if principal is None:
-        return None
-    return Scope(principal=principal, location=location_of(request))
+    return None if principal is None else Scope(principal=principal, location=location_of(request))
 
 
 def secret_prefix(authenticated_by: Any) -> str:

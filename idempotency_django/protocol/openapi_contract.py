@@ -1,9 +1,6 @@
-"""The key contract as OpenAPI describes it, for any schema generator.
-
-The header, the replay header and the problem answers an operation under
-the protection documents. :mod:`idempotency_django.openapi` (drf-spectacular)
-and :mod:`idempotency_django.ninja` (django-ninja) both read this table, so
-the two integrations document the same contract. Imports no schema library.
+"""The key contract as OpenAPI describes it: the header, the replay header and the problem
+answers of a protected operation, for :mod:`idempotency_django.openapi` (drf-spectacular)
+and :mod:`idempotency_django.ninja` alike. Imports no schema library.
 """
 
 from __future__ import annotations
@@ -20,28 +17,14 @@ from idempotency_django.protocol import problems
 from idempotency_django.protocol.keys import MAX_KEY_LENGTH
 from idempotency_django.protocol.scope import MAX_LOCATION_LENGTH
 
-__all__ = [
-    "KEY_PATTERN",
-    "KEY_SCHEMA",
-    "PROBLEM_SCHEMA",
-    "ProblemAnswer",
-    "add_problem_response",
-    "key_description",
-    "key_required",
-    "problem_answers",
-    "replayed_header",
-]
-
-#: Printable ASCII without a comma, no leading or trailing space: the bare keys
-#: :func:`idempotency_django.protocol.keys.parse_key` accepts (it also accepts a quoted
-#: RFC 8941 sf-string, which may contain a comma).
-KEY_PATTERN = r"^[\x21-\x2B\x2D-\x7E](?:[\x20-\x2B\x2D-\x7E]*[\x21-\x2B\x2D-\x7E])?$"
-#: The ``Idempotency-Key`` header's schema.
+#: The ``Idempotency-Key`` header's schema. The pattern is printable ASCII without a comma,
+#: no leading or trailing space: the bare keys ``parse_key`` accepts (it also accepts a
+#: quoted RFC 8941 sf-string, which may contain a comma).
 KEY_SCHEMA: dict[str, Any] = {
     "type": "string",
     "minLength": 1,
     "maxLength": MAX_KEY_LENGTH,
-    "pattern": KEY_PATTERN,
+    "pattern": r"^[\x21-\x2B\x2D-\x7E](?:[\x20-\x2B\x2D-\x7E]*[\x21-\x2B\x2D-\x7E])?$",
 }
 
 PROBLEM_SCHEMA: dict[str, Any] = {
@@ -71,19 +54,13 @@ def key_required(required: bool | None) -> bool:
     return idempotency_settings.REQUIRED if required is None else required
 
 
-def same_request_description(fingerprint: Callable[..., str] | str | None) -> str:
-    """Which parts of a request make a retry "the same request" on this endpoint."""
+def key_description(required: bool, fingerprint: Callable[..., str] | str | None) -> str:
+    """The ``Idempotency-Key`` parameter's description, with which parts of a request make
+    a retry "the same request" when the fingerprint function says (its ``description``)."""
     function: Any = fingerprint or idempotency_settings.FINGERPRINT_FUNCTION
-    if isinstance(function, str):
-        function = import_string(function)
-    described = getattr(function, "description", None)
-    if not described:  # a function of the project's that does not say
-        return ""
-    return f"A retry is the same request when {described} are the same. "
-
-
-def key_description(required: bool, same_request: str) -> str:
-    """The ``Idempotency-Key`` parameter's description."""
+    described = getattr(
+        import_string(function) if isinstance(function, str) else function, "description", None
+    )
     return (
         "A client-generated unique key for this operation (e.g. a UUID), sent again "
         "unchanged on every retry. The first request with a key runs; a retry with the "
@@ -91,7 +68,7 @@ def key_description(required: bool, same_request: str) -> str:
         f"`{idempotency_settings.MARKER_HEADERS.replayed}: true`, without running again. "
         f"1 to {MAX_KEY_LENGTH} printable ASCII characters, "
         "no comma (or an RFC 8941 quoted string). "
-        + same_request
+        + (f"A retry is the same request when {described} are the same. " if described else "")
         + (
             "Required on this endpoint."
             if required
@@ -100,80 +77,63 @@ def key_description(required: bool, same_request: str) -> str:
     )
 
 
-def replayed_header() -> dict[str, Any]:
-    """The replay header, as a success response documents it."""
-    return {
-        "schema": {"type": "string", "enum": ["true"]},
-        "description": "`true` when this is the stored response of an "
-        "earlier request with the same key, replayed without running "
-        "the operation again. Absent otherwise.",
-    }
+def add_replayed_header(response: dict[str, Any]) -> None:
+    """Document the replay header on a success response."""
+    response.setdefault("headers", {}).setdefault(
+        idempotency_settings.MARKER_HEADERS.replayed,
+        {
+            "schema": {"type": "string", "enum": ["true"]},
+            "description": "`true` when this is the stored response of an "
+            "earlier request with the same key, replayed without running "
+            "the operation again. Absent otherwise.",
+        },
+    )
 
 
 def problem_answers(required: bool) -> list[ProblemAnswer]:
-    """(status, description, [(code, detail)], headers) for each problem response.
-
-    Read from :data:`idempotency_django.protocol.problems.REFUSALS`, with the settings
-    that change them (``REUSE_STATUS``, ``ANONYMOUS``).
-    """
-    settings = idempotency_settings
-    refusals = problems.REFUSALS
-    header = settings.HEADER
-
-    def example(code: str, **params: Any) -> tuple[str, str]:
-        return code, refusals[code].english_detail(**params)
-
-    def headers(*codes: str) -> dict[str, Any]:
-        if any(refusals[code].retry_after for code in codes):
-            return {"Retry-After": copy.deepcopy(RETRY_AFTER_HEADER)}
-        return {}
-
-    bad_request = [
-        example(problems.KEY_INVALID),
-        example(
-            problems.LOCATION_INVALID,
-            header=settings.LOCATION_HEADER,
-            length=MAX_LOCATION_LENGTH,
-        ),
-    ]
-    if required:
-        bad_request.insert(0, example(problems.KEY_MISSING))
-    result: list[ProblemAnswer] = [
-        (400, f"The {header} header is missing or invalid.", bad_request, {})
-    ]
-    if settings.ANONYMOUS == "reject":
-        refusal = example(problems.AUTHENTICATION_REQUIRED)
-        result.append((401, refusal[1], [refusal], {}))
-    reused, in_progress = example(problems.KEY_REUSED), example(problems.KEY_IN_PROGRESS)
-    reuse_status = refusals[problems.KEY_REUSED].status_code()
+    """Each problem response, read from :data:`~idempotency_django.protocol.problems.REFUSALS`
+    with the settings that change them (``REUSE_STATUS``, ``ANONYMOUS``)."""
+    missing = (problems.KEY_MISSING,) if required else ()
+    invalid = f"The {idempotency_settings.HEADER} header is missing or invalid."
+    answers = [_answer(400, invalid, *missing, problems.KEY_INVALID, problems.LOCATION_INVALID)]
+    if idempotency_settings.ANONYMOUS == "reject":
+        rejected = problems.AUTHENTICATION_REQUIRED
+        answers.append(_answer(401, _detail(rejected), rejected))
+    reuse_status = problems.REFUSALS[problems.KEY_REUSED].status_code()
     if reuse_status == 409:
-        description = (
+        both = (
             "The key was used with a different request, or a request with this "
             "key is still being processed (with Retry-After)."
         )
-        result.append((409, description, [reused, in_progress], headers(problems.KEY_IN_PROGRESS)))
+        answers.append(_answer(409, both, problems.KEY_REUSED, problems.KEY_IN_PROGRESS))
     else:
-        description = "A request with this key is still being processed."
-        result.append((409, description, [in_progress], headers(problems.KEY_IN_PROGRESS)))
-        description = "The key was used with a different request."
-        result.append((reuse_status, description, [reused], headers(problems.KEY_REUSED)))
-    description = (
-        "The idempotency store could not be reached; nothing was done. Retry with the same key."
-    )
-    result.append(
-        (503, description, [example(problems.UNAVAILABLE)], headers(problems.UNAVAILABLE))
-    )
-    return result
+        in_progress = "A request with this key is still being processed."
+        answers.append(_answer(409, in_progress, problems.KEY_IN_PROGRESS))
+        reused = "The key was used with a different request."
+        answers.append(_answer(reuse_status, reused, problems.KEY_REUSED))
+    gone = "The idempotency store could not be reached; nothing was done. Retry with the same key."
+    return [*answers, _answer(503, gone, problems.UNAVAILABLE)]
+
+
+def _answer(status: int, description: str, *codes: str) -> ProblemAnswer:
+    retry_after = any(problems.REFUSALS[code].retry_after for code in codes)
+    headers = {"Retry-After": RETRY_AFTER_HEADER} if retry_after else {}
+    return status, description, [(code, _detail(code)) for code in codes], headers
+
+
+def _detail(code: str) -> str:
+    if code == problems.LOCATION_INVALID:
+        location = idempotency_settings.LOCATION_HEADER
+        return problems.REFUSALS[code].english_detail(header=location, length=MAX_LOCATION_LENGTH)
+    return problems.REFUSALS[code].english_detail()
 
 
 def add_problem_response(
     response: dict[str, Any], answer: ProblemAnswer, schema: dict[str, Any]
 ) -> None:
     """Add one problem answer's content, with an example per code, and headers to ``response``.
-
-    A response the operation documents itself (e.g. a 400 validation error)
-    keeps its own content; the problem type is added.
-    """
+    A response the operation documents itself (a 400 validation error) keeps its own
+    content; the problem type is added."""
     status, _description, codes, headers = answer
     examples = {
         code: {

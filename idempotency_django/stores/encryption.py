@@ -1,64 +1,41 @@
-"""Stored responses encrypted at rest, with ``IDEMPOTENCY["ENCRYPTION_KEY"]``.
+"""Stored responses encrypted at rest with ``ENCRYPTION_KEY``: docs/settings.md says how.
 
-A stored response holds other people's data (names, addresses, invoices) for
-``RETENTION`` seconds, and with it every database dump, replica and Redis
-snapshot does. With a key set, the stores keep its headers and body as one
-Fernet token (AES-128-CBC and HMAC-SHA256, from the ``cryptography``
-package) instead; the status stays readable, for the admin and ``lookup``.
-
-``ENCRYPTION_KEY`` and ``ENCRYPTION_KEY_FALLBACKS`` work like ``SECRET_KEY``
-and ``SECRET_KEY_FALLBACKS``: the key encrypts, it and the fallbacks decrypt
-(:class:`~cryptography.fernet.MultiFernet`). With fallbacks alone, nothing new
-is encrypted and live encrypted records still replay: encryption turned off.
-A record written before encryption was turned on carries no mark and is
-replayed as it is; one that no key opens raises
-:class:`UndecryptableResponse`, a :class:`~idempotency_django.stores.base.StoreUnavailable`:
-the retry gets ``503 idempotency_unavailable`` and nothing runs, because
-running the work again would do it twice, and replaying is impossible.
-
-A sealed answer is bound to its record: the token holds the record's digest
-(:attr:`~idempotency_django.stores.base.RecordKey.digest`, a hash of its
-principal, location and key) and its kind, checked when it is opened. One
-copied into another record (by whoever can write the table or the Redis keys)
-opens as :class:`ForeignResponse`, another ``503``, and is never replayed. A
-token sealed before answers were bound (scheme ``fernet-1``) has no binding
-and opens as it is, until it expires.
+A store keeps a response's headers and body as one Fernet token bound to its record (its
+digest and kind), and the status readable. A token no key opens raises a ``StoreUnavailable``:
+the retry gets ``503`` and nothing runs, since running it again would do the work twice.
 """
 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import functools
 import json
 import warnings
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from django.core.signals import setting_changed
-
-from idempotency_django.conf import SETTING_NAME, idempotency_settings
+from idempotency_django.conf import idempotency_settings
 from idempotency_django.stores.base import RecordKey, StoredResponse, StoreUnavailable
 
-if TYPE_CHECKING:
-    from cryptography.fernet import MultiFernet
+try:  # needed only with keys set
+    from cryptography import fernet
+except ImportError:
+    fernet = None  # type: ignore[assignment]
 
+# The package's own admin and check use the other helpers.
 __all__ = [
     "SEALED_HEADER",
     "ForeignResponse",
     "UndecryptableResponse",
     "generate_key",
-    "invalid_keys",
-    "is_sealed",
-    "open_columns",
     "seal",
     "unseal",
 ]
 
-#: The one "header" of an encrypted record. Its name starts with a colon, which
-#: no HTTP/1.1 header name may hold, so no response's own headers can look like it.
+#: The one "header" of an encrypted record; no HTTP/1.1 header name may hold its colon.
 SEALED_HEADER = ":idempotency-encrypted"
-#: Its value: the scheme, so that another one can come later beside it. "fernet-2"
-#: binds the answer to its record; "fernet-1" (before) did not.
+#: Its value. "fernet-2" binds the answer to its record; "fernet-1" (before) did not.
 SCHEME = "fernet-2"
 
 
@@ -80,17 +57,13 @@ def generate_key() -> str:
 def seal(
     response: StoredResponse, key: RecordKey | None = None, kind: str = "request"
 ) -> StoredResponse:
-    """``response`` as the store keeps it for the record ``key`` of ``kind``: encrypted
-    when ``ENCRYPTION_KEY`` is set, and bound to that record.
-
-    Without ``key`` (a store of a project's own written for an earlier version),
-    sealed unbound as before, with a ``DeprecationWarning``.
-    """
+    """``response`` as the store keeps it for the record ``key`` of ``kind``: encrypted and
+    bound to that record when ``ENCRYPTION_KEY`` is set. Without ``key`` (a store written for
+    an earlier version), unbound, with a ``DeprecationWarning``."""
     if not idempotency_settings.ENCRYPTION_KEY:
         return response
-    # ASCII JSON has no raw newline, so the first one ends the binding, the next the headers.
-    headers = json.dumps([list(pair) for pair in response.headers], ensure_ascii=True)
-    payload = headers.encode("ascii") + b"\n" + bytes(response.body)
+    # One ASCII JSON line (no raw newline) each: the binding, then the headers, then the body.
+    payload = _line(response.headers) + bytes(response.body)
     if key is None:
         warnings.warn(
             "seal() without the record's key seals an answer any record would replay: "
@@ -98,14 +71,12 @@ def seal(
             DeprecationWarning,
             stacklevel=2,
         )
-    else:
-        payload = _binding(key.digest, kind) + b"\n" + payload
-    return StoredResponse(
-        status=response.status,
-        headers=((SEALED_HEADER, SCHEME if key is not None else "fernet-1"),),
-        # MultiFernet encrypts with the first key of _keys(): ENCRYPTION_KEY.
-        body=_fernet(_keys()).encrypt(payload),
-        body_omitted=response.body_omitted,
+    else:  # an object, where an unbound payload starts with its headers' list
+        payload = _line({"record": key.digest, "kind": kind}) + payload
+    return dataclasses.replace(
+        response,
+        headers=((SEALED_HEADER, "fernet-1" if key is None else SCHEME),),
+        body=_fernet().encrypt(payload),  # with the first key: ENCRYPTION_KEY
     )
 
 
@@ -113,149 +84,108 @@ def unseal(
     response: StoredResponse, key: RecordKey | None = None, kind: str = "request"
 ) -> StoredResponse:
     """The response a store read for the record ``key`` of ``kind``, decrypted; one
-    without the mark as it is.
-
-    Raises :class:`ForeignResponse` when it was sealed for another record (not
-    checked without ``key``), :class:`UndecryptableResponse` when no key opens it.
-    """
+    without the mark as it is. Raises :class:`ForeignResponse` when it was sealed for
+    another record (unchecked without ``key``), :class:`UndecryptableResponse` when no
+    key opens it."""
     if not is_sealed(response.headers):
         return response
     headers, body = _open(response.body, None if key is None else (key.digest, kind))
-    return StoredResponse(
-        status=response.status, headers=headers, body=body, body_omitted=response.body_omitted
-    )
+    return dataclasses.replace(response, headers=headers, body=body)
 
 
 def open_columns(
     headers: Any, body: bytes | memoryview | None, digest: str, kind: str
 ) -> tuple[Any, bytes]:
-    """A record's stored headers and body, decrypted when they are (for the admin).
-
-    ``digest`` and ``kind`` are the record's columns. Raises
-    :class:`UndecryptableResponse` when no key opens them, :class:`ForeignResponse`
-    when they were sealed for another record.
-    """
-    data = bytes(body or b"")
+    """A record's stored headers and body columns, decrypted when they are; raises as
+    :func:`unseal`."""
     if not is_sealed(headers):
-        return headers, data
-    opened_headers, opened_body = _open(data, (digest, kind))
-    return [list(pair) for pair in opened_headers], opened_body
+        return headers, bytes(body or b"")
+    opened, body = _open(bytes(body or b""), (digest, kind))
+    return [list(pair) for pair in opened], body
 
 
 def is_sealed(headers: Any) -> bool:
     """True for the headers of an encrypted record: the mark alone."""
-    if not headers or len(headers) != 1:
-        return False
-    pair = headers[0]
-    return isinstance(pair, (list, tuple)) and len(pair) == 2 and pair[0] == SEALED_HEADER
+    match headers:
+        case [[name, _]]:
+            return bool(name == SEALED_HEADER)
+    return False
 
 
 def invalid_keys(key: Any, fallbacks: Any) -> list[str]:
-    """What is wrong with ``ENCRYPTION_KEY`` and ``ENCRYPTION_KEY_FALLBACKS``, for the check.
-
-    Never a key itself: the check's output ends up in logs and CI output.
-    """
-    problems = []
-    named: list[tuple[str, Any]] = []
-    if key is not None:
-        named.append(("IDEMPOTENCY['ENCRYPTION_KEY']", key))
+    """What is wrong with ``ENCRYPTION_KEY`` and ``ENCRYPTION_KEY_FALLBACKS``, for check
+    E015: never a key itself, since the check's output ends up in logs."""
+    problems, named = [], {} if key is None else {"IDEMPOTENCY['ENCRYPTION_KEY']": key}
     if isinstance(fallbacks, (str, bytes)) or not isinstance(fallbacks, Sequence):
         problems.append("IDEMPOTENCY['ENCRYPTION_KEY_FALLBACKS'] must be a list of keys")
-    else:
-        named.extend(
-            (f"IDEMPOTENCY['ENCRYPTION_KEY_FALLBACKS'][{index}]", value)
-            for index, value in enumerate(fallbacks)
-        )
-    for name, value in named:
+        fallbacks = ()
+    for index, value in enumerate(fallbacks):
+        named[f"IDEMPOTENCY['ENCRYPTION_KEY_FALLBACKS'][{index}]"] = value
+    for name, value in named.items():
         try:
-            raw = base64.urlsafe_b64decode(value)  # as Fernet(value) decodes it
+            length = len(base64.urlsafe_b64decode(value))  # as Fernet(value) decodes it
         except (ValueError, TypeError):  # binascii.Error is a ValueError
             problems.append(f"{name} is not a URL-safe base64 string")
             continue
-        if len(raw) != 32:
-            problems.append(f"{name} decodes to {len(raw)} bytes instead of 32")
+        if length != 32:
+            problems.append(f"{name} decodes to {length} bytes instead of 32")
     return problems
 
 
-def _binding(digest: str, kind: str) -> bytes:
-    """The first line of a bound payload: a JSON object, where an unbound one starts
-    with its headers' JSON list, so the two are told apart inside the ciphertext
-    (a changed scheme mark outside it changes nothing)."""
-    return json.dumps({"record": digest, "kind": kind}, ensure_ascii=True).encode("ascii")
+def _line(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=True).encode("ascii") + b"\n"
 
 
-def _open(
-    token: bytes, record: tuple[str, str] | None
-) -> tuple[tuple[tuple[str, str], ...], bytes]:
-    keys = _keys()
+def _open(token: bytes, record: tuple[str, str] | None) -> tuple[Any, bytes]:
+    cipher = _fernet()  # first: it says so when there are no keys, or no cryptography
+    try:
+        payload = cipher.decrypt(bytes(token))
+    except fernet.InvalidToken:
+        # No "from": the log's error field names the cause first, and it would say InvalidToken.
+        raise UndecryptableResponse(
+            "A stored response is encrypted with neither IDEMPOTENCY['ENCRYPTION_KEY'] "
+            "nor a key of ENCRYPTION_KEY_FALLBACKS (or was altered)."
+        ) from None
+    # Only a writer holding a key can make one malformed: still no 500, no payload in the log.
+    try:
+        if payload.startswith(b"{"):  # bound; else sealed before, opened as it is until it expires
+            line, _, payload = payload.partition(b"\n")
+            bound = json.loads(line)
+            sealed_for = (str(bound["record"]), str(bound["kind"]))
+            if record is not None and sealed_for != record:
+                raise ForeignResponse(
+                    f"The stored response of record {record[0][:16]} ({record[1]}) was sealed "
+                    f"for record {sealed_for[0][:16]} ({sealed_for[1]}): it is not replayed."
+                )
+        line, _, body = payload.partition(b"\n")
+        return tuple((str(name), str(value)) for name, value in json.loads(line)), body
+    except (ValueError, TypeError, KeyError):
+        raise UndecryptableResponse("A decrypted stored response is malformed.") from None
+
+
+def _fernet() -> fernet.MultiFernet:
+    """The key that encrypts (when set) first, then the fallbacks: MultiFernet's order."""
+    key = idempotency_settings.ENCRYPTION_KEY
+    keys = (*((key,) if key else ()), *idempotency_settings.ENCRYPTION_KEY_FALLBACKS)
     if not keys:
         raise UndecryptableResponse(
             "A stored response is encrypted, and IDEMPOTENCY has no ENCRYPTION_KEY "
             "or ENCRYPTION_KEY_FALLBACKS."
         )
-    fernet = _fernet(keys)  # first: it says so when cryptography is missing
-    from cryptography.fernet import InvalidToken
-
-    try:
-        payload = fernet.decrypt(bytes(token))
-    except InvalidToken:
-        # No "from": the cause would only say InvalidToken, and the log's
-        # error field names the exception's cause first.
-        raise UndecryptableResponse(
-            "A stored response is encrypted with neither IDEMPOTENCY['ENCRYPTION_KEY'] "
-            "nor a key of ENCRYPTION_KEY_FALLBACKS (or was altered)."
-        ) from None
-    if payload.startswith(b"{"):
-        line, _, payload = payload.partition(b"\n")
-        try:
-            bound = json.loads(line)
-            sealed_for = (str(bound["record"]), str(bound["kind"]))
-        except (ValueError, TypeError, KeyError):
-            raise UndecryptableResponse("A decrypted stored response is malformed.") from None
-        if record is not None and sealed_for != record:
-            raise ForeignResponse(
-                f"The stored response of record {record[0][:16]} ({record[1]}) was sealed "
-                f"for record {sealed_for[0][:16]} ({sealed_for[1]}): it is not replayed."
-            )
-    # Otherwise sealed before answers were bound: it opens as it is until it expires.
-    line, _, body = payload.partition(b"\n")
-    try:
-        headers = tuple((str(name), str(value)) for name, value in json.loads(line))
-    except (ValueError, TypeError):
-        # Only a writer holding a key can get here: still no 500, and no payload in the log.
-        raise UndecryptableResponse("A decrypted stored response is malformed.") from None
-    return headers, body
-
-
-def _keys() -> tuple[str | bytes, ...]:
-    """The key that encrypts (when set) first, then the fallbacks: MultiFernet's order."""
-    key = idempotency_settings.ENCRYPTION_KEY
-    return (*((key,) if key else ()), *idempotency_settings.ENCRYPTION_KEY_FALLBACKS)
-
-
-@functools.cache
-def _fernet(keys: tuple[str | bytes, ...]) -> MultiFernet:
-    # Imported here: without keys the package needs no cryptography.
-    try:
-        from cryptography.fernet import Fernet, MultiFernet
-    except ImportError:
+    if fernet is None:
         raise StoreUnavailable(
             "IDEMPOTENCY['ENCRYPTION_KEY'] or ENCRYPTION_KEY_FALLBACKS is set, but the "
             "cryptography package is not installed (pip install 'idempotency-django[encryption]')."
-        ) from None
+        )
+    return _multi_fernet(keys)
+
+
+@functools.lru_cache(maxsize=8)  # keyed by the keys: a changed setting misses it
+def _multi_fernet(keys: tuple[str | bytes, ...]) -> fernet.MultiFernet:
     try:
-        return MultiFernet([Fernet(key) for key in keys])
-    except (ValueError, TypeError):
-        # Never the key in the message: it ends up in logs (check E015 says which one).
+        return fernet.MultiFernet([fernet.Fernet(key) for key in keys])
+    except (ValueError, TypeError):  # never the key in the message (check E015 says which)
         raise StoreUnavailable(
             "IDEMPOTENCY['ENCRYPTION_KEY'] or ENCRYPTION_KEY_FALLBACKS holds a malformed key "
             "(system check E015)."
         ) from None
-
-
-def _forget_keys(*, setting: str, **kwargs: Any) -> None:
-    if setting == SETTING_NAME:
-        _fernet.cache_clear()
-
-
-setting_changed.connect(_forget_keys)
