@@ -23,12 +23,14 @@ try:  # needed only with keys set
 except ImportError:
     fernet = None  # type: ignore[assignment]
 
-# The package's own admin and check use the other helpers.
 __all__ = [
     "SEALED_HEADER",
     "ForeignResponse",
     "UndecryptableResponse",
     "generate_key",
+    "invalid_keys",
+    "is_sealed",
+    "open_columns",
     "seal",
     "unseal",
 ]
