@@ -17,7 +17,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, TypedDict, TypeVar, Unpack, overload
 
-from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+from asgiref.sync import iscoroutinefunction
 from django.conf import settings as django_settings
 from django.http import HttpRequest, JsonResponse, RawPostDataException
 from django.http.response import HttpResponseBase
@@ -170,19 +170,23 @@ def deduplicate_webhook(
                 request, space, retention=retention, body_id=body_id, id_header=id_header
             )
 
-        drive: Callable[..., Any] = arun if iscoroutinefunction(func) else run
-
-        @functools.wraps(func)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            return drive(
+        def drive(phases: Callable[..., Any], args: Any, kwargs: dict[str, Any]) -> Any:
+            return phases(
                 find_request(args),
                 ViewOptions(),
                 lambda _request: func(*args, **kwargs),
                 begin_phase=functools.partial(begin_phase, kwargs),
             )
 
-        if drive is arun:
-            markcoroutinefunction(wrapper)  # it returns arun's coroutine
+        @functools.wraps(func)
+        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+            return await drive(arun, args, kwargs)
+
+        @functools.wraps(func)
+        def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
+            return drive(run, args, kwargs)
+
+        wrapper = async_wrapper if iscoroutinefunction(func) else sync_wrapper
         setattr(wrapper, PROTECTED_ATTRIBUTE, True)  # the middleware leaves it alone
         setattr(wrapper, RECEIVER_ATTRIBUTE, True)  # RedactTriggerURLs knows its URL is secret
         # The system check warns about a receiver whose URL gives it no namespace.
