@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, ParamSpec, TypedDict, TypeVar, Unpack, cast, overload
 
 from django.db import DEFAULT_DB_ALIAS, transaction
+from django.dispatch import Signal
 
 from idempotency_django.conf import idempotency_settings
 from idempotency_django.protocol.fingerprint import keyed_digest
@@ -359,7 +360,7 @@ class TaskRun(KeyReservation):
         if not (self.atomic and self.joined_transaction):
             self.release(None, "exception")
 
-    def send(self, signal: Any, **kwargs: Any) -> None:
+    def send(self, signal: Signal, **kwargs: Any) -> None:
         """The signals are a request's (their receivers get it): a task sends none."""
 
     def log(self, level: int, event: str, **fields: Any) -> None:
