@@ -7,17 +7,8 @@
     @shared_task(key=lambda order_id: f"charge-{order_id}")
     def charge(order_id: int) -> dict: ...
 
-Celery's own ``shared_task``, with the options that make a delivery survive
-its worker (``acks_late``, ``reject_on_worker_lost``: a task whose worker
-died is delivered again) and :func:`~idempotency_django.tasks.idempotent_task`
-between them and the function, so every delivery of one key runs it once.
-Arguments and results are fingerprinted and stored as kombu's JSON holds
-them: ``UUID``, ``datetime``, ``date``, ``time`` and ``Decimal`` come back
-as themselves. Arguments it cannot hold are refused by ``delay()`` and
-``apply_async()``, before anything is sent. ``TaskInProgress``
-(``duplicates="skip"``) is retried with a backoff. Any option given
-replaces these defaults; ``key``, ``atomic``, ``retention`` and ``duplicates``
-(:class:`~idempotency_django.tasks.TaskOptions`) are ``idempotent_task``'s.
+Arguments and results are fingerprinted and stored as kombu's JSON holds them
+(``UUID``, ``datetime``, ``Decimal``... come back as themselves).
 """
 
 from __future__ import annotations
@@ -77,7 +68,13 @@ def shared_task(func: None = None, **options: Any) -> Callable[[Callable[..., An
 
 
 def shared_task(func: Callable[..., Any] | None = None, **options: Any) -> Any:
-    """``celery.shared_task`` whose deliveries of one key run the function once."""
+    """``celery.shared_task`` whose deliveries of one key run the function once.
+
+    With at-least-once delivery (``DELIVERY_OPTIONS``, which any option
+    given replaces) and a ``base`` that refuses, when sent, a call that names no
+    key or whose arguments cannot be fingerprinted. ``key``, ``atomic``,
+    ``retention`` and ``duplicates`` are ``idempotent_task``'s.
+    """
 
     def make(once: Callable[..., Any], queue_options: dict[str, Any]) -> Any:
         base = queue_options.get("base") or celery.Task

@@ -8,16 +8,6 @@
     def charge(order_id: int) -> dict: ...
 
     charge.enqueue(42)
-
-The framework's own ``task`` decorator (from ``django.tasks`` on Django 6.0
-and later, else from the ``django_tasks`` backport), with
-:func:`~idempotency_django.tasks.idempotent_task` between it and the
-function: every run of one key runs the function once. The framework
-refuses, when enqueued, arguments that are not plain JSON; so are they
-fingerprinted. ``key``, ``atomic`` and ``retention``
-(:class:`~idempotency_django.tasks.TaskOptions`) are ``idempotent_task``'s;
-the other options the framework's (``priority``, ``queue_name``,
-``backend``, ``takes_context``).
 """
 
 from __future__ import annotations
@@ -44,7 +34,12 @@ def task(func: None = None, **options: Any) -> Callable[[Callable[..., Any]], An
 
 
 def task(func: Callable[..., Any] | None = None, **options: Any) -> Any:
-    """The framework's ``@task``, whose runs of one key run the function once."""
+    """The framework's ``@task``, whose runs of one key run the function once.
+
+    ``key``, ``atomic``, ``retention`` and ``duplicates`` are ``idempotent_task``'s;
+    the other options the framework's. Its arguments are fingerprinted as the plain
+    JSON the framework requires when a task is enqueued.
+    """
     return queue_task(
         func,
         options,

@@ -1,28 +1,15 @@
 """Background tasks that run at most once per key, whatever the queue delivers.
 
-Queues deliver at least once: Celery redelivers a task whose worker died
-under ``acks_late``, a producer's retried ``apply_async`` or ``enqueue``
-sends it twice. :func:`idempotent_task` wraps the task's function so that
-the deliveries of one key run it once, through the key protocol a request
-goes through (:class:`~idempotency_django.protocol.reservation.KeyReservation`):
-
-* the first delivery claims the key (principal ``task:<task name>``) and runs;
-* a duplicate while it runs waits for it, or raises :class:`TaskInProgress`
-  at once (``duplicates="skip"``);
-* a completed one returns the stored return value without running;
-* a failed one (it raised) gives the key back, so a retry runs;
-* the same key with other arguments raises :class:`TaskKeyReused`.
-
-With ``atomic`` (the default) the claim, the work and the completion run in
-one transaction on the default database, as a request's under ``ATOMIC``:
-with the database store there they commit together; with another store the
-reservation is renewed before the work commits and the result is stored by
-the first hook of its COMMIT, ahead of any the task adds.
-
-The decorator is framework-neutral: put the queue's own decorator on top
-(``@app.task`` for Celery, ``@task`` for Django's tasks framework), or use
-:mod:`idempotency_django.contrib.celery` and
-:mod:`idempotency_django.contrib.django_tasks`, which do both.
+Queues deliver at least once (a redelivery after a worker died, a producer's
+retried send). :func:`idempotent_task` runs the deliveries of one key once,
+through the protocol a request goes through
+(:class:`~idempotency_django.protocol.reservation.KeyReservation`, principal
+``task:<task name>``), with a task's answers: the stored return value for a
+duplicate, :class:`TaskKeyReused` for other arguments, :class:`TaskInProgress`
+for a duplicate that does not wait. With ``atomic`` the claim, the work and the
+completion run in one transaction on the default database, as a request's under
+``ATOMIC``. :mod:`idempotency_django.contrib.celery` and
+:mod:`idempotency_django.contrib.django_tasks` put the queue's own decorator on top.
 """
 
 from __future__ import annotations
@@ -108,18 +95,13 @@ NOT_STORED = StoredResponse(status=200, headers=(), body=b"", body_omitted=True)
 
 @dataclass(frozen=True)
 class Codec:
-    """How a queue turns arguments and results into JSON text, and back.
-
-    ``dumps`` must be canonical (sorted keys, no spaces): its text is what the
-    fingerprint hashes. Celery's is kombu's JSON (``UUID``, ``datetime``,
-    ``Decimal``... round-trip as objects); the plain one is ``json``'s, which
-    is what Django's tasks framework passes.
-    """
+    """A queue's JSON: ``dumps`` canonical (its text is what the fingerprint hashes)."""
 
     dumps: Callable[[Any], str]
     loads: Callable[[str], Any]
 
 
+#: What Django's tasks framework passes.
 JSON = Codec(
     functools.partial(json.dumps, sort_keys=True, separators=(",", ":"), ensure_ascii=False),
     json.loads,
@@ -132,9 +114,6 @@ class TaskOptions(TypedDict, total=False):
     key: Callable[..., Any] | None
     atomic: bool
     retention: int | None
-    #: A delivery whose key another delivery is running: "wait" for it (the
-    #: default: then return its result, or run if it failed), or "skip": raise
-    #: TaskInProgress at once, for the queue to retry later.
     duplicates: Literal["wait", "skip"]
 
 
@@ -218,8 +197,7 @@ def idempotent_task(
             if not idempotency_settings.ENABLED:
                 return function(*args, **kwargs)
             run = TaskRun(task, *task.identify(given, args[1:] if bound else args, kwargs))
-            result: R = run.run(lambda: function(*args, **kwargs))
-            return result
+            return run.run(lambda: function(*args, **kwargs))
 
         def check_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
             kwargs = dict(kwargs)
@@ -239,21 +217,16 @@ def queue_task(
     bound_option: str,
     codec: Codec = JSON,
 ) -> Any:
-    """A queue's task decorator with :func:`idempotent_task` under it: the adapters' one wrapper.
+    """A queue's decorator (``make(function, queue_options)``) over :func:`idempotent_task`.
 
-    ``make(function, queue_options)`` is the queue's own decorator applied;
-    ``bound_option`` the queue's option that passes its own first argument.
+    ``bound_option`` is the queue's option that passes its own first argument.
     """
     once_options, queue_options = split_options(options)
 
     def decorate(function: Callable[..., Any]) -> Any:
-        once = idempotent_task(
-            function,
-            name=queue_options.get("name"),
-            bound=bool(queue_options.get(bound_option)),
-            codec=codec,
-            **once_options,
-        )
+        bound = bool(queue_options.get(bound_option))
+        name = queue_options.get("name")
+        once = idempotent_task(function, name=name, bound=bound, codec=codec, **once_options)
         return make(once, queue_options)
 
     return decorate if func is None else decorate(func)
@@ -278,12 +251,6 @@ class _Task:
             given = key(*args, **kwargs)
         elif given is None:
             raise TypeError(f"{self.name} needs a key: pass {KEY_ARGUMENT}=...")
-        fingerprint = self.fingerprint(args, kwargs)
-        info = RequestInfo(method="TASK", path=self.name, fingerprint=fingerprint, kind="task")
-        return RecordKey(TASK_PREFIX + self.name, "", _task_key(given)), info
-
-    def fingerprint(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
-        """Keyed as a request's is: a stored fingerprint tells nothing of the arguments."""
         try:
             canonical = self.codec.dumps([self.name, list(args), kwargs])
         except (TypeError, ValueError, RecursionError) as exc:
@@ -291,7 +258,10 @@ class _Task:
                 f"{self.name}'s arguments cannot be fingerprinted: {exc}. Pass what the "
                 "queue's JSON holds (for Celery: JSON, UUID, datetime, date, time, Decimal)."
             ) from exc
-        return keyed_digest(lambda: [canonical.encode()])
+        # Keyed as a request's is: a stored fingerprint tells nothing of the arguments.
+        fingerprint = keyed_digest(lambda: [canonical.encode()])
+        info = RequestInfo(method="TASK", path=self.name, fingerprint=fingerprint, kind="task")
+        return RecordKey(TASK_PREFIX + self.name, "", _task_key(given)), info
 
 
 class TaskRun(KeyReservation):
@@ -300,7 +270,6 @@ class TaskRun(KeyReservation):
     def __init__(self, task: _Task, key: RecordKey, info: RequestInfo) -> None:
         super().__init__(key, info)
         self.task = task
-        self.name = task.name
         self.atomic = task.options.get("atomic", True)
         # Read once: the claim, the renewals and the waits of one delivery agree.
         self.lock_timeout_seconds = int(idempotency_settings.LOCK_TIMEOUT)
@@ -313,12 +282,12 @@ class TaskRun(KeyReservation):
 
     def block(self) -> contextlib.AbstractContextManager[Any]:
         """The transaction the claim, the work and the completion run in (``atomic``)."""
-        return (
-            transaction.atomic(using=DEFAULT_DB_ALIAS) if self.atomic else contextlib.nullcontext()
-        )
+        atomic = transaction.atomic(using=DEFAULT_DB_ALIAS)
+        return atomic if self.atomic else contextlib.nullcontext()
 
     def run(self, call: Callable[[], R]) -> R:
         """Run ``call`` once for the key, or answer for the delivery that did."""
+        name = self.task.name
         while True:
             try:
                 with self.block():
@@ -339,20 +308,20 @@ class TaskRun(KeyReservation):
                 self.log(logging.INFO, "replayed")
                 if claim.response.body_omitted:
                     raise TaskResultNotStored(
-                        f"This {self.name} ran, but its result could not be stored: "
+                        f"This {name} ran, but its result could not be stored: "
                         "there is nothing to return, and it does not run again."
                     )
                 return cast(R, self.task.codec.loads(claim.response.body.decode()))
             if claim.outcome is Outcome.REUSED:
                 self.log(logging.INFO, "conflict", code=TaskKeyReused.code)
-                raise TaskKeyReused(f"The key of this {self.name} was used with other arguments.")
+                raise TaskKeyReused(f"The key of this {name} was used with other arguments.")
             # In progress: the other delivery holds the key. Waited for outside
             # any transaction of ours, then claimed again: it may have failed.
+            # Waiting inside a caller's transaction (an eager task in a view)
+            # would hold its locks, and not see the other's reservation commit.
             if self.task.options.get("duplicates", "wait") == "skip" or open_transactions():
-                # Waiting inside a caller's transaction (an eager task in a view)
-                # would hold its locks, and not see the other's reservation commit.
                 self.log(logging.INFO, "conflict", code=TaskInProgress.code)
-                raise TaskInProgress(f"This {self.name} is running in another delivery.")
+                raise TaskInProgress(f"This {name} is running in another delivery.")
             self.log(logging.DEBUG, "waiting")
             with contextlib.suppress(StoreUnavailable):  # the claim then says it is down
                 self.store.wait(self.key, self.lock_timeout())
@@ -365,50 +334,41 @@ class TaskRun(KeyReservation):
             self.give_up()
             raise
         try:
-            stored = self.stored(result)
-        except TypeError:
+            body = self.task.codec.dumps(result).encode()
+        except (TypeError, ValueError, RecursionError) as exc:
             if self.atomic:
                 self.give_up()  # raised in our block: the work rolls back
             else:
                 # Autocommitted, or the caller's transaction to commit: the work
                 # stands, so the key is kept, with no result to return.
                 self.settle(NOT_STORED)
-            raise
-        settled = self.settle(stored)
+            raise TypeError(
+                f"{self.task.name} returned {type(result).__name__}, which is not JSON "
+                "its queue can hold: an idempotent task's result is stored for its duplicates."
+            ) from exc
+        settled = self.settle(StoredResponse(status=200, headers=(), body=body))
         if settled is Settled.LOST:
             raise TaskInProgress(
-                f"This {self.name} ran past LOCK_TIMEOUT: another delivery has it."
+                f"This {self.task.name} ran past LOCK_TIMEOUT: another delivery has it."
             )
         if settled is Settled.UNAVAILABLE:
-            raise StoreUnavailable(f"The result of this {self.name} could not be kept.")
-        return cast(R, self.task.codec.loads(stored.body.decode()))
+            raise StoreUnavailable(f"The result of this {self.task.name} could not be kept.")
+        return cast(R, self.task.codec.loads(body.decode()))
 
     def give_up(self) -> None:
         """The work failed: give the key back, unless it goes with the rollback of our block."""
         if not (self.atomic and self.joined_transaction):
             self.release(None, "exception")
 
-    def stored(self, result: Any) -> StoredResponse:
-        try:
-            body = self.task.codec.dumps(result).encode()
-        except (TypeError, ValueError, RecursionError) as exc:
-            raise TypeError(
-                f"{self.name} returned {type(result).__name__}, which is not JSON "
-                "its queue can hold: an idempotent task's result is stored for its duplicates."
-            ) from exc
-        return StoredResponse(status=200, headers=(), body=body)
-
     def send(self, signal: Signal, **kwargs: Any) -> None:
         """The signals are a request's (their receivers get it): a task sends none."""
 
     def log(self, level: int, event: str, **fields: Any) -> None:
         """The task's name and the key's digest: never the key or the arguments."""
-        if not logger.isEnabledFor(level):
-            return
-        # A task's result has no HTTP status: its StoredResponse's is a placeholder.
-        fields.pop("status", None)
-        fields = {"event": event, "task": self.name, "key_digest": self.digest, **fields}
-        emit(level, fields, to=logger)
+        if logger.isEnabledFor(level):
+            fields.pop("status", None)  # a task's result has no HTTP status
+            fields = {"event": event, "task": self.task.name, "key_digest": self.digest, **fields}
+            emit(level, fields, to=logger)
 
 
 def _task_key(value: Any) -> str:

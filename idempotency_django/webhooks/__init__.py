@@ -1,19 +1,12 @@
 """Webhook delivery deduplication: a separate contract from the Idempotency-Key one.
 
-Senders retry deliveries. Each delivery is identified by the one id its
-receiver names (a header, an id read from the body, or an id its verifier
-hands over), or without one by a time-bucketed hash of the receiver's
-namespace and raw body, and accepted once per namespace; a duplicate gets
-``202 {"status": "duplicate"}`` and the view does not run. Unlike the key
-contract there is no fingerprint comparison and no replay of the stored
-response: a delivery id names one event, whatever the body.
-
-The claim, the takeover of abandoned reservations and the expiry are the
-stores' own (records of kind "webhook"), so both stores serve both contracts.
-How a delivery is identified is in :mod:`idempotency_django.webhooks.identity`;
-finding receivers by their URL (log redaction, the system check) in
-:mod:`idempotency_django.webhooks.receivers`. :class:`RedactTriggerURLs` is
-imported here because ``LOGGING`` configurations name it by this path.
+Each delivery is identified by the one id its receiver names, or without one by a
+time-bucketed keyed hash of the receiver's namespace and raw body
+(:mod:`~idempotency_django.webhooks.identity`), and accepted once per namespace; a
+duplicate gets ``202 {"status": "duplicate"}`` and the view does not run. No
+fingerprint, no replay: a delivery id names one event, whatever the body. The records
+are the stores' own (kind "webhook"). :class:`RedactTriggerURLs` is imported here
+because ``LOGGING`` configurations name it by this path.
 """
 
 from __future__ import annotations
@@ -37,7 +30,7 @@ from idempotency_django.protocol.bodies import BodyRefused, prepare_body
 from idempotency_django.protocol.keys import InvalidKey
 from idempotency_django.protocol.logs import emit, error_name, request_id
 from idempotency_django.protocol.marks import PROTECTED_ATTRIBUTE, decide, find_request
-from idempotency_django.protocol.options import ViewOptions, check_retention
+from idempotency_django.protocol.options import ViewOptions, check_retention, option
 from idempotency_django.protocol.phases import arun, run
 from idempotency_django.protocol.problems import Refusal
 from idempotency_django.stores import (
@@ -112,10 +105,9 @@ def stripe_event_id(request: HttpRequest) -> str | None:
         event = json.loads(request.body)
     except (ValueError, RecursionError):  # not JSON, or nested too deep for the parser
         return None
-    if isinstance(event, dict) and event.get("object") == "event":
-        event_id = event.get("id")
-        return event_id if isinstance(event_id, str) else None
-    return None
+    is_event = isinstance(event, dict) and event.get("object") == "event"
+    event_id = event.get("id") if is_event else None
+    return event_id if isinstance(event_id, str) else None
 
 
 class WebhookOptions(TypedDict, total=False):
@@ -168,40 +160,33 @@ def deduplicate_webhook(
     check_retention(retention)
 
     def decorate(func: ViewT) -> ViewT:
-        def delivery_phase(kwargs: dict[str, Any], request: HttpRequest, _: ViewOptions) -> Any:
-            """Phase 1 for a delivery to this receiver, in the namespace of ``kwargs``."""
-            if namespace is not None:
-                space = namespace(request) if callable(namespace) else namespace
-                trigger = "\x1enamespace\x1e" + str(space)
+        def begin_phase(kwargs: dict[str, Any], request: HttpRequest, _: ViewOptions) -> Any:
+            if namespace is None:
+                space = kwargs_namespace(kwargs, request, token_kwarg or TOKEN_KWARG)
             else:
-                trigger = kwargs_namespace(kwargs, request, token_kwarg or TOKEN_KWARG)
+                given = namespace(request) if callable(namespace) else namespace
+                space = "\x1enamespace\x1e" + str(given)
             return begin_delivery(
-                request, trigger, retention=retention, body_id=body_id, id_header=id_header
+                request, space, retention=retention, body_id=body_id, id_header=id_header
             )
 
-        if iscoroutinefunction(func):
+        def drive(phases: Callable[..., Any], args: Any, kwargs: dict[str, Any]) -> Any:
+            return phases(
+                find_request(args),
+                ViewOptions(),
+                lambda _request: func(*args, **kwargs),
+                begin_phase=functools.partial(begin_phase, kwargs),
+            )
 
-            @functools.wraps(func)
-            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                return await arun(
-                    find_request(args),
-                    ViewOptions(),
-                    lambda _request: func(*args, **kwargs),
-                    functools.partial(delivery_phase, kwargs),
-                )
+        @functools.wraps(func)
+        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+            return await drive(arun, args, kwargs)
 
-            wrapper: Callable[..., Any] = async_wrapper
-        else:
+        @functools.wraps(func)
+        def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
+            return drive(run, args, kwargs)
 
-            @functools.wraps(func)
-            def wrapper(*args: Any, **kwargs: Any) -> Any:
-                return run(
-                    find_request(args),
-                    ViewOptions(),
-                    lambda _request: func(*args, **kwargs),
-                    begin_phase=functools.partial(delivery_phase, kwargs),
-                )
-
+        wrapper = async_wrapper if iscoroutinefunction(func) else sync_wrapper
         setattr(wrapper, PROTECTED_ATTRIBUTE, True)  # the middleware leaves it alone
         setattr(wrapper, RECEIVER_ATTRIBUTE, True)  # RedactTriggerURLs knows its URL is secret
         # The system check warns about a receiver whose URL gives it no namespace.
@@ -226,11 +211,7 @@ def begin_delivery(
     """
     decide(request, "protected")  # by the delivery contract, whatever key it carries
     match = getattr(request, "resolver_match", None)
-    route = str(match.route) if match is not None else ""
-    # Deliveries accepted before a SECRET_KEY rotation were recorded under
-    # the old key's digests: they are still duplicates.
-    secrets = (django_settings.SECRET_KEY, *django_settings.SECRET_KEY_FALLBACKS)
-    triggers = [trigger_digest(route, token, secret) for secret in secrets]
+    route = str(match.route) if match is not None else ""  # never the URL: it holds the token
     try:
         # Whole before anything is claimed: under WSGI a sender that hung up
         # mid-body is handed what arrived, and a view that accepted that part
@@ -247,41 +228,36 @@ def begin_delivery(
         return problems.refuse(request, problems.KEY_INVALID, detail=exc.translated(gettext))
     except DeliveryIdMissing as exc:
         return REFUSALS[ID_MISSING].answer(request, detail=str(exc))
+    # Deliveries accepted before a SECRET_KEY rotation were recorded under the
+    # old key's digests: they are still duplicates.
+    secrets = (django_settings.SECRET_KEY, *django_settings.SECRET_KEY_FALLBACKS)
+    keys = [
+        RecordKey(TRIGGER_PREFIX + trigger_digest(route, token, secret), "", identity.delivery_id)
+        for secret in secrets
+    ]
+    if identity.source == FALLBACK_SOURCE:
+        # The buckets either side too: a retry a little later, or one through an
+        # app server whose clock is a little behind the first's. And a fallback id
+        # is keyed: under an old secret it was another id.
+        bucket = int(identity.delivery_id.split(":")[1])
+        keys[1:] = [
+            RecordKey(key.principal, "", fallback_identity(token, request, b, secret).delivery_id)
+            for key, secret in zip(list(keys), secrets, strict=True)
+            for b in (bucket, bucket - 1, bucket + 1)
+            if (key, b) != (keys[0], bucket)
+        ]
     info = RequestInfo(
         method=str(request.method),
-        path=route,  # the URL pattern, never the URL: it holds the token
+        path=route,
         fingerprint="",
         request_id=request_id(request),
         kind="webhook",
         source=identity.source,
     )
-    attempt = DeliveryAttempt(
-        request,
-        RecordKey(TRIGGER_PREFIX + triggers[0], "", identity.delivery_id),
-        info,
-        trigger=triggers[0],
-        retention=idempotency_settings.WEBHOOK_RETENTION if retention is None else retention,
-    )
-    if identity.source != FALLBACK_SOURCE:
-        earlier = [RecordKey(TRIGGER_PREFIX + t, "", identity.delivery_id) for t in triggers[1:]]
-    else:
-        # The ids of the buckets either side too: a retry a little later, or
-        # one through an app server whose clock is a little behind the first's
-        # (each server buckets by its own clock). And a fallback id is keyed:
-        # under an old secret it was another id.
-        bucket = int(identity.delivery_id.split(":")[1])
-        earlier = [
-            RecordKey(
-                TRIGGER_PREFIX + trigger,
-                "",
-                fallback_identity(token, request, b, secret).delivery_id,
-            )
-            for trigger, secret in zip(triggers, secrets, strict=True)
-            for b in (bucket, bucket - 1, bucket + 1)
-            if (trigger, b) != (triggers[0], bucket)
-        ]
+    retained = option(retention, idempotency_settings.WEBHOOK_RETENTION)
+    attempt = DeliveryAttempt(request, keys[0], info, ViewOptions(retention=retained))
     try:
-        for key in earlier:
+        for key in keys[1:]:
             held = attempt.store.peek(key)
             if held is not None:
                 return attempt.held(Claim(held))
@@ -299,19 +275,6 @@ class DeliveryAttempt(Attempt):
     duplicate gets ``202 {"status": "duplicate"}``, whatever its body.
     """
 
-    def __init__(
-        self,
-        request: HttpRequest,
-        key: RecordKey,
-        info: RequestInfo,
-        *,
-        trigger: str,
-        retention: int,
-    ) -> None:
-        super().__init__(request, key, info)
-        self.trigger = trigger
-        self.retention_seconds = retention
-
     def held(self, claim: Claim) -> HttpResponseBase:
         if claim.outcome is Outcome.REPLAY:
             self.log(logging.INFO, "duplicate")
@@ -322,9 +285,6 @@ class DeliveryAttempt(Attempt):
     def unavailable(self) -> HttpResponseBase:
         return REFUSALS[problems.UNAVAILABLE].answer(self.request)
 
-    def principal_changed(self) -> bool:
-        return False  # a delivery's principal is its receiver's namespace, not a user
-
     def over_key_limit(self) -> HttpResponseBase | None:
         return None  # MAX_KEYS_PER_PRINCIPAL bounds clients' keys, not a sender's deliveries
 
@@ -332,8 +292,7 @@ class DeliveryAttempt(Attempt):
         pass  # a delivery id is the sender's, not a key to echo
 
     def release_reason(self, response: HttpResponseBase) -> str | None:
-        # Failed deliveries are not recorded, so the sender's retry runs.
-        return f"status_{response.status_code}" if response.status_code >= 400 else None
+        return f"status_{response.status_code}" if self.rolls_back(response.status_code) else None
 
     def rolls_back(self, status: int) -> bool:
         # A 4xx is not recorded either, and senders retry it: under a transaction
@@ -342,29 +301,22 @@ class DeliveryAttempt(Attempt):
 
     def stored_response(self, response: HttpResponseBase) -> StoredResponse:
         run_id = _run_id(response)
-        return StoredResponse(
-            status=response.status_code,
-            headers=(),
-            body=json.dumps({"run_id": run_id}).encode() if run_id is not None else b"",
-        )
-
-    def retention(self) -> int:
-        return self.retention_seconds
+        body = json.dumps({"run_id": run_id}).encode() if run_id is not None else b""
+        return StoredResponse(status=response.status_code, headers=(), body=body)
 
     def send(self, signal: Any, **kwargs: Any) -> None:
         """Deliveries send no signals: those count the key contract's decisions."""
 
     def log(self, level: int, event: str, **fields: Any) -> None:
         """Never the token, the URL or the body: the trigger digest stands for them."""
-        if not logger.isEnabledFor(level):
-            return
-        fields = {
-            "event": "accepted" if event == "stored" else event,
-            "trigger": self.trigger[:16],
-            "source": self.info.source,
-            **fields,
-        }
-        emit(level, fields, to=logger, prefix="webhook")
+        if logger.isEnabledFor(level):
+            fields = {
+                "event": "accepted" if event == "stored" else event,
+                "trigger": self.key.principal.removeprefix(TRIGGER_PREFIX)[:16],
+                "source": self.info.source,
+                **fields,
+            }
+            emit(level, fields, to=logger, prefix="webhook")
 
 
 def _run_id(response: HttpResponseBase) -> str | None:

@@ -1,13 +1,8 @@
-"""Webhook receivers found by their URL: for log lines, and for the system check.
-
-A receiver's URL holds its trigger token, and Django logs URLs:
-:class:`RedactTriggerURLs` puts the receiver's route in their place. A receiver
-whose route gives it no namespace shares its deliveries with every sender:
-:func:`check_receiver_namespaces` warns (``idempotency_django.W030``).
-"""
+"""Webhook receivers found by their URL: for log lines, and for the system check."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -15,16 +10,9 @@ from urllib.parse import unquote, urlsplit
 
 from django.core import checks
 from django.http import HttpRequest
-from django.urls import Resolver404, get_resolver, resolve
+from django.urls import Resolver404, ResolverMatch, get_resolver, resolve
 
 from idempotency_django.protocol.routes import walk_patterns
-
-__all__ = [
-    "NAMESPACE_ATTRIBUTE",
-    "RECEIVER_ATTRIBUTE",
-    "RedactTriggerURLs",
-    "check_receiver_namespaces",
-]
 
 #: Set on every view ``@deduplicate_webhook`` decorates.
 RECEIVER_ATTRIBUTE = "idempotency_webhook_receiver"
@@ -45,45 +33,36 @@ class RedactTriggerURLs(logging.Filter):
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if isinstance(record.args, tuple) and record.args:
-            request = getattr(record, "request", None)
-            if isinstance(request, HttpRequest):
-                record.args = _redact_request_urls(record.args, request)
+        if not isinstance(record.args, tuple) or not record.args:
+            return True
+        request = getattr(record, "request", None)
+        if isinstance(request, HttpRequest):
+            match = getattr(request, "resolver_match", None)
+            if match is None:  # answered before URL resolution, by a middleware
+                route = _receiver_route(request.path_info, getattr(request, "urlconf", None))
             else:
-                record.args = _redact_request_line(record.args)
+                route = _route_if_receiver(match)
+            urls = {request.path, request.path_info, request.get_full_path()}
+            # Django's log_response escapes its arguments (non-ASCII, backslashes).
+            urls |= {url.encode("unicode_escape").decode("ascii") for url in urls}
+        else:  # runserver's ("POST /hooks/<the token>/?a=b HTTP/1.1", status, size)
+            words = record.args[0].split(" ") if isinstance(record.args[0], str) else []
+            if len(words) < 2:
+                return True
+            route, urls = _receiver_route(unquote(urlsplit(words[1]).path)), {words[1]}
+        if route is not None:
+            longest_first = sorted(urls, key=len, reverse=True)
+            record.args = tuple(
+                _replaced(arg, longest_first, route) if isinstance(arg, str) else arg
+                for arg in record.args
+            )
         return True
 
 
-def _redact_request_urls(args: tuple[Any, ...], request: HttpRequest) -> tuple[Any, ...]:
-    match = getattr(request, "resolver_match", None)
-    if match is None:  # answered before URL resolution, by a middleware
-        route = _receiver_route(request.path_info, getattr(request, "urlconf", None))
-    else:
-        route = str(match.route) if _receiver_handler(match.func) is not None else None
-    if route is None:
-        return args
-    urls = {request.path, request.path_info, request.get_full_path()}
-    # Django's log_response escapes its arguments (non-ASCII, backslashes).
-    urls |= {url.encode("unicode_escape").decode("ascii") for url in urls}
-    longest_first = sorted(urls, key=len, reverse=True)
-
-    def redact(text: str) -> str:
-        for url in longest_first:
-            text = text.replace(url, route)
-        return text
-
-    return tuple(redact(arg) if isinstance(arg, str) else arg for arg in args)
-
-
-def _redact_request_line(args: tuple[Any, ...]) -> tuple[Any, ...]:
-    """runserver's ``("POST /hooks/<the token>/?a=b HTTP/1.1", status, size)``."""
-    words = args[0].split(" ") if isinstance(args[0], str) else []
-    if len(words) < 2:
-        return args
-    route = _receiver_route(unquote(urlsplit(words[1]).path))
-    if route is None:
-        return args
-    return (" ".join([words[0], route, *words[2:]]), *args[1:])
+def _replaced(text: str, urls: list[str], route: str) -> str:
+    for url in urls:
+        text = text.replace(url, route)
+    return text
 
 
 def _receiver_route(path: str, urlconf: str | None = None) -> str | None:
@@ -94,11 +73,14 @@ def _receiver_route(path: str, urlconf: str | None = None) -> str | None:
     """
     for candidate in (path,) if path.endswith("/") else (path, path + "/"):
         try:
-            match = resolve(candidate, urlconf)
+            return _route_if_receiver(resolve(candidate, urlconf))
         except Resolver404:
             continue
-        return str(match.route) if _receiver_handler(match.func) is not None else None
     return None
+
+
+def _route_if_receiver(match: ResolverMatch) -> str | None:
+    return str(match.route) if _receiver_handler(match.func) is not None else None
 
 
 def _receiver_handler(view: Callable[..., Any]) -> Any:
@@ -106,19 +88,14 @@ def _receiver_handler(view: Callable[..., Any]) -> Any:
     view_class = getattr(view, "view_class", None) or getattr(view, "cls", None)
     names = [*getattr(view_class, "http_method_names", ()), *getattr(view, "actions", {}).values()]
     handlers = (view, *(getattr(view_class, name, None) for name in names))
-    return next((found for handler in handlers if (found := _marked(handler))), None)
-
-
-def _marked(handler: Any) -> Any:
-    if getattr(handler, RECEIVER_ATTRIBUTE, False):
-        return handler
-    # @api_view keeps the decorated function only in its handler's closure.
-    for cell in getattr(handler, "__closure__", None) or ():
-        try:
-            if getattr(cell.cell_contents, RECEIVER_ATTRIBUTE, False):
-                return cell.cell_contents
-        except ValueError:  # an empty cell
-            continue
+    for handler in handlers:
+        if getattr(handler, RECEIVER_ATTRIBUTE, False):
+            return handler
+        # @api_view keeps the decorated function only in its handler's closure.
+        for cell in getattr(handler, "__closure__", None) or ():
+            with contextlib.suppress(ValueError):  # an empty cell
+                if getattr(cell.cell_contents, RECEIVER_ATTRIBUTE, False):
+                    return cell.cell_contents
     return None
 
 
