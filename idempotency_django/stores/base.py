@@ -206,7 +206,7 @@ class BaseStore(ABC):
         """The live entry of ``key``, or None (free or expired): state, status, expiry."""
 
     def peek(self, key: RecordKey) -> Outcome | None:
-        """What holds ``key`` now, without claiming it: read from :meth:`lookup`.
+        """What holds ``key`` now, without claiming it: read from ``lookup(key)``.
 
         REPLAY for a live completed entry, IN_PROGRESS for a live reservation,
         None when the key is free or expired. Used by webhook deduplication.
