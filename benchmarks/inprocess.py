@@ -77,7 +77,6 @@ def statement_floor() -> Any:
     from django.db import connection
 
     from idempotency_django.stores import RecordKey, RequestInfo, StoredResponse, database_sql
-    from idempotency_django.stores import database_rows as rows
 
     connection.ensure_connection()
     raw, sql = connection.connection, database_sql.statements(connection)
@@ -86,11 +85,11 @@ def statement_floor() -> Any:
 
     def send() -> int:
         key, token = RecordKey("floor", "", uuid.uuid4().hex), uuid.uuid4().hex
-        insert = rows.insert_values(connection, key, request, token, 3600)
-        completed = [201, rows.headers_json(stored.headers), stored.body, False, 3600]
+        insert = database_sql.insert_values(connection, key, request, token, 3600)
+        completed = [*database_sql.response_values(stored), 3600]
         started = time.perf_counter_ns()
         raw.execute(sql.insert_or_nothing, insert)
-        raw.execute(sql.complete, [*completed, key.digest, token, rows.IN_PROGRESS])
+        raw.execute(sql.complete, [*completed, key.digest, token, database_sql.IN_PROGRESS])
         return time.perf_counter_ns() - started
 
     return send

@@ -83,6 +83,7 @@ def assert_idempotent(
     environ entries such as ``HTTP_X_CSRFTOKEN``, ``headers=``, ``secure=``).
     """
     from idempotency_django.conf import idempotency_settings
+    from idempotency_django.protocol import problems
 
     method = method.upper()
     body, sent_content_type = _encode(data, content_type)
@@ -94,6 +95,7 @@ def assert_idempotent(
     key = key or f"assert-idempotent-{uuid.uuid4().hex}"
     header = idempotency_settings.HEADER
     environ_name = "HTTP_" + header.upper().replace("-", "_")
+    replayed = idempotency_settings.MARKER_HEADERS.replayed
 
     def send(payload: bytes) -> TestResponse:
         return client.generic(
@@ -101,10 +103,67 @@ def assert_idempotent(
         )
 
     first, duplicate = _send_with_a_duplicate(send, body, header, key)
-    _check_first(first, duplicate, f"{method} {url}")
-    _check_in_progress(duplicate)
-    _check_replay(first, send(body))
-    _check_reused(send(other_body))
+    if first.has_header(replayed) or _code(first).startswith("idempotency_"):
+        raise AssertionError(
+            f"The first {method} {url} did not run the view: it got {_describe(first)}. "
+            "If the key was used before, start from an empty store (the idempotency_store "
+            "fixture, or clear_store()) or pass a new key=."
+        )
+    if duplicate is None:
+        raise AssertionError(
+            f"{method} {url} never claimed its key, so nothing protects it; it got "
+            f"{_describe(first)}. Is the view protected (IdempotencyMiddleware or "
+            "@idempotent, not exempt), is the client logged in (an anonymous keyed request "
+            "runs unprotected by default), is the method in IDEMPOTENCY['METHODS'] and "
+            "IDEMPOTENCY['ENABLED'] on?"
+        )
+    if (
+        duplicate.status_code != 409
+        or _code(duplicate) != problems.KEY_IN_PROGRESS
+        or not duplicate.has_header("Retry-After")
+    ):
+        raise AssertionError(
+            "A duplicate sent while the first request held its key got "
+            f"{_describe(duplicate)}; expected 409 {problems.KEY_IN_PROGRESS} with Retry-After."
+        )
+
+    retry = send(body)
+    if retry.get(replayed) != "true":
+        raise AssertionError(
+            f"The retry (same key, method, URL and body) was not replayed: it got "
+            f"{_describe(retry)}, after the first request got {_describe(first)}. "
+            "A response is kept for replay when it is 2xx or 3xx (4xx too with the "
+            "RETAIN_FUNCTION retain_client_errors, except 401, 403, 408, 409 and 429), "
+            "never when it streams or is 5xx."
+        )
+    differences = [
+        name
+        for name, ours, theirs in (
+            ("status", first.status_code, retry.status_code),
+            ("Content-Type", first.get("Content-Type"), retry.get("Content-Type")),
+            ("body", _content(first), _content(retry)),
+        )
+        if ours != theirs
+    ]
+    if differences:
+        raise AssertionError(
+            f"The replay differs from the first response in {', '.join(differences)}: "
+            f"the first got {_describe(first)}, the replay {_describe(retry)}."
+        )
+
+    reused = send(other_body)
+    reuse_status = idempotency_settings.REUSE_STATUS
+    if reused.status_code != reuse_status or _code(reused) != problems.KEY_REUSED:
+        hint = (
+            " The view's fingerprint does not see the difference: pass other_data= "
+            "that differs where it looks."
+            if reused.has_header(replayed)
+            else ""
+        )
+        raise AssertionError(
+            f"The same key with another body got {_describe(reused)}; expected "
+            f"{reuse_status} {problems.KEY_REUSED}.{hint}"
+        )
     return first
 
 
@@ -116,8 +175,7 @@ def _send_with_a_duplicate(
     The duplicate goes out from a ``reserved`` receiver: on the first request's own
     thread and database connection, so it sees the reservation even while the first
     request's transaction (or the test's) is open, without threads or a slow view.
-    Returns the first response, and the duplicate's (None when the key was never
-    claimed).
+    The duplicate's response is None when the key was never claimed.
     """
     from idempotency_django import signals
 
@@ -143,86 +201,6 @@ def _send_with_a_duplicate(
     if failures:
         raise failures[0]
     return first, duplicates[0] if duplicates else None
-
-
-def _check_first(first: TestResponse, duplicate: TestResponse | None, request: str) -> None:
-    from idempotency_django.conf import idempotency_settings
-
-    replayed = first.has_header(idempotency_settings.MARKER_HEADERS.replayed)
-    if replayed or _code(first).startswith("idempotency_"):
-        raise AssertionError(
-            f"The first {request} did not run the view: it got {_describe(first)}. "
-            "If the key was used before, start from an empty store (the idempotency_store "
-            "fixture, or clear_store()) or pass a new key=."
-        )
-    if duplicate is None:
-        raise AssertionError(
-            f"{request} never claimed its key, so nothing protects it; it got "
-            f"{_describe(first)}. Is the view protected (IdempotencyMiddleware or "
-            "@idempotent, not exempt), is the client logged in (an anonymous keyed request "
-            "runs unprotected by default), is the method in IDEMPOTENCY['METHODS'] and "
-            "IDEMPOTENCY['ENABLED'] on?"
-        )
-
-
-def _check_in_progress(duplicate: TestResponse | None) -> None:
-    from idempotency_django.protocol import problems
-
-    assert duplicate is not None
-    if (
-        duplicate.status_code != 409
-        or _code(duplicate) != problems.KEY_IN_PROGRESS
-        or not duplicate.has_header("Retry-After")
-    ):
-        raise AssertionError(
-            "A duplicate sent while the first request held its key got "
-            f"{_describe(duplicate)}; expected 409 {problems.KEY_IN_PROGRESS} with Retry-After."
-        )
-
-
-def _check_replay(first: TestResponse, retry: TestResponse) -> None:
-    from idempotency_django.conf import idempotency_settings
-
-    if retry.get(idempotency_settings.MARKER_HEADERS.replayed) != "true":
-        raise AssertionError(
-            f"The retry (same key, method, URL and body) was not replayed: it got "
-            f"{_describe(retry)}, after the first request got {_describe(first)}. "
-            "A response is kept for replay when it is 2xx or 3xx (4xx too with the "
-            "RETAIN_FUNCTION retain_client_errors, except 401, 403, 408, 409 and 429), "
-            "never when it streams or is 5xx."
-        )
-    differences = [
-        name
-        for name, ours, theirs in (
-            ("status", first.status_code, retry.status_code),
-            ("Content-Type", first.get("Content-Type"), retry.get("Content-Type")),
-            ("body", _content(first), _content(retry)),
-        )
-        if ours != theirs
-    ]
-    if differences:
-        raise AssertionError(
-            f"The replay differs from the first response in {', '.join(differences)}: "
-            f"the first got {_describe(first)}, the replay {_describe(retry)}."
-        )
-
-
-def _check_reused(reused: TestResponse) -> None:
-    from idempotency_django.conf import idempotency_settings
-    from idempotency_django.protocol import problems
-
-    reuse_status = idempotency_settings.REUSE_STATUS
-    if reused.status_code != reuse_status or _code(reused) != problems.KEY_REUSED:
-        hint = (
-            " The view's fingerprint does not see the difference: pass other_data= "
-            "that differs where it looks."
-            if reused.has_header(idempotency_settings.MARKER_HEADERS.replayed)
-            else ""
-        )
-        raise AssertionError(
-            f"The same key with another body got {_describe(reused)}; expected "
-            f"{reuse_status} {problems.KEY_REUSED}.{hint}"
-        )
 
 
 def clear_store(store: BaseStore | None = None) -> None:
@@ -285,9 +263,6 @@ if _HAVE_PYTEST:
         settings.IDEMPOTENCY = {**getattr(settings, "IDEMPOTENCY", {}), "ENABLED": False}
 
 
-# -- helpers ------------------------------------------------------------------
-
-
 def _encode(data: Any, content_type: str) -> tuple[bytes, str]:
     """The body bytes of ``data``, and the content type to send them with.
 
@@ -302,12 +277,10 @@ def _encode(data: Any, content_type: str) -> tuple[bytes, str]:
         encode_multipart,
     )
 
-    if data is None:
-        return b"", content_type
-    if isinstance(data, bytes):
-        return data, content_type
     if isinstance(data, str):
-        return data.encode(), content_type
+        data = data.encode()
+    if data is None or isinstance(data, bytes):
+        return data or b"", content_type
     if JSON_CONTENT_TYPE_RE.match(content_type):
         return json.dumps(data, cls=DjangoJSONEncoder).encode(), content_type
     if not isinstance(data, Mapping):
@@ -320,10 +293,8 @@ def _encode(data: Any, content_type: str) -> tuple[bytes, str]:
 
 
 def _another_request(data: Any) -> dict[str, Any]:
-    if data is None:
-        return {OTHER_REQUEST_FIELD: "another request"}
-    if isinstance(data, Mapping):
-        return {**data, OTHER_REQUEST_FIELD: "another request"}
+    if data is None or isinstance(data, Mapping):
+        return {**(data or {}), OTHER_REQUEST_FIELD: "another request"}
     raise TypeError(
         "assert_idempotent() makes the reused-key check's other request by adding a field "
         f"to a dict; with {type(data).__name__} data, pass other_data= too."

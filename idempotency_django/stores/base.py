@@ -157,14 +157,6 @@ class BaseStore(ABC):
         """
 
     @abstractmethod
-    def peek(self, key: RecordKey) -> Outcome | None:
-        """What holds ``key`` now, without claiming it.
-
-        REPLAY for a live completed entry, IN_PROGRESS for a live reservation,
-        None when the key is free or expired. Used by webhook deduplication.
-        """
-
-    @abstractmethod
     def complete(
         self,
         key: RecordKey,
@@ -213,6 +205,17 @@ class BaseStore(ABC):
     def lookup(self, key: RecordKey) -> KeyState | None:
         """The live entry of ``key``, or None (free or expired): state, status, expiry."""
 
+    def peek(self, key: RecordKey) -> Outcome | None:
+        """What holds ``key`` now, without claiming it: read from ``lookup(key)``.
+
+        REPLAY for a live completed entry, IN_PROGRESS for a live reservation,
+        None when the key is free or expired. Used by webhook deduplication.
+        """
+        entry = self.lookup(key)
+        if entry is None:
+            return None
+        return Outcome.REPLAY if entry.state == "completed" else Outcome.IN_PROGRESS
+
     def is_held(self, key: RecordKey) -> bool:
         """True while a request that is still running holds ``key``."""
         return self.peek(key) is Outcome.IN_PROGRESS
@@ -226,10 +229,7 @@ class BaseStore(ABC):
         """
         deadline = time.monotonic() + timeout
         for pause in backoff():
-            if not self.is_held(key):
-                return
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if not self.is_held(key) or (remaining := deadline - time.monotonic()) <= 0:
                 return
             time.sleep(min(pause, remaining))
 

@@ -1,13 +1,10 @@
 """The store contract as a pytest class: prove a store of your own against it.
 
-Subclass [`StoreContract`][idempotency_django.stores.contract.StoreContract] in a test
-module, give it a ``store`` fixture that builds your store (empty), and the hooks
-it cannot guess: make an entry expire now, and read an entry's remaining lifetime
-from the store's own clock. Every test of the class then runs against your store,
-as it runs against the database and the Redis store in this project's own suite.
-
-Needs pytest and Django settings (pytest-django); nothing else in the package
-imports this module, so the package imports without pytest.
+Subclass ``StoreContract`` in a test module, give it a ``store`` fixture that builds
+your store (empty), and the hooks it cannot guess: make an entry expire now, and read
+an entry's remaining lifetime from the store's own clock. Every test of the class then
+runs against your store, as it runs against the package's own stores in its suite.
+Needs pytest and Django settings (pytest-django): nothing else in the package imports it.
 """
 
 from __future__ import annotations
@@ -15,12 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
-try:
-    import pytest
-except ImportError as exc:  # pragma: no cover - only without pytest
-    raise ImportError(
-        "idempotency_django.stores.contract is a pytest class: install pytest."
-    ) from exc
+import pytest
 
 from idempotency_django.stores import (
     BaseStore,
@@ -55,20 +47,15 @@ RESPONSE = StoredResponse(
 class StoreContract:
     """What every store must do, as pytest tests; subclass it with your store.
 
-    Provide a ``store`` fixture (an empty store) and override
-    [`expire_now`][idempotency_django.stores.contract.StoreContract.expire_now] and
-    [`remaining_seconds`][idempotency_django.stores.contract.StoreContract.remaining_seconds].
-    Override [`unreachable`][idempotency_django.stores.contract.StoreContract.unreachable]
-    to run the outage test, [`forget`][idempotency_django.stores.contract.StoreContract.forget]
-    if your store has no ``clear()``.
+    Provide a ``store`` fixture (an empty store) and override ``expire_now`` and
+    ``remaining_seconds``; override ``unreachable`` to run the outage test, and
+    ``forget`` if your store has no ``clear()``.
     """
 
     @pytest.fixture
     def store(self) -> Iterator[BaseStore]:
         """Your store, empty; a subclass overrides this fixture."""
         raise NotImplementedError(f"{type(self).__name__} must define a 'store' fixture.")
-
-    # -- what differs per store ------------------------------------------------
 
     def expire_now(self, store: BaseStore, key: RecordKey) -> None:
         """Make the entry of ``key`` as old as its lock timeout or retention (not deleted)."""
@@ -95,8 +82,6 @@ class StoreContract:
         The tests that call it hold ``key`` alone, so ``clear()`` does.
         """
         store.clear()
-
-    # -- the contract ------------------------------------------------------------
 
     def test_a_free_key_is_claimed_with_a_fresh_token(self, store: BaseStore) -> None:
         first = store.claim(KEY, REQUEST, LOCK_TIMEOUT)

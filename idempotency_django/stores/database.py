@@ -21,25 +21,19 @@ Everything goes through the request's own connection; there is no second one.
 Every time is the database's clock (``statement_timestamp()``,
 ``UTC_TIMESTAMP(6)``, SQLite's ``'now'``), never an app server's, and a
 takeover compares the owner token, the state and the expiry in one UPDATE.
-The statements per database, and the values a row is written with, are
-:mod:`idempotency_django.stores.database_sql`'s; what a row is read back as,
-:mod:`~idempotency_django.stores.database_rows`'s; the system checks,
-:mod:`~idempotency_django.stores.database_checks`'s.
+The SQL per database, and the values a row is written with, are
+:mod:`~idempotency_django.stores.database_sql`'s.
 """
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.core import checks
-from django.db import (
-    DEFAULT_DB_ALIAS,
-    Error,
-    OperationalError,
-    connections,
-)
+from django.db import DEFAULT_DB_ALIAS, Error, OperationalError, connections, models
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from idempotency_django.models import IdempotencyRecord
@@ -56,18 +50,16 @@ from idempotency_django.stores.base import (
     unavailable_on,
 )
 from idempotency_django.stores.database_checks import database_store_checks
-from idempotency_django.stores.database_rows import Row, read_datetime
 from idempotency_django.stores.database_sql import (
-    COMPLETED,
     IN_PROGRESS,
-    headers_json,
     insert_values,
     later_params,
     request_values,
+    response_values,
     statements,
 )
 from idempotency_django.stores.digests import readable_value, same_request
-from idempotency_django.stores.encryption import seal
+from idempotency_django.stores.encryption import seal, unseal
 
 #: MariaDB/MySQL errors a NOWAIT read raises when another transaction holds the row.
 _MYSQL_LOCK_ERRORS = frozenset({1205, 3572})
@@ -87,14 +79,11 @@ class DatabaseStore(BaseStore):
         self, database: str = DEFAULT_DB_ALIAS, async_claim_commit: bool = False, **options: Any
     ) -> None:
         super().__init__(**options)
-        self.alias = database
-        self.database_alias = database
+        self.alias = self.database_alias = database
         #: PostgreSQL: a claim outside a transaction commits without waiting for
         #: the disk; the work's or the completion's commit flushes it. Off by
         #: default: unsafe behind a pooler in transaction mode (docs/stores.md).
         self.async_claim_commit = async_claim_commit
-
-    # -- the contract -------------------------------------------------------
 
     def claim(self, key: RecordKey, request: RequestInfo, lock_timeout: int) -> Claim:
         connection = connections[self.alias]
@@ -139,14 +128,6 @@ class DatabaseStore(BaseStore):
                 return _answer(row, key, request)
         raise StoreUnavailable("The idempotency record kept changing while being claimed.")
 
-    def peek(self, key: RecordKey) -> Outcome | None:
-        connection = connections[self.alias]
-        with unavailable_on(Error):
-            row = _read(connection, statements(connection).read, key)
-        if row is None or row.expired:
-            return None
-        return Outcome.REPLAY if row.state == COMPLETED else Outcome.IN_PROGRESS
-
     def lookup(self, key: RecordKey) -> KeyState | None:
         connection = connections[self.alias]
         with unavailable_on(Error), connection.cursor() as cursor:
@@ -155,10 +136,8 @@ class DatabaseStore(BaseStore):
         if row is None:
             return None
         state, status, expires_at, now = row
-        expires_in = (
-            read_datetime(connection, expires_at) - read_datetime(connection, now)
-        ).total_seconds()
-        return KeyState(state=str(state), status=status, expires_in=expires_in)
+        expires_in = read_datetime(connection, expires_at) - read_datetime(connection, now)
+        return KeyState(state=str(state), status=status, expires_in=expires_in.total_seconds())
 
     def is_held(self, key: RecordKey) -> bool:
         # A reservation made inside another request's transaction is not
@@ -166,15 +145,12 @@ class DatabaseStore(BaseStore):
         connection = connections[self.alias]
         sql = statements(connection)
         with unavailable_on(Error):
-            if not in_request_transaction(connection):
-                # PostgreSQL has a lock, MariaDB/MySQL a NOWAIT read; SQLite neither.
-                if sql.lock is not None and _lock_taken(connection, sql.lock, key):
-                    return True
-                if (
-                    sql.read_locked is not None
-                    and _read_nowait(connection, sql.read_locked, key)[0]
-                ):
-                    return True
+            # PostgreSQL has a lock, MariaDB/MySQL a NOWAIT read; SQLite neither.
+            if not in_request_transaction(connection) and (
+                (sql.lock and _lock_taken(connection, sql.lock, key))
+                or (sql.read_locked and _read_nowait(connection, sql.read_locked, key)[0])
+            ):
+                return True
         return super().is_held(key)
 
     def complete(
@@ -189,17 +165,11 @@ class DatabaseStore(BaseStore):
         # Inside the view's transaction when there is one: that is what makes
         # the stored response commit exactly when the work does.
         connection = connections[self.alias]
-        sql = statements(connection)
         response = seal(response, key, request.kind if request is not None else "request")
-        completed = [
-            response.status,
-            headers_json(response.headers),
-            bytes(response.body),
-            response.body_omitted,
-            *later_params(connection, retention),
-        ]
+        params = [*response_values(response), *later_params(connection, retention)]
+        owned = [key.digest, token, IN_PROGRESS]
         with unavailable_on(Error):
-            if _changed(connection, sql.complete, [*completed, key.digest, token, IN_PROGRESS]):
+            if _changed(connection, statements(connection).complete, [*params, *owned]):
                 return True
             # Our reservation is gone (purged after its lock timeout) and
             # nobody claimed the key since: keep the answer of the work that ran.
@@ -260,6 +230,46 @@ class DatabaseStore(BaseStore):
         return list(database_store_checks(self.alias, self.async_claim_commit))
 
 
+class Row(NamedTuple):
+    """The columns of an existing record that decide a claim."""
+
+    pk: int
+    token: str
+    fingerprint: str
+    state: str
+    #: Computed by the database: its ``expires_at <= now``.
+    expired: bool
+    status_code: int | None
+    #: JSON text, or a list where the driver decodes JSON itself.
+    response_headers: list[list[str]] | str
+    response_body: bytes | memoryview
+    body_omitted: bool
+
+    def stored_response(self, key: RecordKey, kind: str) -> StoredResponse:
+        """The answer of the record ``key`` (of ``kind``), opened: it must be that record's."""
+        headers = self.response_headers
+        if isinstance(headers, str):
+            headers = json.loads(headers)
+        stored = StoredResponse(
+            status=self.status_code or 200,
+            headers=tuple((str(name), str(value)) for name, value in headers),
+            body=bytes(self.response_body),
+            body_omitted=bool(self.body_omitted),
+        )
+        return unseal(stored, key, kind)
+
+
+def read_datetime(connection: BaseDatabaseWrapper, value: Any) -> datetime:
+    """A datetime the database sent, converted as Django reads ``expires_at``."""
+    field = IdempotencyRecord._meta.get_field("expires_at")
+    assert isinstance(field, models.DateTimeField)
+    column = field.get_col(IdempotencyRecord._meta.db_table)
+    converted: datetime = value
+    for converter in connection.ops.get_db_converters(column):
+        converted = converter(converted, column, connection)
+    return converted
+
+
 def _answer(row: Row, key: RecordKey, request: RequestInfo) -> Claim:
     """What a live record another request made answers ``request``."""
     if not same_request(row.fingerprint, request.fingerprint):
@@ -310,7 +320,7 @@ def _insert(
     sql = statements(connection)
     statement = sql.insert_or_nothing if wait else sql.insert_or_nothing_no_wait
     params = insert_values(connection, key, request, token, seconds, completed)
-    return _changed(connection, statement or sql.insert_or_nothing, params)
+    return _changed(connection, statement, params)
 
 
 def _read(connection: BaseDatabaseWrapper, sql: str, key: RecordKey) -> Row | None:
@@ -336,10 +346,9 @@ def _take_over(
     ``wait=False``: on PostgreSQL, its commit does not wait for the disk.
     """
     sql = statements(connection)
-    statement = sql.take_over if wait else sql.take_over_no_wait
     values = request_values(request, token)
     params = [*values, *later_params(connection, lock_timeout), row.pk, row.token, row.state]
-    return _changed(connection, statement or sql.take_over, params)
+    return _changed(connection, sql.take_over if wait else sql.take_over_no_wait, params)
 
 
 def _changed(connection: BaseDatabaseWrapper, statement: str, params: list[Any]) -> bool:

@@ -36,7 +36,6 @@ class Statements:
     """The SQL of every claim, built once per database vendor."""
 
     now: str
-    insert: str
     #: INSERT that does nothing when the key has a row.
     insert_or_nothing: str
     read: str
@@ -50,11 +49,12 @@ class Statements:
     #: a read costs about 0.02 ms, so a replay need not write.
     read_first: bool
     take_over: str
-    #: PostgreSQL: the INSERT and the takeover of a claim made outside a
-    #: transaction, whose commit does not wait for the disk (``SET LOCAL
-    #: synchronous_commit = off`` within the statement's own transaction).
-    insert_or_nothing_no_wait: str | None
-    take_over_no_wait: str | None
+    #: The INSERT and the takeover of a claim made outside a transaction, whose
+    #: commit does not wait for the disk on PostgreSQL (``SET LOCAL
+    #: synchronous_commit = off`` within the statement's own transaction); the
+    #: same statements as the others elsewhere.
+    insert_or_nothing_no_wait: str
+    take_over_no_wait: str
     complete: str
     renew: str
     release: str
@@ -68,21 +68,10 @@ _statements_by_vendor: dict[str, Statements] = {}
 
 #: The columns that name a new row's key, in statement order.
 KEY_COLUMNS = ("digest", "principal", "location", "key")
-#: The record's columns a new row (or a takeover) gets from the request.
-REQUEST_COLUMNS = (
-    "fingerprint",
-    "method",
-    "path",
-    "request_id",
-    "kind",
-    "source",
-    "token",
-    "state",
-    "status_code",
-    "response_headers",
-    "response_body",
-    "body_omitted",
-)
+#: The record's columns a new row (or a takeover) gets from the request, then RESPONSE_COLUMNS.
+REQUEST_COLUMNS = ("fingerprint", "method", "path", "request_id", "kind", "source", "token")
+#: The record's columns a completion sets: a reservation's values until then.
+RESPONSE_COLUMNS = ("state", "status_code", "response_headers", "response_body", "body_omitted")
 
 
 def insert_values(
@@ -106,7 +95,7 @@ def insert_values(
 def request_values(
     request: RequestInfo, token: str, completed: StoredResponse | None = None
 ) -> list[Any]:
-    """The values of :data:`REQUEST_COLUMNS`, each cut to its column's length."""
+    """The values of :data:`REQUEST_COLUMNS` and :data:`RESPONSE_COLUMNS`, each cut to fit."""
     return [
         request.fingerprint[:128],
         request.method,
@@ -115,17 +104,16 @@ def request_values(
         request.kind,
         request.source[:64],
         token,
-        COMPLETED if completed else IN_PROGRESS,
-        completed.status if completed else None,
-        headers_json(completed.headers) if completed else "[]",
-        bytes(completed.body) if completed else b"",
-        completed.body_omitted if completed else False,
+        *response_values(completed),
     ]
 
 
-def headers_json(headers: tuple[tuple[str, str], ...]) -> str:
-    """The stored headers as the JSON text of the ``response_headers`` column."""
-    return json.dumps([list(pair) for pair in headers])
+def response_values(response: StoredResponse | None) -> list[Any]:
+    """The values of :data:`RESPONSE_COLUMNS`: ``response``'s, or a reservation's (None)."""
+    if response is None:
+        return [IN_PROGRESS, None, "[]", b"", False]
+    headers = json.dumps([list(pair) for pair in response.headers])
+    return [COMPLETED, response.status, headers, bytes(response.body), response.body_omitted]
 
 
 def statements(connection: BaseDatabaseWrapper) -> Statements:
@@ -154,15 +142,16 @@ def statements(connection: BaseDatabaseWrapper) -> Statements:
     else:
         raise StoreUnavailable(f"The database store does not support {vendor!r}.")
 
+    def assignments(names: tuple[str, ...]) -> str:
+        return ", ".join(f"{column(name)} = %s" for name in names)
+
     key_is = f"{column('digest')} = %s"
     owned = f"{key_is} AND {column('token')} = %s AND {column('state')} = %s"
     live_of_principal = f"{column('principal')} = %s AND {column('expires_at')} > {now}"
-    columns = [*KEY_COLUMNS, *REQUEST_COLUMNS, "created_at", "completed_at", "expires_at"]
+    row_columns = [*KEY_COLUMNS, *REQUEST_COLUMNS, *RESPONSE_COLUMNS]
+    columns = [*row_columns, "created_at", "completed_at", "expires_at"]
     # insert_values() gives these parameters, in this order.
-    values = ", ".join(
-        ["%s"] * (len(KEY_COLUMNS) + len(REQUEST_COLUMNS))
-        + [now, f"CASE WHEN %s = 1 THEN {now} END", later]
-    )
+    values = ", ".join(["%s"] * len(row_columns) + [now, f"CASE WHEN %s = 1 THEN {now} END", later])
     insert = f"INSERT INTO {table} ({', '.join(map(column, columns))}) VALUES ({values})"
     # No failed statement on a replay: no "duplicate key" error in the
     # server's log, and no savepoint needed inside a transaction.
@@ -186,17 +175,14 @@ def statements(connection: BaseDatabaseWrapper) -> Statements:
         ]
     )
     read = f"SELECT {read_columns} FROM {table} WHERE {key_is}"
-    take_over_sets = ", ".join(
-        [f"{column(name)} = %s" for name in REQUEST_COLUMNS]
-        + [f"{column('created_at')} = {now}", f"{column('completed_at')} = NULL"]
-        + [f"{column('expires_at')} = {later}"]
-    )
     take_over = (
-        f"UPDATE {table} SET {take_over_sets} WHERE {column('id')} = %s "
+        f"UPDATE {table} SET {assignments(REQUEST_COLUMNS + RESPONSE_COLUMNS)}, "
+        f"{column('created_at')} = {now}, {column('completed_at')} = NULL, "
+        f"{column('expires_at')} = {later} WHERE {column('id')} = %s "
         f"AND {column('token')} = %s AND {column('state')} = %s "
         f"AND {column('expires_at')} <= {now}"
     )
-    insert_no_wait = take_over_no_wait = None
+    insert_no_wait, take_over_no_wait = insert_or_nothing, take_over
     if vendor == "postgresql":
         # Any later synchronous commit on the server flushes the log up to it.
         no_wait = "(SELECT set_config('synchronous_commit', 'off', true)) AS commit_without_wait"
@@ -206,7 +192,6 @@ def statements(connection: BaseDatabaseWrapper) -> Statements:
         take_over_no_wait = take_over.replace(" WHERE ", f" FROM {no_wait} WHERE ", 1)
     built = Statements(
         now=now,
-        insert=insert,
         insert_or_nothing=insert_or_nothing,
         read=read,
         read_locked=_read_locked(connection, read),
@@ -216,11 +201,8 @@ def statements(connection: BaseDatabaseWrapper) -> Statements:
         insert_or_nothing_no_wait=insert_no_wait,
         take_over_no_wait=take_over_no_wait,
         complete=(
-            f"UPDATE {table} SET {column('state')} = '{COMPLETED}', "
-            f"{column('status_code')} = %s, {column('response_headers')} = %s, "
-            f"{column('response_body')} = %s, {column('body_omitted')} = %s, "
-            f"{column('completed_at')} = {now}, "
-            f"{column('expires_at')} = {later} WHERE {owned}"
+            f"UPDATE {table} SET {assignments(RESPONSE_COLUMNS)}, "
+            f"{column('completed_at')} = {now}, {column('expires_at')} = {later} WHERE {owned}"
         ),
         renew=f"UPDATE {table} SET {column('expires_at')} = {later} WHERE {owned}",
         release=f"DELETE FROM {table} WHERE {owned}",

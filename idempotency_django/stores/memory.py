@@ -46,15 +46,6 @@ class _Entry:
     response: StoredResponse | None = None
 
 
-def tests_are_running() -> bool:
-    """True under pytest, or under ``manage.py test``.
-
-    pytest is imported only by a test run; Django's runner has no such mark, so
-    its command line is read, as ``manage.py test`` is the one way to start it.
-    """
-    return "pytest" in sys.modules or sys.argv[1:2] == ["test"]
-
-
 class MemoryStore(BaseStore):
     """Reservations and stored responses in a dict of this process, behind one lock.
 
@@ -74,8 +65,6 @@ class MemoryStore(BaseStore):
     def now(self) -> float:
         return time.monotonic()
 
-    # -- the contract -------------------------------------------------------
-
     def claim(self, key: RecordKey, request: RequestInfo, lock_timeout: int) -> Claim:
         token = uuid.uuid4().hex
         with self._lock:
@@ -92,19 +81,14 @@ class MemoryStore(BaseStore):
             return Claim(Outcome.IN_PROGRESS)
         return Claim(Outcome.REPLAY, response=unseal(response, key, request.kind))
 
-    def peek(self, key: RecordKey) -> Outcome | None:
-        entry = self._live(key)
-        if entry is None:
-            return None
-        return Outcome.IN_PROGRESS if entry.response is None else Outcome.REPLAY
-
     def lookup(self, key: RecordKey) -> KeyState | None:
-        entry = self._live(key)
-        if entry is None:
+        with self._lock:
+            entry, now = self._entries.get(key), self.now()
+        if entry is None or entry.expires_at <= now:
             return None
         response = entry.response
         state, status = (IN_PROGRESS, None) if response is None else (COMPLETED, response.status)
-        return KeyState(state=state, status=status, expires_in=entry.expires_at - self.now())
+        return KeyState(state=state, status=status, expires_in=entry.expires_at - now)
 
     def complete(
         self,
@@ -154,7 +138,9 @@ class MemoryStore(BaseStore):
             self._entries.clear()
 
     def check(self) -> list[checks.CheckMessage]:
-        if settings.DEBUG or tests_are_running():
+        # pytest is imported only by a test run; Django's runner leaves no such mark,
+        # but ``manage.py test`` is the one way to start it.
+        if settings.DEBUG or "pytest" in sys.modules or sys.argv[1:2] == ["test"]:
             return []
         return [
             checks.Error(
@@ -165,15 +151,6 @@ class MemoryStore(BaseStore):
                 id="idempotency_django.E023",
             )
         ]
-
-    # -- helpers ------------------------------------------------------------
-
-    def _live(self, key: RecordKey) -> _Entry | None:
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is None or entry.expires_at <= self.now():
-                return None
-            return entry
 
     def _keep(
         self,

@@ -16,17 +16,13 @@ Only the cache's connection is used: the store talks to the raw client from
 ``KEY_PREFIX`` and ``VERSION`` do not apply (and nothing is ever pickled).
 
 An entry is one Redis string at ``{key_prefix}:v1:{record digest}`` (the raw key never
-reaches Redis): a one-line JSON header, a newline, the body as raw bytes, written and
-read by :mod:`~idempotency_django.stores.redis_values`. Its TTL is the lock timeout
-while it is a reservation, the retention once completed: Redis forgets it by itself.
-claim, complete, release, renew, peek and lookup are each one Lua script on that one
-key (:mod:`~idempotency_django.stores.redis_scripts`): atomic, one round trip (a replay
-costs one), and a cluster's node holds the whole of it. complete and release publish on
-``<key>:settled``, so a waiting duplicate subscribes instead of polling. Any Redis
-error raises :class:`~idempotency_django.stores.base.StoreUnavailable`.
-
-docs/stores.md is the reference, not repeated here: the value format field by field and
-its memory, encryption, the django-redis clients that work, Redis Cluster, failures.
+reaches Redis), in :mod:`~idempotency_django.stores.redis_values`' format; its TTL is the
+lock timeout while it is a reservation, the retention once completed. Each step is one
+Lua script on that one key (:mod:`~idempotency_django.stores.redis_scripts`): atomic, one
+round trip (a replay costs one), and a cluster's node holds the whole of it. complete and
+release publish on ``<key>:settled``, so a waiting duplicate subscribes instead of polling.
+docs/stores.md is the reference: the value format, encryption, the django-redis clients
+that work, Redis Cluster, failures.
 """
 
 from __future__ import annotations
@@ -50,7 +46,6 @@ from idempotency_django.stores.base import (
     RecordKey,
     RequestInfo,
     StoredResponse,
-    StoreUnavailable,
     unavailable_on,
 )
 from idempotency_django.stores.encryption import seal
@@ -60,12 +55,10 @@ from idempotency_django.stores.redis_scripts import (
     COMPLETE_SCRIPT,
     COUNT_KEYS_SCRIPT,
     LOOKUP_SCRIPT,
-    PEEK_SCRIPT,
     RELEASE_SCRIPT,
     RENEW_SCRIPT,
 )
 from idempotency_django.stores.redis_values import (
-    COMPLETED,
     FORMAT_VERSION,
     compact_json,
     decode_response,
@@ -92,44 +85,19 @@ class RedisStore(BaseStore):
         self.key_prefix = key_prefix
         self._scripts: dict[str, Script] = {}
 
-    # -- the contract -------------------------------------------------------
-
     def claim(self, key: RecordKey, request: RequestInfo, lock_timeout: int) -> Claim:
-        token = uuid.uuid4().hex
-
-        def run_claim(*other_fingerprints: str) -> Any:
-            return self._run(
-                "claim",
-                CLAIM_SCRIPT,
-                self.redis_key(key),
-                request.fingerprint,
-                reservation(token, request.fingerprint),
-                milliseconds(lock_timeout),
-                *other_fingerprints,
-            )
-
-        reply = run_claim()
-        outcome = text(reply[0])
-        others = getattr(request.fingerprint, "alternatives", ())
-        if outcome == "reused" and others:
+        token, fingerprint = uuid.uuid4().hex, request.fingerprint
+        args = (fingerprint, reservation(token, fingerprint), milliseconds(lock_timeout))
+        reply = self._run(CLAIM_SCRIPT, self.redis_key(key), *args)
+        others = getattr(fingerprint, "alternatives", ())
+        if text(reply[0]) == "reused" and others:
             # Computed only now: most claims never need them.
-            reply = run_claim(*others)
-            outcome = text(reply[0])
-        if outcome == "claimed":
-            return Claim(Outcome.CLAIMED, token=token)
-        if outcome == "reused":
-            return Claim(Outcome.REUSED)
-        if outcome == "in_progress":
-            return Claim(Outcome.IN_PROGRESS)
-        if outcome == "replay":
-            return Claim(Outcome.REPLAY, response=decode_response(reply[1], key, request.kind))
-        raise StoreUnavailable(f"Unexpected reply from the claim script: {outcome!r}")
-
-    def peek(self, key: RecordKey) -> Outcome | None:
-        state = self._run("peek", PEEK_SCRIPT, self.redis_key(key))
-        if state is None:
-            return None
-        return Outcome.REPLAY if text(state) == COMPLETED else Outcome.IN_PROGRESS
+            reply = self._run(CLAIM_SCRIPT, self.redis_key(key), *args, *others)
+        # The script answers with an Outcome's value.
+        outcome = Outcome(text(reply[0]))
+        if outcome is Outcome.REPLAY:
+            return Claim(outcome, response=decode_response(reply[1], key, request.kind))
+        return Claim(outcome, token=token if outcome is Outcome.CLAIMED else "")
 
     def complete(
         self,
@@ -143,7 +111,6 @@ class RedisStore(BaseStore):
         response = seal(response, key, request.kind if request is not None else "request")
         headers = compact_json([list(pair) for pair in response.headers])
         reply = self._run(
-            "complete",
             COMPLETE_SCRIPT,
             self.redis_key(key),
             token,
@@ -158,7 +125,7 @@ class RedisStore(BaseStore):
         return bool(reply == 1)
 
     def release(self, key: RecordKey, token: str) -> None:
-        self._run("release", RELEASE_SCRIPT, self.redis_key(key), token)
+        self._run(RELEASE_SCRIPT, self.redis_key(key), token)
         if idempotency_settings.MAX_KEYS_PER_PRINCIPAL:
             # A released key no longer counts against its principal. A separate
             # call: the index is another key, maybe on another cluster node.
@@ -166,16 +133,11 @@ class RedisStore(BaseStore):
                 self.client().zrem(self.principal_index(key), key.digest)
 
     def lookup(self, key: RecordKey) -> KeyState | None:
-        reply = self._run("lookup", LOOKUP_SCRIPT, self.redis_key(key))
+        reply = self._run(LOOKUP_SCRIPT, self.redis_key(key))
         if reply is None:
             return None
-        state, status, milliseconds = reply
-        status = text(status)
-        return KeyState(
-            state=text(state),
-            status=int(status) if status else None,
-            expires_in=int(milliseconds) / 1000,
-        )
+        state, status, ttl = (text(part) for part in reply)
+        return KeyState(state, int(status) if status else None, expires_in=int(ttl) / 1000)
 
     def wait(self, key: RecordKey, timeout: float) -> None:
         # complete and release publish on the entry's channel: no polling.
@@ -204,11 +166,7 @@ class RedisStore(BaseStore):
 
     def count_keys(self, key: RecordKey, lifetime: int) -> tuple[int, float | None]:
         count, first_expiry = self._run(
-            "count_keys",
-            COUNT_KEYS_SCRIPT,
-            self.principal_index(key),
-            key.digest,
-            milliseconds(lifetime),
+            COUNT_KEYS_SCRIPT, self.principal_index(key), key.digest, milliseconds(lifetime)
         )
         return int(count), (int(first_expiry) / 1000 if int(first_expiry) >= 0 else None)
 
@@ -221,21 +179,12 @@ class RedisStore(BaseStore):
         *,
         remake: bool = True,
     ) -> bool:
-        reply = self._run(
-            "renew",
-            RENEW_SCRIPT,
-            self.redis_key(key),
-            token,
-            milliseconds(lock_timeout),
-            reservation(token, request.fingerprint),
-            "1" if remake else "0",
-        )
-        return bool(reply == 1)
+        value = reservation(token, request.fingerprint)  # should it have to be made again
+        args = (token, milliseconds(lock_timeout), value, "1" if remake else "0")
+        return bool(self._run(RENEW_SCRIPT, self.redis_key(key), *args) == 1)
 
     def check(self) -> list[checks.CheckMessage]:
         return list(redis_store_checks(self.alias, self.client))
-
-    # -- helpers ------------------------------------------------------------
 
     def redis_key(self, key: RecordKey) -> str:
         """The Redis key of ``key``: its scope and value, hashed."""
@@ -252,10 +201,10 @@ class RedisStore(BaseStore):
 
         return get_redis_connection(self.alias, write=True)
 
-    def _run(self, name: str, source: str, redis_key: str, *args: str | int | bytes) -> Any:
+    def _run(self, source: str, redis_key: str, *args: str | int | bytes) -> Any:
         with unavailable_on(*_ERRORS):
             client = self.client()
-            script = self._scripts.get(name)
+            script = self._scripts.get(source)
             if script is None:
-                script = self._scripts[name] = client.register_script(source)
+                script = self._scripts[source] = client.register_script(source)
             return script(keys=[redis_key], args=list(args), client=client)

@@ -71,21 +71,13 @@ return {'claimed'}
 COMPLETE_SCRIPT = (
     _LUA_OUR_RESERVATION
     + """
-local fp
-if gone then
-  if ARGV[6] ~= '1' then
-    return 0
-  end
-  fp = ARGV[7]
-elseif reservation then
+local fp = ARGV[7]
+if reservation then
   fp = reservation['fp']
-else
+elseif not (gone and ARGV[6] == '1') then
   return 0
 end
-local omitted = ''
-if ARGV[8] == '1' then
-  omitted = ',"omitted":true'
-end
+local omitted = ARGV[8] == '1' and ',"omitted":true' or ''
 local completed = '{"v":1,"state":"completed","token":' .. cjson.encode(ARGV[1])
   .. ',"fp":' .. cjson.encode(fp) .. ',"status":' .. ARGV[3]
   .. ',"headers":' .. ARGV[4] .. omitted .. '}\\n' .. ARGV[5]
@@ -114,15 +106,12 @@ return 0
 RENEW_SCRIPT = (
     _LUA_OUR_RESERVATION
     + """
-if gone then
-  if ARGV[4] ~= '1' then
-    return 0
-  end
-  redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[2])
-  return 1
-end
 if reservation then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+if gone and ARGV[4] == '1' then
+  redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[2])
   return 1
 end
 return 0
@@ -156,22 +145,7 @@ local _, head = read_entry(KEYS[1])
 if not head then
   return nil
 end
-local status = ''
-if head['status'] then
-  status = tostring(head['status'])
-end
+local status = head['status'] and tostring(head['status']) or ''
 return {head['state'], status, redis.call('PTTL', KEYS[1])}
-"""
-)
-
-# KEYS[1] the entry. Returns the state of a format-1 entry, or nil (no body is sent back).
-PEEK_SCRIPT = (
-    _LUA_READ
-    + """
-local _, head = read_entry(KEYS[1])
-if head then
-  return head['state']
-end
-return nil
 """
 )

@@ -14,7 +14,6 @@ from idempotency_django.stores.encryption import unseal
 
 FORMAT_VERSION = 1
 IN_PROGRESS = "in_progress"
-COMPLETED = "completed"
 
 
 def reservation(token: str, fingerprint: str) -> bytes:
