@@ -93,8 +93,9 @@ class RedisStore(BaseStore):
         if text(reply[0]) == "reused" and others:
             # Computed only now: most claims never need them.
             reply = self._run(CLAIM_SCRIPT, self.redis_key(key), *args, *others)
-        # The script answers with an Outcome's value.
-        outcome = Outcome(text(reply[0]))
+        # The script answers with an Outcome's value; anything else is a failed store.
+        with unavailable_on(ValueError):
+            outcome = Outcome(text(reply[0]))
         if outcome is Outcome.REPLAY:
             return Claim(outcome, response=decode_response(reply[1], key, request.kind))
         return Claim(outcome, token=token if outcome is Outcome.CLAIMED else "")
