@@ -32,6 +32,7 @@ from django.urls import ResolverMatch
 from idempotency_django.conf import idempotency_settings
 from idempotency_django.protocol.bodies import ready_body
 from idempotency_django.protocol.marks import (
+    DECISION_ATTRIBUTE,
     EXEMPT_ATTRIBUTE,
     PROTECTED_ATTRIBUTE,
     is_drf_view,
@@ -47,6 +48,8 @@ from idempotency_django.tasks import TaskInProgress, TaskKeyReused
 
 #: Views of these modules never need a key, whatever REQUIRED_PATHS says.
 NEVER_REQUIRED_MODULES = ("django.contrib.admin.", "django.contrib.auth.")
+#: The options of a plain view: whether its path needs a key, the settings for the rest.
+KEY_REQUIRED, KEY_OPTIONAL = ViewOptions(required=True), ViewOptions(required=False)
 
 
 class IdempotencyMiddleware:
@@ -69,8 +72,7 @@ class IdempotencyMiddleware:
     def __call__(self, request: HttpRequest) -> Any:
         if self.async_mode:
             return self.__acall__(request)
-        keyed = is_keyed(request)
-        match = route_of_interest(request, keyed)
+        keyed, match = route_of_interest(request)
         if keyed and (refused := ready_body(request, match)) is not None:
             return refused  # before any CSRF check or parser reads the body
         protected = protected_view(request, keyed, match)
@@ -79,19 +81,18 @@ class IdempotencyMiddleware:
         else:
             view, options = protected
             response = run(request, options, self.get_response, view_transaction_of(view))
-        if keyed:
+        if keyed and getattr(request, DECISION_ATTRIBUTE, None) != "protected":
             mark_ignored_key(request, response)  # a key nobody used: say so
         return response
 
     async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
-        keyed = is_keyed(request)
-        match = route_of_interest(request, keyed)
+        keyed, match = route_of_interest(request)
         if keyed:
             refused = await sync_to_async(ready_body)(request, match)
             if refused is not None:
                 return refused
         response = await self.protected_response(request, keyed, match)
-        if keyed:
+        if keyed and getattr(request, DECISION_ATTRIBUTE, None) != "protected":
             mark_ignored_key(request, response)
         return response
 
@@ -127,22 +128,17 @@ class IdempotencyMiddleware:
         return await run_to_the_end(protected_call)
 
 
-def is_keyed(request: HttpRequest) -> bool:
-    """An unsafe request with a key: DRF views included, whose body must be ready too."""
+def route_of_interest(request: HttpRequest) -> tuple[bool, ResolverMatch | None]:
+    """Whether the request is keyed (unsafe, with a key: DRF views included, whose body
+    must be ready too), and its URL match, resolved once here and handed on for a
+    request that may be protected: keyed, or unsafe under ``REQUIRED_PATHS``. None
+    for any other (nothing resolves it early) and for a URL that resolves to nothing."""
     settings = idempotency_settings
-    return request.method in settings.METHODS and key_header(request, settings.HEADER) is not None
-
-
-def route_of_interest(request: HttpRequest, keyed: bool) -> ResolverMatch | None:
-    """The URL match, resolved once here and handed on, for a request that may be
-    protected: keyed, or unsafe under ``REQUIRED_PATHS``. None for any other
-    (nothing resolves it early) and for a URL that resolves to nothing."""
-    settings = idempotency_settings
-    if keyed or (
-        settings.ENABLED and settings.REQUIRED_PATHS and request.method in settings.METHODS
-    ):
-        return match_of(request)
-    return None
+    unsafe = request.method in settings.METHODS
+    keyed = unsafe and key_header(request, settings.HEADER) is not None
+    if keyed or (unsafe and settings.ENABLED and settings.REQUIRED_PATHS):
+        return keyed, match_of(request)
+    return keyed, None
 
 
 def protected_view(
@@ -150,7 +146,7 @@ def protected_view(
 ) -> tuple[Callable[..., Any], ViewOptions] | None:
     """The view this middleware protects for ``request``, and its options; or None.
 
-    ``keyed`` and ``match`` are :func:`is_keyed`'s and :func:`route_of_interest`'s.
+    ``keyed`` and ``match`` are :func:`route_of_interest`'s.
     None for a safe method, a request without a key (unless its path matches
     ``REQUIRED_PATHS``), a URL that resolves to nothing, and views protected
     elsewhere: DRF views, ninja operations under ``idempotency_django.ninja``,
@@ -171,10 +167,10 @@ def protected_view(
         or is_ninja_protected_view(view, str(request.method))
     ):
         return None
-    required = key_required(request.path_info, match)
+    required = bool(settings.REQUIRED_PATHS) and key_required(request.path_info, match)
     if not keyed and not required:
         return None
-    return view, ViewOptions(required=required)
+    return view, KEY_REQUIRED if required else KEY_OPTIONAL
 
 
 def key_required(path: str, match: ResolverMatch) -> bool:

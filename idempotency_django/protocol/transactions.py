@@ -17,7 +17,7 @@ from typing import Any
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 
 from idempotency_django.conf import idempotency_settings
-from idempotency_django.protocol.options import ViewOptions, option
+from idempotency_django.protocol.options import ViewOptions
 from idempotency_django.stores import get_store
 from idempotency_django.stores.base import in_request_transaction
 
@@ -27,7 +27,7 @@ Block = Callable[[], contextlib.AbstractContextManager[Any]]
 
 def transaction_block(options: ViewOptions) -> Block:
     """One transaction around claim, view and completion with ``atomic``; else none."""
-    atomic = option(options.atomic, idempotency_settings.ATOMIC)
+    atomic = idempotency_settings.ATOMIC if options.atomic is None else options.atomic
     return atomic_block if atomic else contextlib.nullcontext
 
 

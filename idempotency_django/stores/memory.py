@@ -71,8 +71,8 @@ class MemoryStore(BaseStore):
         self._entries: OrderedDict[RecordKey, _Entry] = OrderedDict()
         self._added = 0
 
-    def now(self) -> float:
-        return time.monotonic()
+    #: The clock of every expiry: this process's monotonic one.
+    now = staticmethod(time.monotonic)
 
     # -- the contract -------------------------------------------------------
 

@@ -299,6 +299,10 @@ class DeliveryAttempt(Attempt):
     duplicate gets ``202 {"status": "duplicate"}``, whatever its body.
     """
 
+    #: A 4xx is not recorded either, and senders retry it: under a transaction its
+    #: writes go, or each retry of a refused event would write them again.
+    ROLLED_BACK_FROM = 400
+
     def __init__(
         self,
         request: HttpRequest,
@@ -310,7 +314,7 @@ class DeliveryAttempt(Attempt):
     ) -> None:
         super().__init__(request, key, info)
         self.trigger = trigger
-        self.retention_seconds = retention
+        self.retention = retention
 
     def held(self, claim: Claim) -> HttpResponseBase:
         if claim.outcome is Outcome.REPLAY:
@@ -322,9 +326,6 @@ class DeliveryAttempt(Attempt):
     def unavailable(self) -> HttpResponseBase:
         return REFUSALS[problems.UNAVAILABLE].answer(self.request)
 
-    def principal_changed(self) -> bool:
-        return False  # a delivery's principal is its receiver's namespace, not a user
-
     def over_key_limit(self) -> HttpResponseBase | None:
         return None  # MAX_KEYS_PER_PRINCIPAL bounds clients' keys, not a sender's deliveries
 
@@ -332,13 +333,9 @@ class DeliveryAttempt(Attempt):
         pass  # a delivery id is the sender's, not a key to echo
 
     def release_reason(self, response: HttpResponseBase) -> str | None:
-        # Failed deliveries are not recorded, so the sender's retry runs.
+        # Failed deliveries are not recorded, so the sender's retry runs. Its
+        # principal is the receiver's namespace, never a user who could change.
         return f"status_{response.status_code}" if response.status_code >= 400 else None
-
-    def rolls_back(self, status: int) -> bool:
-        # A 4xx is not recorded either, and senders retry it: under a transaction
-        # its writes go, or each retry of a refused event would write them again.
-        return status >= 400
 
     def stored_response(self, response: HttpResponseBase) -> StoredResponse:
         run_id = _run_id(response)
@@ -347,9 +344,6 @@ class DeliveryAttempt(Attempt):
             headers=(),
             body=json.dumps({"run_id": run_id}).encode() if run_id is not None else b"",
         )
-
-    def retention(self) -> int:
-        return self.retention_seconds
 
     def send(self, signal: Any, **kwargs: Any) -> None:
         """Deliveries send no signals: those count the key contract's decisions."""
