@@ -35,7 +35,7 @@ from idempotency_django.protocol.marks import (
     DECISION_ATTRIBUTE,
     EXEMPT_ATTRIBUTE,
     PROTECTED_ATTRIBUTE,
-    is_drf_view,
+    drf_api_view_class,
     is_ninja_protected_view,
     key_header,
 )
@@ -160,10 +160,16 @@ def protected_view(
     if match is None:
         return None
     view = match.func
+    view_class, api_view = getattr(view, "cls", None), drf_api_view_class()
     if (
         getattr(view, PROTECTED_ATTRIBUTE, False)
         or getattr(view, EXEMPT_ATTRIBUTE, False)
-        or is_drf_view(view)
+        # is_drf_view(), without the call: DRF views are left to the DRF integration.
+        or (
+            api_view is not None
+            and isinstance(view_class, type)
+            and issubclass(view_class, api_view)
+        )
         or is_ninja_protected_view(view, str(request.method))
     ):
         return None

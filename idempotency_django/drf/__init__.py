@@ -99,7 +99,17 @@ class IdempotentMixin:
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         super().initial(request, *args, **kwargs)  # type: ignore[misc]
-        options = self.handler_idempotency_options(request)
+        # The options of the handler that will serve the request, if it is protected.
+        method = request.method
+        if method not in idempotency_settings.METHODS:
+            return
+        name = str(method).lower()
+        if name not in self.http_method_names:  # type: ignore[attr-defined]
+            return
+        handler = getattr(self, name, None)
+        if handler is None:
+            return  # 405: nothing to protect
+        options = self.idempotency_options_of(handler)
         if options is None:
             return
         protection = Protection(request, options, transaction_block(options))
@@ -107,18 +117,6 @@ class IdempotentMixin:
         if answer is not None:
             raise Answered(answer)
         self._idempotency_protection = protection
-
-    def handler_idempotency_options(self, request: Request) -> ViewOptions | None:
-        """The options of the handler that will serve ``request``; None if it is not protected."""
-        method = str(request.method).lower()
-        if request.method not in idempotency_settings.METHODS:
-            return None
-        if method not in self.http_method_names:  # type: ignore[attr-defined]
-            return None
-        handler = getattr(self, method, None)
-        if handler is None:
-            return None  # 405: nothing to protect
-        return self.idempotency_options_of(handler)
 
     def idempotency_options_of(self, handler: Callable[..., Any]) -> ViewOptions | None:
         """A handler's own options (``@idempotent``), None if exempt, else the view's."""

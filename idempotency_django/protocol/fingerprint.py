@@ -80,7 +80,9 @@ def default_fingerprint(request: HttpRequest) -> str:
     Only the digest is kept; the body itself is never stored.
     """
 
-    head = _head(request) + b"\n"
+    method = request.method.encode("ascii") if request.method else b""
+    path = request.get_full_path().encode("utf-8", "surrogateescape")
+    head = method + b"\n" + path + b"\n"  # _head(), without the call
     django_request = getattr(request, "_request", request)  # DRF's Request wraps Django's
     # The parts are built once (and again only for the digests under fallback
     # keys): a body Django holds in memory, unless it is multipart, is one part.

@@ -106,8 +106,10 @@ class KeyReservation(ABC):
         the COMMIT cannot skip the completion.
         """
         self.work = work = open_transactions()
-        self.joined_transaction = self.store.joins_transaction()
-        self.in_transaction = self.joined_transaction and work == [self.store.database_alias]
+        # A store outside the database (no alias) joins no transaction: not asked.
+        alias = self.store.database_alias
+        self.joined_transaction = alias is not None and self.store.joins_transaction()
+        self.in_transaction = self.joined_transaction and work == [alias]
         claim = self.store.claim(self.key, self.info, self.lock_timeout)
         if claim.outcome is Outcome.CLAIMED:
             self.token = claim.token
