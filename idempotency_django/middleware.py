@@ -37,6 +37,7 @@ from idempotency_django.protocol.marks import (
     PROTECTED_ATTRIBUTE,
     drf_api_view_class,
     is_ninja_protected_view,
+    is_ninja_view,
     key_header,
 )
 from idempotency_django.protocol.options import ViewOptions
@@ -72,10 +73,9 @@ class IdempotencyMiddleware:
     def __call__(self, request: HttpRequest) -> Any:
         if self.async_mode:
             return self.__acall__(request)
-        keyed, match = route_of_interest(request)
+        keyed, match, protected = examine(request)
         if keyed and (refused := ready_body(request, match)) is not None:
             return refused  # before any CSRF check or parser reads the body
-        protected = protected_view(request, keyed, match)
         if protected is None:
             response = self.get_response(request)
         else:
@@ -86,12 +86,12 @@ class IdempotencyMiddleware:
         return response
 
     async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
-        keyed, match = route_of_interest(request)
+        keyed, match, protected = examine(request)
         if keyed:
             refused = await sync_to_async(ready_body)(request, match)
             if refused is not None:
                 return refused
-        response = await self.protected_response(request, keyed, match)
+        response = await self.protected_response(request, protected)
         if keyed and getattr(request, DECISION_ATTRIBUTE, None) != "protected":
             mark_ignored_key(request, response)
         return response
@@ -110,9 +110,8 @@ class IdempotencyMiddleware:
         return None
 
     async def protected_response(
-        self, request: HttpRequest, keyed: bool, match: ResolverMatch | None
+        self, request: HttpRequest, protected: Protected | None
     ) -> HttpResponseBase:
-        protected = protected_view(request, keyed, match)
         if protected is None:
             response: HttpResponseBase = await self.get_response(request)
             return response
@@ -128,37 +127,30 @@ class IdempotencyMiddleware:
         return await run_to_the_end(protected_call)
 
 
-def route_of_interest(request: HttpRequest) -> tuple[bool, ResolverMatch | None]:
-    """Whether the request is keyed (unsafe, with a key: DRF views included, whose body
-    must be ready too), and its URL match, resolved once here and handed on for a
-    request that may be protected: keyed, or unsafe under ``REQUIRED_PATHS``. None
-    for any other (nothing resolves it early) and for a URL that resolves to nothing."""
+#: The view the middleware protects, with its options.
+Protected = tuple[Callable[..., Any], ViewOptions]
+
+
+def examine(request: HttpRequest) -> tuple[bool, ResolverMatch | None, Protected | None]:
+    """What the middleware does with ``request``, looked at once and handed on.
+
+    Whether it is keyed (unsafe, with a key: DRF views included, whose body must be
+    ready too); its URL match, resolved here for a request that may be protected
+    (keyed, or unsafe under ``REQUIRED_PATHS``; None for any other and for a URL
+    that resolves to nothing); and the view this middleware protects, with its
+    options. None for a request without a key (unless its path matches
+    ``REQUIRED_PATHS``) and for views protected elsewhere: DRF views, ninja
+    operations under ``idempotency_django.ninja``, views under ``@idempotent`` and
+    views marked ``@idempotency_exempt``.
+    """
     settings = idempotency_settings
     unsafe = request.method in settings.METHODS
     keyed = unsafe and key_header(request, settings.HEADER) is not None
-    if keyed or (unsafe and settings.ENABLED and settings.REQUIRED_PATHS):
-        return keyed, match_of(request)
-    return keyed, None
-
-
-def protected_view(
-    request: HttpRequest, keyed: bool, match: ResolverMatch | None
-) -> tuple[Callable[..., Any], ViewOptions] | None:
-    """The view this middleware protects for ``request``, and its options; or None.
-
-    ``keyed`` and ``match`` are :func:`route_of_interest`'s.
-    None for a safe method, a request without a key (unless its path matches
-    ``REQUIRED_PATHS``), a URL that resolves to nothing, and views protected
-    elsewhere: DRF views, ninja operations under ``idempotency_django.ninja``,
-    views under ``@idempotent`` and views marked ``@idempotency_exempt``.
-    """
-    settings = idempotency_settings
-    if not settings.ENABLED or request.method not in settings.METHODS:
-        return None
-    if not keyed and not settings.REQUIRED_PATHS:
-        return None
-    if match is None:
-        return None
+    if not keyed and not (unsafe and settings.ENABLED and settings.REQUIRED_PATHS):
+        return keyed, None, None
+    match = match_of(request)
+    if match is None or not settings.ENABLED:
+        return keyed, match, None
     view = match.func
     view_class, api_view = getattr(view, "cls", None), drf_api_view_class()
     if (
@@ -170,13 +162,13 @@ def protected_view(
             and isinstance(view_class, type)
             and issubclass(view_class, api_view)
         )
-        or is_ninja_protected_view(view, str(request.method))
+        or (is_ninja_view(view) and is_ninja_protected_view(view, str(request.method)))
     ):
-        return None
+        return keyed, match, None
     required = bool(settings.REQUIRED_PATHS) and key_required(request.path_info, match)
     if not keyed and not required:
-        return None
-    return view, KEY_REQUIRED if required else KEY_OPTIONAL
+        return keyed, match, None
+    return keyed, match, (view, KEY_REQUIRED if required else KEY_OPTIONAL)
 
 
 def key_required(path: str, match: ResolverMatch) -> bool:

@@ -97,16 +97,17 @@ def view_transaction(view: Callable[..., Any]) -> contextlib.ExitStack:
     they would have, then the hook's error goes on (:class:`CommittedThenRaise`).
     """
     non_atomic: set[str] = getattr(view, "_non_atomic_requests", set())
-    aliases = [
-        alias
-        for alias, database in connections.settings.items()
-        if database.get("ATOMIC_REQUESTS") and alias not in non_atomic
-    ]
+    aliases = []
+    for alias, database in connections.settings.items():  # a loop: once per keyed request
+        if database.get("ATOMIC_REQUESTS") and alias not in non_atomic:
+            aliases.append(alias)
     store_alias = get_store().database_alias
     if idempotency_settings.ATOMIC:
         aliases.append(store_alias or DEFAULT_DB_ALIAS)
-    aliases.sort(key=lambda alias: alias != store_alias)
     stack = contextlib.ExitStack()
+    if not aliases:
+        return stack  # no transaction to open, no hook's error to raise after them
+    aliases.sort(key=lambda alias: alias != store_alias)
     raised_after_commit: list[BaseException] = []
     stack.push(functools.partial(_raise_after_all, raised_after_commit))  # exited last
     for position, alias in enumerate(dict.fromkeys(aliases)):
