@@ -118,8 +118,7 @@ class Attempt(KeyReservation):
             too_many = self.over_key_limit()
             if too_many is not None:
                 return too_many
-        if logger.isEnabledFor(logging.DEBUG):  # the request's one INFO record is its outcome
-            self.log(logging.DEBUG, "reserved")
+        self.log(logging.DEBUG, "reserved")  # the request's one INFO record is its outcome
         if signals.reserved.receivers:
             self.send(signals.reserved)
         django = self.django_request
