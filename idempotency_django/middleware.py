@@ -32,10 +32,12 @@ from django.urls import ResolverMatch
 from idempotency_django.conf import idempotency_settings
 from idempotency_django.protocol.bodies import ready_body
 from idempotency_django.protocol.marks import (
+    DECISION_ATTRIBUTE,
     EXEMPT_ATTRIBUTE,
     PROTECTED_ATTRIBUTE,
-    is_drf_view,
+    drf_api_view_class,
     is_ninja_protected_view,
+    is_ninja_view,
     key_header,
 )
 from idempotency_django.protocol.options import ViewOptions
@@ -47,6 +49,8 @@ from idempotency_django.tasks import TaskInProgress, TaskKeyReused
 
 #: Views of these modules never need a key, whatever REQUIRED_PATHS says.
 NEVER_REQUIRED_MODULES = ("django.contrib.admin.", "django.contrib.auth.")
+#: The options of a plain view: whether its path needs a key, the settings for the rest.
+KEY_REQUIRED, KEY_OPTIONAL = ViewOptions(required=True), ViewOptions(required=False)
 
 
 class IdempotencyMiddleware:
@@ -69,29 +73,26 @@ class IdempotencyMiddleware:
     def __call__(self, request: HttpRequest) -> Any:
         if self.async_mode:
             return self.__acall__(request)
-        keyed = is_keyed(request)
-        match = route_of_interest(request, keyed)
+        keyed, match, protected = examine(request)
         if keyed and (refused := ready_body(request, match)) is not None:
             return refused  # before any CSRF check or parser reads the body
-        protected = protected_view(request, keyed, match)
         if protected is None:
             response = self.get_response(request)
         else:
             view, options = protected
             response = run(request, options, self.get_response, view_transaction_of(view))
-        if keyed:
+        if keyed and getattr(request, DECISION_ATTRIBUTE, None) != "protected":
             mark_ignored_key(request, response)  # a key nobody used: say so
         return response
 
     async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
-        keyed = is_keyed(request)
-        match = route_of_interest(request, keyed)
+        keyed, match, protected = examine(request)
         if keyed:
             refused = await sync_to_async(ready_body)(request, match)
             if refused is not None:
                 return refused
-        response = await self.protected_response(request, keyed, match)
-        if keyed:
+        response = await self.protected_response(request, protected)
+        if keyed and getattr(request, DECISION_ATTRIBUTE, None) != "protected":
             mark_ignored_key(request, response)
         return response
 
@@ -109,9 +110,8 @@ class IdempotencyMiddleware:
         return None
 
     async def protected_response(
-        self, request: HttpRequest, keyed: bool, match: ResolverMatch | None
+        self, request: HttpRequest, protected: Protected | None
     ) -> HttpResponseBase:
-        protected = protected_view(request, keyed, match)
         if protected is None:
             response: HttpResponseBase = await self.get_response(request)
             return response
@@ -127,54 +127,48 @@ class IdempotencyMiddleware:
         return await run_to_the_end(protected_call)
 
 
-def is_keyed(request: HttpRequest) -> bool:
-    """An unsafe request with a key: DRF views included, whose body must be ready too."""
-    settings = idempotency_settings
-    return request.method in settings.METHODS and key_header(request, settings.HEADER) is not None
+#: The view the middleware protects, with its options.
+Protected = tuple[Callable[..., Any], ViewOptions]
 
 
-def route_of_interest(request: HttpRequest, keyed: bool) -> ResolverMatch | None:
-    """The URL match, resolved once here and handed on, for a request that may be
-    protected: keyed, or unsafe under ``REQUIRED_PATHS``. None for any other
-    (nothing resolves it early) and for a URL that resolves to nothing."""
-    settings = idempotency_settings
-    if keyed or (
-        settings.ENABLED and settings.REQUIRED_PATHS and request.method in settings.METHODS
-    ):
-        return match_of(request)
-    return None
+def examine(request: HttpRequest) -> tuple[bool, ResolverMatch | None, Protected | None]:
+    """What the middleware does with ``request``, looked at once and handed on.
 
-
-def protected_view(
-    request: HttpRequest, keyed: bool, match: ResolverMatch | None
-) -> tuple[Callable[..., Any], ViewOptions] | None:
-    """The view this middleware protects for ``request``, and its options; or None.
-
-    ``keyed`` and ``match`` are :func:`is_keyed`'s and :func:`route_of_interest`'s.
-    None for a safe method, a request without a key (unless its path matches
-    ``REQUIRED_PATHS``), a URL that resolves to nothing, and views protected
-    elsewhere: DRF views, ninja operations under ``idempotency_django.ninja``,
-    views under ``@idempotent`` and views marked ``@idempotency_exempt``.
+    Whether it is keyed (unsafe, with a key: DRF views included, whose body must be
+    ready too); its URL match, resolved here for a request that may be protected
+    (keyed, or unsafe under ``REQUIRED_PATHS``; None for any other and for a URL
+    that resolves to nothing); and the view this middleware protects, with its
+    options. None for a request without a key (unless its path matches
+    ``REQUIRED_PATHS``) and for views protected elsewhere: DRF views, ninja
+    operations under ``idempotency_django.ninja``, views under ``@idempotent`` and
+    views marked ``@idempotency_exempt``.
     """
     settings = idempotency_settings
-    if not settings.ENABLED or request.method not in settings.METHODS:
-        return None
-    if not keyed and not settings.REQUIRED_PATHS:
-        return None
-    if match is None:
-        return None
+    unsafe = request.method in settings.METHODS
+    keyed = unsafe and key_header(request, settings.HEADER) is not None
+    if not keyed and not (unsafe and settings.ENABLED and settings.REQUIRED_PATHS):
+        return keyed, None, None
+    match = match_of(request)
+    if match is None or not settings.ENABLED:
+        return keyed, match, None
     view = match.func
+    view_class, api_view = getattr(view, "cls", None), drf_api_view_class()
     if (
         getattr(view, PROTECTED_ATTRIBUTE, False)
         or getattr(view, EXEMPT_ATTRIBUTE, False)
-        or is_drf_view(view)
-        or is_ninja_protected_view(view, str(request.method))
+        # is_drf_view(), without the call: DRF views are left to the DRF integration.
+        or (
+            api_view is not None
+            and isinstance(view_class, type)
+            and issubclass(view_class, api_view)
+        )
+        or (is_ninja_view(view) and is_ninja_protected_view(view, str(request.method)))
     ):
-        return None
-    required = key_required(request.path_info, match)
+        return keyed, match, None
+    required = bool(settings.REQUIRED_PATHS) and key_required(request.path_info, match)
     if not keyed and not required:
-        return None
-    return view, ViewOptions(required=required)
+        return keyed, match, None
+    return keyed, match, (view, KEY_REQUIRED if required else KEY_OPTIONAL)
 
 
 def key_required(path: str, match: ResolverMatch) -> bool:

@@ -28,7 +28,6 @@ from idempotency_django.protocol.marks import (
     FINGERPRINT_ATTRIBUTE,
     HANDLED_EXCEPTION_ATTRIBUTE,
     KEY_ATTRIBUTE,
-    django_request,
 )
 from idempotency_django.protocol.options import ViewOptions, function, option, scope_of
 from idempotency_django.protocol.problems import refuse, replay_headers, replay_response
@@ -55,28 +54,35 @@ class Attempt(KeyReservation):
     ``202``), never the order of the steps.
     """
 
+    #: An answer from this status on is never kept, and its work is rolled back.
+    ROLLED_BACK_FROM = 500
+
     def __init__(
         self,
         request: HttpRequest,
         key: RecordKey,
         info: RequestInfo,
         options: ViewOptions = ViewOptions(),
+        window: int | None = None,
     ) -> None:
-        super().__init__(key, info)
+        retention = options.retention if window is None else window
+        super().__init__(
+            key, info, idempotency_settings.RETENTION if retention is None else retention
+        )
         self.request = request
         #: The Django request under a DRF one, where the request's marks are set.
-        self.django_request = django_request(request)
+        self.django_request: HttpRequest = getattr(request, "_request", request)
         self.options = options
         #: For the logs: "first" or "takeover" once claimed; any request that
         #: finds the key held is a "retry" of the operation.
         self.attempt = "retry"
-        #: Who the request was authenticated as when the key was claimed.
+        #: Who the request was authenticated as when the key was claimed: the objects
+        #: a principal is named from, ``user`` and DRF's or ninja's ``auth``. A view
+        #: that authenticates someone else replaces one of them (``login()`` sets a
+        #: new ``request.user``): only then is the scope computed again.
         self.authenticated_as: tuple[Any, Any, Any] = (None, None, None)
         #: The view's window, when the request carried no key and its fingerprint is it.
-        self.window: int | None = None
-
-    def retention(self) -> int:
-        return option(self.options.retention, idempotency_settings.RETENTION)
+        self.window = window
 
     def send(self, signal: Signal, **kwargs: Any) -> None:
         if signal.receivers and signal.has_listeners(type(self.store)):
@@ -102,13 +108,19 @@ class Attempt(KeyReservation):
         if claim.outcome is not Outcome.CLAIMED:
             return self.held(claim)
         self.attempt = "takeover" if claim.took_over else "first"
-        self.authenticated_as = _authenticated_as(self.request)
+        request = self.request
+        self.authenticated_as = (
+            getattr(request, "user", None),
+            getattr(self.django_request, "user", None),
+            getattr(request, "auth", None),
+        )
         if idempotency_settings.MAX_KEYS_PER_PRINCIPAL:
             too_many = self.over_key_limit()
             if too_many is not None:
                 return too_many
         self.log(logging.DEBUG, "reserved")  # the request's one INFO record is its outcome
-        self.send(signals.reserved)
+        if signals.reserved.receivers:
+            self.send(signals.reserved)
         django = self.django_request
         setattr(django, ACTIVE_ATTRIBUTE, True)
         setattr(django, KEY_ATTRIBUTE, self.key)
@@ -125,7 +137,7 @@ class Attempt(KeyReservation):
         limit = idempotency_settings.MAX_KEYS_PER_PRINCIPAL
         if not limit or not self.store.counts_keys:
             return None
-        lifetime = self.lock_timeout() + self.retention()
+        lifetime = self.lock_timeout + self.retention
         try:
             count, first_expiry = self.store.count_keys(self.key, lifetime)
         except StoreUnavailable as exc:
@@ -200,10 +212,12 @@ class Attempt(KeyReservation):
     def finish(self, response: HttpResponseBase) -> HttpResponseBase:
         """Store the view's response for replay, or release the key; return what to send.
 
-        Whatever raises here (a view that returned no response, a lazy
-        response that fails to render) aborts the attempt: the key is not
-        left reserved for work whose answer nobody got.
+        One pass: whether the answer may be kept (:meth:`release_reason`), whether
+        its work rolls back, then the store. Whatever raises here (a view that
+        returned no response, a lazy response that fails to render) aborts the
+        attempt: the key is not left reserved for work whose answer nobody got.
         """
+        setattr(self.django_request, ACTIVE_ATTRIBUTE, False)
         try:
             if not isinstance(response, HttpResponseBase):
                 raise TypeError(
@@ -211,40 +225,32 @@ class Attempt(KeyReservation):
                     "not a Django response. On a django-ninja operation, use "
                     "idempotency_django.ninja.idempotent."
                 )
-            answer = self.finish_attempt(response)
+            status = response.status_code
+            reason = self.release_reason(response)
+            if status >= self.ROLLED_BACK_FROM:
+                # Never kept, so the retry runs: its work must not commit either,
+                # whatever made the answer so (the view, a middleware after this
+                # one, a template that failed to render).
+                transactions.roll_back(self.work)
+            answer = response
+            if self.joined_transaction and self.rolled_back():
+                # The reservation goes with the claim's transaction: nothing to
+                # store, nothing to release.
+                self.log(logging.INFO, "released", status=status, reason="rollback")
+            elif reason is not None:
+                self.release(status, reason)
+            else:
+                settled = self.settle(self.stored_response(response), status)
+                if settled is Settled.LOST:
+                    answer = self.in_progress()
+                elif settled is Settled.UNAVAILABLE:
+                    answer = self.unavailable()
         except BaseException as error:
             self.abort(error)
             raise
-        self.echo_key(answer)
+        if idempotency_settings.MARKER_HEADERS.key_echo:
+            self.echo_key(answer)
         return answer
-
-    def finish_attempt(self, response: HttpResponseBase) -> HttpResponseBase:
-        setattr(self.django_request, ACTIVE_ATTRIBUTE, False)
-        status = response.status_code
-        reason = self.release_reason(response)
-        if self.rolls_back(status):
-            # A 5xx is never kept, so the retry runs: its work must not commit
-            # either, whatever made the answer a 5xx (the view, a middleware
-            # after this one, a template that failed to render).
-            transactions.roll_back_open_transactions()
-        if self.rolled_back():
-            # The reservation goes with the claim's transaction: nothing to
-            # store, nothing to release.
-            self.log(logging.INFO, "released", status=status, reason="rollback")
-            return response
-        if reason is not None:
-            self.release(status, reason)
-            return response
-        settled = self.settle(self.stored_response(response), status)
-        if settled is Settled.LOST:
-            return self.in_progress()
-        if settled is Settled.UNAVAILABLE:
-            return self.unavailable()
-        return response
-
-    def rolls_back(self, status: int) -> bool:
-        """Whether the work of an answer with ``status`` is rolled back: one never kept."""
-        return status >= 500
 
     def abort(self, error: BaseException | None = None) -> None:
         """The view raised: let a retry run, unless the view was only cancelled.
@@ -263,50 +269,47 @@ class Attempt(KeyReservation):
         self.release(None, "exception")
 
     def release_reason(self, response: HttpResponseBase) -> str | None:
-        """Why ``response`` must not be stored, or None to store it."""
-        status = response.status_code
+        """Why ``response`` must not be stored, or None to store it.
+
+        Never a streamed answer or a 5xx. Nor one of a view that authenticated
+        someone else than the key was claimed for (a session-scoped claim whose
+        view then took a token of its own, or logged in): stored under the first
+        principal, it would be served to them. Then the view's own choice (its
+        ``retain`` function, then its ``retain_client_errors``), then the
+        project's ``RETAIN_FUNCTION``.
+        """
         if response.streaming or isinstance(response, FileResponse):
             return "streaming"
-        if status >= 500:
+        if response.status_code >= 500:
             return "server_error"
-        if self.principal_changed():
-            return "principal_changed"
-        return None if self.retains(response) else "not_retained"
-
-    def retains(self, response: HttpResponseBase) -> bool:
-        """Whether an answer that may be kept (not a 5xx, not streamed) is.
-
-        The view's own choice first (its ``retain`` function, then its
-        ``retain_client_errors``), then the project's ``RETAIN_FUNCTION``.
-        """
-        if self.options.retain_client_errors is not None and self.options.retain is None:
-            chosen = retain_client_errors if self.options.retain_client_errors else retain_successes
-            return chosen(self.request, response, None)
-        retain = function(self.options.retain, idempotency_settings.RETAIN_FUNCTION)
-        handled = getattr(django_request(self.request), HANDLED_EXCEPTION_ATTRIBUTE, None)
+        options, request, then = self.options, self.request, self.authenticated_as
+        if (
+            getattr(request, "user", None) is not then[0]
+            or getattr(self.django_request, "user", None) is not then[1]
+            or getattr(request, "auth", None) is not then[2]
+        ):
+            # Who the scope is made of was replaced: the same principal, or another?
+            scope = scope_of(request, options)
+            if scope is not None and scope.principal != self.key.principal:
+                self.log(logging.WARNING, "principal_changed")
+                return "principal_changed"
+        if options.retain_client_errors is not None and options.retain is None:
+            chosen = retain_client_errors if options.retain_client_errors else retain_successes
+            return None if chosen(request, response, None) else "not_retained"
+        retain = (
+            idempotency_settings.RETAIN_FUNCTION
+            if options.retain is None
+            else function(options.retain, None)
+        )
+        handled = getattr(self.django_request, HANDLED_EXCEPTION_ATTRIBUTE, None)
         try:
-            return bool(retain(self.request, response, handled))
+            kept = bool(retain(request, response, handled))
         except Exception as exc:
             # The work is done: failing the request now would free its key
             # and run it again. The default table decides instead.
             self.log(logging.ERROR, "retain_failed", error=type(exc).__name__)
-            return retain_successes(self.request, response, handled)
-
-    def principal_changed(self) -> bool:
-        """The view authenticated someone else than the key was claimed for.
-
-        A session-scoped claim whose view then authenticated another principal
-        (a token of its own, a login): its answer is not stored under the
-        first one, who would otherwise be served it.
-        """
-        now, then = _authenticated_as(self.request), self.authenticated_as
-        if now[0] is then[0] and now[1] is then[1] and now[2] is then[2]:
-            return False  # who the scope is made of was not replaced: the same principal
-        scope = scope_of(self.request, self.options)
-        if scope is None or scope.principal == self.key.principal:
-            return False
-        self.log(logging.WARNING, "principal_changed")
-        return True
+            kept = retain_successes(request, response, handled)
+        return None if kept else "not_retained"
 
     def stored_response(self, response: HttpResponseBase) -> StoredResponse:
         """What is kept for replay: the bytes the client gets, rendered first if lazy.
@@ -318,7 +321,9 @@ class Attempt(KeyReservation):
             response.render()  # type: ignore[attr-defined]
         assert isinstance(response, HttpResponse)
         body = response.content
-        limit = option(self.options.max_stored_body, idempotency_settings.MAX_STORED_BODY)
+        limit = self.options.max_stored_body
+        if limit is None:
+            limit = idempotency_settings.MAX_STORED_BODY
         if limit is not None and len(body) > limit:
             self.log(
                 logging.WARNING, "body_not_stored", status=response.status_code, size=len(body)
@@ -329,17 +334,3 @@ class Attempt(KeyReservation):
         return StoredResponse(
             status=response.status_code, headers=replay_headers(response), body=body
         )
-
-
-def _authenticated_as(request: HttpRequest) -> tuple[Any, Any, Any]:
-    """The objects a principal is named from: ``user``, and DRF's or ninja's ``auth``.
-
-    A view that authenticates someone else replaces one of them (``login()``
-    sets a new ``request.user``): only then is the scope computed again.
-    """
-    django = getattr(request, "_request", request)  # django_request(), without the call
-    return (
-        getattr(request, "user", None),
-        getattr(django, "user", None),
-        getattr(request, "auth", None),
-    )

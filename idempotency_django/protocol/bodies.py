@@ -49,9 +49,13 @@ def prepare_body(request: HttpRequest, *, capped: bool = True) -> None:
     request = getattr(request, "_request", request)  # django_request_of(), without the call
     if hasattr(request, BODY_COPY_ATTRIBUTE) or getattr(request, PREPARED_ATTRIBUTE, False):
         return  # readied by us already (the middleware's, handed on to phase 1)
-    length = _content_length(request)
+    try:
+        length = max(0, int(request.META.get("CONTENT_LENGTH") or 0))
+    except ValueError:
+        length = 0
     if hasattr(request, "_body"):
-        _check_whole(request._body, length)  # read by us before, or by someone else
+        if len(request._body) < length:  # read by us before, or by someone else
+            raise BodyCutShort(length=length)
         return
     if getattr(request, "_read_started", False):
         return  # consumed by someone else: request.body will say so
@@ -60,7 +64,8 @@ def prepare_body(request: HttpRequest, *, capped: bool = True) -> None:
         raise BodyTooLarge(limit=cap)
     limit: int | None = settings.DATA_UPLOAD_MAX_MEMORY_SIZE  # None in Django, not in its stubs
     if limit is None or length <= limit:
-        _check_whole(request.body, length)  # Django reads it once and keeps it
+        if len(request.body) < length:  # Django reads it once and keeps it
+            raise BodyCutShort(length=length)
         setattr(request, PREPARED_ATTRIBUTE, True)
         return
     stream: Any = request._stream
@@ -84,11 +89,6 @@ def prepare_body(request: HttpRequest, *, capped: bool = True) -> None:
     request._stream = replacement
     setattr(request, BODY_COPY_ATTRIBUTE, copy)
     _close_with_request(request, copy)
-
-
-def _check_whole(body: bytes, length: int) -> None:
-    if len(body) < length:
-        raise BodyCutShort(length=length)
 
 
 def _close_with_request(request: HttpRequest, copy: Any) -> None:
@@ -161,29 +161,26 @@ def ready_body(request: HttpRequest, match: ResolverMatch | None) -> HttpRespons
     if getattr(request, READIED_ATTRIBUTE, False):
         return None
     setattr(request, READIED_ATTRIBUTE, True)
-    if match is None or getattr(match.func, EXEMPT_ATTRIBUTE, False):
+    view = None if match is None else match.func
+    if view is None or getattr(view, EXEMPT_ATTRIBUTE, False):
         return None
     settings_ = idempotency_settings
-    if (
-        settings_.ANONYMOUS != "session"
-        and settings_.SCOPE_FUNCTION is default_scope
-        and not _scopes_itself(match.func)
-        and principal_of(getattr(request, "user", None)) is None
-    ):
-        return None
+    if settings_.ANONYMOUS != "session" and settings_.SCOPE_FUNCTION is default_scope:
+        user = getattr(request, "user", None)
+        anonymous = not getattr(user, "is_authenticated", False) or principal_of(user) is None
+        # Unless the view is under ``@idempotent(scope=...)``: its scope may name
+        # an anonymous client.
+        dispatch = getattr(getattr(view, "view_class", None), "dispatch", None)
+        if anonymous and not (
+            getattr(getattr(view, OPTIONS_ATTRIBUTE, None), "scope", None)
+            or getattr(getattr(dispatch, OPTIONS_ATTRIBUTE, None), "scope", None)
+        ):
+            return None
     try:
         prepare_body(request)
     except BodyRefused as exc:
         return exc.answer(request)
     return None
-
-
-def _scopes_itself(view: Any) -> bool:
-    """A view under ``@idempotent(scope=...)``: its scope may name an anonymous client."""
-    if getattr(getattr(view, OPTIONS_ATTRIBUTE, None), "scope", None):
-        return True
-    dispatch = getattr(getattr(view, "view_class", None), "dispatch", None)
-    return bool(getattr(getattr(dispatch, OPTIONS_ATTRIBUTE, None), "scope", None))
 
 
 def body_chunks(request: HttpRequest) -> Iterator[bytes]:
@@ -205,13 +202,6 @@ def body_length(request: HttpRequest) -> int:
     request = django_request_of(request)
     copy = getattr(request, BODY_COPY_ATTRIBUTE, None)
     return len(request.body) if copy is None else os.fstat(copy.fileno()).st_size
-
-
-def _content_length(request: HttpRequest) -> int:
-    try:
-        return max(0, int(request.META.get("CONTENT_LENGTH") or 0))
-    except ValueError:
-        return 0
 
 
 def django_request_of(request: Any) -> HttpRequest:

@@ -51,18 +51,21 @@ def keyed_digest(parts: Callable[[], Iterable[bytes]]) -> Fingerprint:
     ``parts`` is called again, only if needed, for the digests that also count:
     under each key of ``SECRET_KEY_FALLBACKS`` and, for records 0.1 wrote, unkeyed.
     """
-    fingerprint = Fingerprint(_digest(parts(), [_keyed_mac(settings.SECRET_KEY).copy()])[0])
+    mac = _keyed_mac(settings.SECRET_KEY).copy()
+    for part in parts():
+        mac.update(part)
+    fingerprint = Fingerprint(mac.hexdigest())
 
     def others() -> tuple[str, ...]:
-        hashers = [_mac(secret) for secret in settings.SECRET_KEY_FALLBACKS]
-        return _digest(parts(), [*hashers, hashlib.sha256()])
+        hashers = [_keyed_mac(secret).copy() for secret in settings.SECRET_KEY_FALLBACKS]
+        hashers.append(hashlib.sha256())
+        for part in parts():
+            for hasher in hashers:
+                hasher.update(part)
+        return tuple(hasher.hexdigest() for hasher in hashers)
 
     fingerprint._others = others
     return fingerprint
-
-
-def _mac(secret: str | bytes) -> Any:
-    return _keyed_mac(secret).copy()
 
 
 @functools.lru_cache(maxsize=8)
@@ -71,24 +74,16 @@ def _keyed_mac(secret: str | bytes) -> Any:
     return salted_hmac(FINGERPRINT_SALT, b"", secret=secret, algorithm="sha256")
 
 
-def _digest(parts: Iterable[bytes], hashers: list[Any]) -> tuple[str, ...]:
-    for part in parts:
-        for hasher in hashers:
-            hasher.update(part)
-    digests = []
-    for hasher in hashers:
-        digests.append(hasher.hexdigest())
-    return tuple(digests)
-
-
 def default_fingerprint(request: HttpRequest) -> str:
     """A keyed digest of the method, the path with its query string, and the body bytes.
 
     Only the digest is kept; the body itself is never stored.
     """
 
-    head = _head(request) + b"\n"
-    django_request = django_request_of(request)
+    method = request.method.encode("ascii") if request.method else b""
+    path = request.get_full_path().encode("utf-8", "surrogateescape")
+    head = method + b"\n" + path + b"\n"  # _head(), without the call
+    django_request = getattr(request, "_request", request)  # DRF's Request wraps Django's
     # The parts are built once (and again only for the digests under fallback
     # keys): a body Django holds in memory, unless it is multipart, is one part.
     whole = (

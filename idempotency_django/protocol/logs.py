@@ -64,16 +64,21 @@ def emit(
     """Write one line, ``{prefix} name=value ...``: the emitter of every line of the library.
 
     A request's, a task's, a webhook delivery's and the heartbeat's; the fields
-    also go to handlers as ``extra["idempotency"]``, for structured logging.
+    also go to handlers as ``extra["idempotency"]``, for structured logging. The
+    ``name=value`` pairs are written out when a handler formats the record, not
+    before: a record no handler formats costs no formatting.
     """
     if to.isEnabledFor(level):
         to.log(
-            level,
-            f"{prefix} %s",
-            log_fields(fields),
-            extra={"idempotency": fields},
-            exc_info=exc_info,
+            level, f"{prefix} %s", Line(fields), extra={"idempotency": fields}, exc_info=exc_info
         )
+
+
+class Line(dict[str, Any]):
+    """A line's fields, which read as its ``name=value`` pairs (:func:`log_fields`)."""
+
+    def __str__(self) -> str:
+        return log_fields(self)
 
 
 def error_name(exc: BaseException) -> str:

@@ -163,10 +163,11 @@ def header(request: HttpRequest, name: str) -> str | None:
     The same value ``request.headers`` holds, without building that mapping
     (a copy of every header) on requests where nothing else needs it.
     """
-    value = request.META.get(_meta_name(name))
+    value = request.META.get(meta_name(name))
     return None if value is None else str(value)
 
 
 @functools.cache
-def _meta_name(name: str) -> str:
+def meta_name(name: str) -> str:
+    """The ``request.META`` key of the header ``name``."""
     return str(HttpHeaders.to_wsgi_name(name))

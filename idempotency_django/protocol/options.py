@@ -76,7 +76,11 @@ class ViewOptions:
 
 def scope_of(request: HttpRequest, options: ViewOptions) -> Scope | None:
     """Whose key it is: the view's scope function or ``SCOPE_FUNCTION``, else a guest's session."""
-    scope: Scope | None = function(options.scope, idempotency_settings.SCOPE_FUNCTION)(request)
+    chosen = options.scope
+    scope_function = (
+        idempotency_settings.SCOPE_FUNCTION if chosen is None else function(chosen, None)
+    )
+    scope: Scope | None = scope_function(request)
     if scope is None and idempotency_settings.ANONYMOUS == "session":
         scope = session_scope(request)
     return scope

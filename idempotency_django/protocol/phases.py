@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import hashlib
 import logging
 import time
@@ -319,10 +318,11 @@ def begin(
     header (a GraphQL mutation's argument); None from it: the request has no key.
     """
     settings = idempotency_settings
+    django = getattr(request, "_request", request)  # where the request's marks are
     if (
         not settings.ENABLED
         or request.method not in settings.METHODS
-        or getattr(getattr(request, "_request", request), ACTIVE_ATTRIBUTE, False)
+        or getattr(django, ACTIVE_ATTRIBUTE, False)
     ):
         return None
     raw_key = key_header(request, settings.HEADER) if read_key is None else read_key(request)
@@ -338,7 +338,7 @@ def begin(
         if scope is None:
             return None
     else:
-        decide(request, "protected")
+        setattr(django, DECISION_ATTRIBUTE, "protected")
         try:
             key = parse_key(raw_key)
         except InvalidKey as exc:
@@ -360,7 +360,11 @@ def begin(
         )
     try:
         prepare_body(request)
-        fingerprint = function(options.fingerprint, settings.FINGERPRINT_FUNCTION)(request)
+        fingerprint = (
+            settings.FINGERPRINT_FUNCTION
+            if options.fingerprint is None
+            else function(options.fingerprint, None)
+        )(request)
     except (RawPostDataException, BodyRefused) as exc:
         if key is None:
             return None  # a keyless request the window cannot hold runs as it would without
@@ -373,17 +377,16 @@ def begin(
         # Hashed: a project's fingerprint function may return more than a key holds.
         digest = hashlib.sha256(fingerprint.encode()).hexdigest()
         key, window = WINDOW_KEY_PREFIX + digest, options.window
-        options = dataclasses.replace(options, retention=window)
     info = RequestInfo(
         method=str(request.method),
         path=request.path,
         fingerprint=fingerprint,
-        request_id=request_id(request),
+        request_id=request_id(request) if settings.REQUEST_ID_HEADER else "",
     )
-    attempt = Attempt(request, RecordKey(scope.principal, scope.location, key), info, options)
-    attempt.window = window
+    key_in_scope = RecordKey(scope.principal, scope.location, key)
+    attempt = Attempt(request, key_in_scope, info, options, window)
     outcome = attempt.claim()
-    if isinstance(outcome, HttpResponseBase):
+    if isinstance(outcome, HttpResponseBase) and settings.MARKER_HEADERS.key_echo:
         attempt.echo_key(outcome)
     return outcome
 

@@ -68,12 +68,19 @@ class KeyReservation(ABC):
     needs no request.
     """
 
-    def __init__(self, key: RecordKey, info: RequestInfo) -> None:
+    def __init__(self, key: RecordKey, info: RequestInfo, retention: int) -> None:
         self.key = key
         self.info = info
+        #: Seconds the answer is kept for replay.
+        self.retention = retention
+        #: Read once: the claim, the renewals and the waits of one reservation agree.
+        self.lock_timeout: int = idempotency_settings.LOCK_TIMEOUT
         self.store = get_store()
         self.digest = key.digest[:16]  # keys.key_digest(), computed once
         self.token = ""
+        #: The databases with a transaction open around the work when the key was
+        #: claimed: the same until the work ends, so asked once.
+        self.work: list[str] = []
         #: The claim joined a database transaction that is open around the work.
         self.joined_transaction = False
         #: ... and that transaction is the only one: the work and its record
@@ -89,13 +96,6 @@ class KeyReservation(ABC):
         #: (this thread's) whose ``run_on_commit`` holds each, by database.
         self.hooks: dict[str, tuple[BaseDatabaseWrapper, Any]] = {}
 
-    @abstractmethod
-    def retention(self) -> int:
-        """Seconds the answer is kept for replay."""
-
-    def lock_timeout(self) -> int:
-        return idempotency_settings.LOCK_TIMEOUT
-
     # -- 1: take the key --
 
     def take(self) -> Claim:
@@ -105,19 +105,20 @@ class KeyReservation(ABC):
         around it: one of those that raises, or a process killed in one, after
         the COMMIT cannot skip the completion.
         """
-        work = open_transactions()
-        self.joined_transaction = self.store.joins_transaction()
-        self.in_transaction = self.joined_transaction and work == [self.store.database_alias]
-        lock_timeout = self.lock_timeout()
-        claim = self.store.claim(self.key, self.info, lock_timeout)
+        self.work = work = open_transactions()
+        # A store outside the database (no alias) joins no transaction: not asked.
+        alias = self.store.database_alias
+        self.joined_transaction = alias is not None and self.store.joins_transaction()
+        self.in_transaction = self.joined_transaction and work == [alias]
+        claim = self.store.claim(self.key, self.info, self.lock_timeout)
         if claim.outcome is Outcome.CLAIMED:
             self.token = claim.token
             if work and not self.in_transaction:
                 self.store_after_commit(work)
-            if not self.joined_transaction:
+            if not self.joined_transaction and idempotency_settings.HEARTBEAT is not None:
                 # Renewed only while its fate is open: see fate_open().
                 self.beat = start_beat(
-                    self.store, self.key, self.token, self.info, lock_timeout, self.fate_open
+                    self.store, self.key, self.token, self.info, self.lock_timeout, self.fate_open
                 )
         return claim
 
@@ -125,7 +126,7 @@ class KeyReservation(ABC):
 
     def settle(self, stored: StoredResponse, status: int | None = None) -> Settled:
         """Keep the work's answer: now, or once the transactions around the work commit."""
-        work = open_transactions()
+        work = self.work
         if self.in_transaction:
             # In the work's transaction: both commit, or neither does.
             return Settled.KEPT if self.complete(stored) else Settled.UNAVAILABLE
@@ -138,7 +139,7 @@ class KeyReservation(ABC):
         # Renewed now, so that no retry can take the key over before the
         # commit: a holder that lost it rolls its work back.
         try:
-            owned = self.store.renew(self.key, self.token, self.lock_timeout(), self.info)
+            owned = self.store.renew(self.key, self.token, self.lock_timeout, self.info)
         except StoreUnavailable as exc:
             self.log(logging.ERROR, "store_failed", error=error_name(exc))
             self.stop_heartbeat()
@@ -197,15 +198,16 @@ class KeyReservation(ABC):
 
     def complete(self, stored: StoredResponse) -> bool:
         """Store the answer. False only when the claim's transaction must now roll back."""
-        if self.beat is not None:
-            self.beat.settling = True  # a renewal racing this completion finds it settled
+        beat = self.beat
+        if beat is not None:
+            beat.settling = True  # a renewal racing this completion finds it settled
         try:
             owned = self.store.complete(
-                self.key, self.token, stored, self.retention(), request=self.info
+                self.key, self.token, stored, self.retention, request=self.info
             )
         except StoreUnavailable as exc:
-            if self.beat is not None:
-                self.beat.settling = False
+            if beat is not None:
+                beat.settling = False
             self.log(logging.ERROR, "store_failed", status=stored.status, error=error_name(exc))
             if self.in_transaction:
                 # The work must not commit without its record: roll both back.
@@ -214,10 +216,12 @@ class KeyReservation(ABC):
             # The work is done and the client gets its answer. The key is not
             # released: retries get 409 in progress until LOCK_TIMEOUT.
             return True
-        self.stop_heartbeat()
+        if beat is not None:
+            beat.stop()
         if owned:
             self.log(logging.INFO, "stored", status=stored.status)
-            self.send(signals.stored, status=stored.status)
+            if signals.stored.receivers:
+                self.send(signals.stored, status=stored.status)
             return True
         # Taken over after LOCK_TIMEOUT by a retry, which owns the record now.
         self.log(logging.WARNING, "lost_reservation", status=stored.status)

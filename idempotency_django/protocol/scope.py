@@ -18,7 +18,7 @@ from django.utils.module_loading import import_string
 
 from idempotency_django.conf import idempotency_settings
 from idempotency_django.protocol.keys import InvalidKey, parse_key
-from idempotency_django.protocol.marks import header, key_header
+from idempotency_django.protocol.marks import key_header, meta_name
 
 MAX_LOCATION_LENGTH = 255
 #: Starts the name of a user that is not a model; a model's label never does.
@@ -235,4 +235,5 @@ def location_of(request: HttpRequest) -> str:
     name = idempotency_settings.LOCATION_HEADER
     if not name:
         return ""
-    return (header(request, name) or "").strip()
+    # header(), without the call: read for every keyed request.
+    return str(request.META.get(meta_name(name)) or "").strip()

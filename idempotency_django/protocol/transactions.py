@@ -17,7 +17,7 @@ from typing import Any
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 
 from idempotency_django.conf import idempotency_settings
-from idempotency_django.protocol.options import ViewOptions, option
+from idempotency_django.protocol.options import ViewOptions
 from idempotency_django.stores import get_store
 from idempotency_django.stores.base import in_request_transaction
 
@@ -27,7 +27,7 @@ Block = Callable[[], contextlib.AbstractContextManager[Any]]
 
 def transaction_block(options: ViewOptions) -> Block:
     """One transaction around claim, view and completion with ``atomic``; else none."""
-    atomic = option(options.atomic, idempotency_settings.ATOMIC)
+    atomic = idempotency_settings.ATOMIC if options.atomic is None else options.atomic
     return atomic_block if atomic else contextlib.nullcontext
 
 
@@ -97,16 +97,17 @@ def view_transaction(view: Callable[..., Any]) -> contextlib.ExitStack:
     they would have, then the hook's error goes on (:class:`CommittedThenRaise`).
     """
     non_atomic: set[str] = getattr(view, "_non_atomic_requests", set())
-    aliases = [
-        alias
-        for alias, database in connections.settings.items()
-        if database.get("ATOMIC_REQUESTS") and alias not in non_atomic
-    ]
+    aliases = []
+    for alias, database in connections.settings.items():  # a loop: once per keyed request
+        if database.get("ATOMIC_REQUESTS") and alias not in non_atomic:
+            aliases.append(alias)
     store_alias = get_store().database_alias
     if idempotency_settings.ATOMIC:
         aliases.append(store_alias or DEFAULT_DB_ALIAS)
-    aliases.sort(key=lambda alias: alias != store_alias)
     stack = contextlib.ExitStack()
+    if not aliases:
+        return stack  # no transaction to open, no hook's error to raise after them
+    aliases.sort(key=lambda alias: alias != store_alias)
     raised_after_commit: list[BaseException] = []
     stack.push(functools.partial(_raise_after_all, raised_after_commit))  # exited last
     for position, alias in enumerate(dict.fromkeys(aliases)):

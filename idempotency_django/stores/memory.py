@@ -62,8 +62,8 @@ class MemoryStore(BaseStore):
         self._entries: OrderedDict[RecordKey, _Entry] = OrderedDict()
         self._added = 0
 
-    def now(self) -> float:
-        return time.monotonic()
+    #: The clock of every expiry: this process's monotonic one.
+    now = staticmethod(time.monotonic)
 
     def claim(self, key: RecordKey, request: RequestInfo, lock_timeout: int) -> Claim:
         token = uuid.uuid4().hex

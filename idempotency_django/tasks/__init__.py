@@ -268,17 +268,10 @@ class TaskRun(KeyReservation):
     """One delivery of a keyed task: claim, run, then settle or release."""
 
     def __init__(self, task: _Task, key: RecordKey, info: RequestInfo) -> None:
-        super().__init__(key, info)
+        retention = option(task.options.get("retention"), idempotency_settings.RETENTION)
+        super().__init__(key, info, int(retention))
         self.task = task
         self.atomic = task.options.get("atomic", True)
-        # Read once: the claim, the renewals and the waits of one delivery agree.
-        self.lock_timeout_seconds = int(idempotency_settings.LOCK_TIMEOUT)
-
-    def retention(self) -> int:
-        return int(option(self.task.options.get("retention"), idempotency_settings.RETENTION))
-
-    def lock_timeout(self) -> int:
-        return self.lock_timeout_seconds
 
     def block(self) -> contextlib.AbstractContextManager[Any]:
         """The transaction the claim, the work and the completion run in (``atomic``)."""
@@ -324,7 +317,7 @@ class TaskRun(KeyReservation):
                 raise TaskInProgress(f"This {name} is running in another delivery.")
             self.log(logging.DEBUG, "waiting")
             with contextlib.suppress(StoreUnavailable):  # the claim then says it is down
-                self.store.wait(self.key, self.lock_timeout())
+                self.store.wait(self.key, self.lock_timeout)
 
     def run_claimed(self, call: Callable[[], R]) -> R:
         """The key is ours: run, then settle the result as a request settles its response."""

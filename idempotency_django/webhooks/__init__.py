@@ -275,6 +275,10 @@ class DeliveryAttempt(Attempt):
     duplicate gets ``202 {"status": "duplicate"}``, whatever its body.
     """
 
+    #: A 4xx is not recorded either, and senders retry it: under a transaction its
+    #: writes go, or each retry of a refused event would write them again.
+    ROLLED_BACK_FROM = 400
+
     def held(self, claim: Claim) -> HttpResponseBase:
         if claim.outcome is Outcome.REPLAY:
             self.log(logging.INFO, "duplicate")
@@ -292,12 +296,9 @@ class DeliveryAttempt(Attempt):
         pass  # a delivery id is the sender's, not a key to echo
 
     def release_reason(self, response: HttpResponseBase) -> str | None:
-        return f"status_{response.status_code}" if self.rolls_back(response.status_code) else None
-
-    def rolls_back(self, status: int) -> bool:
-        # A 4xx is not recorded either, and senders retry it: under a transaction
-        # its writes go, or each retry of a refused event would write them again.
-        return status >= 400
+        # Failed deliveries are not recorded, so the sender's retry runs. Its
+        # principal is the receiver's namespace, never a user who could change.
+        return f"status_{response.status_code}" if response.status_code >= 400 else None
 
     def stored_response(self, response: HttpResponseBase) -> StoredResponse:
         run_id = _run_id(response)
