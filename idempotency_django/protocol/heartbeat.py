@@ -1,8 +1,8 @@
 """``HEARTBEAT``: running requests' reservations renewed in the background.
 
 One thread per process renews every running reservation each ``HEARTBEAT``
-seconds, so ``LOCK_TIMEOUT`` need not outlast the slowest view: a crashed
-request frees its key that soon. ``MAX_RUN_TIME`` bounds a stuck one. A renewal
+seconds, so ``LOCK_TIMEOUT`` can be a few seconds: a slow view keeps its key, a
+crashed one frees it quickly. ``MAX_RUN_TIME`` bounds a stuck one. A renewal
 never remakes a reservation completed, released or taken over meanwhile
 (``remake=False``), so the thread shares no lock with the requests. Only
 reservations committed on their own are renewed, and only while ``fate_open``:
