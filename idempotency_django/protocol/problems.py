@@ -47,7 +47,7 @@ class Refusal:
 
     def status_code(self) -> int:
         """``status``, or for ``idempotency_key_reused`` the ``REUSE_STATUS`` setting's."""
-        return idempotency_settings.REUSE_STATUS if self.code == KEY_REUSED else self.status
+        return int(idempotency_settings.REUSE_STATUS) if self.code == KEY_REUSED else self.status
 
     def english_detail(self, **params: Any) -> str:
         """The detail as the docs and the OpenAPI schema show it."""
