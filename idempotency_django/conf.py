@@ -133,17 +133,6 @@ STORE_ALIASES = {
     "memory": "idempotency_django.stores.memory.MemoryStore",
 }
 
-IMPORT_STRINGS = frozenset(
-    {
-        "SCOPE_FUNCTION",
-        "FINGERPRINT_FUNCTION",
-        "WEBHOOK_BODY_ID_FUNCTION",
-        "PROBLEM_RENDERER",
-        "REPLAY_HOOK",
-        "RETAIN_FUNCTION",
-    }
-)
-
 
 class HeartbeatSetting(NamedTuple):
     """``HEARTBEAT`` as read: seconds between renewals, and until the last one."""
@@ -241,6 +230,11 @@ class IdempotencySettings:
 
 
 idempotency_settings = IdempotencySettings()
+
+#: The settings given as dotted paths: those whose read is a function.
+IMPORT_STRINGS = frozenset(
+    name for name, kind in IdempotencySettings.__annotations__.items() if "Callable" in kind
+)
 
 
 def read_heartbeat(value: float | dict[str, Any]) -> HeartbeatSetting:
