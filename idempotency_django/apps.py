@@ -25,11 +25,8 @@ class IdempotencyConfig(AppConfig):
 def install_log_redaction() -> None:
     """Put :class:`~idempotency_django.webhooks.receivers.RedactTriggerURLs` on URL_LOGGERS, once.
 
-    On the loggers, not on handlers, so that it applies whatever handlers a
-    project sets, its own included. Django applies ``LOGGING`` before apps are
-    ready, and ``dictConfig`` (then or later) replaces a logger's handlers but
-    keeps its filters, also when it disables the logger, so no configuration
-    removes it. A filter the project already put there is not added twice.
+    On the loggers, not their handlers, so that it applies to any handler; ``dictConfig``
+    replaces a logger's handlers but keeps its filters, so no configuration removes it.
     """
     from idempotency_django.webhooks.receivers import RedactTriggerURLs
 

@@ -13,80 +13,58 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from django.conf import settings as django_settings
 from django.core.signals import setting_changed
+from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse
 from django.utils.module_loading import import_string
 
 SETTING_NAME = "IDEMPOTENCY"
 
+#: Each is documented in docs/settings.md; the comments say only what a value means.
 DEFAULTS: dict[str, Any] = {
-    # False turns the protection off everywhere (e.g. in a test): keyed
-    # requests then run as if they had no key.
+    # False: keyed requests run as if they had no key.
     "ENABLED": True,
-    # Where reservations and stored responses live: a short name or a dotted path.
+    # "database", "redis", "memory" or a dotted path (STORE_ALIASES).
     "STORE": "database",
     "STORE_OPTIONS": {},
-    # Request headers.
     "HEADER": "Idempotency-Key",
     "LOCATION_HEADER": "X-Location-Id",
-    # Which methods a key protects. Safe methods are never protected.
+    # The methods a key protects; safe methods never are.
     "METHODS": ("POST", "PUT", "PATCH", "DELETE"),
-    # Pluggable functions, by dotted path.
     "SCOPE_FUNCTION": "idempotency_django.protocol.scope.default_scope",
     "FINGERPRINT_FUNCTION": "idempotency_django.protocol.fingerprint.default_fingerprint",
-    # Seconds before a reservation left by an unfinished request may be taken over.
+    # Seconds before an unfinished request's reservation may be taken over.
     "LOCK_TIMEOUT": 300,
     # Seconds a completed response is kept and replayed.
     "RETENTION": 86400,
-    # Seconds between renewals of running requests' reservations (one thread
-    # per process), so that LOCK_TIMEOUT can be a few seconds: a crashed
-    # request's key is free that soon. None: no renewal; LOCK_TIMEOUT must
-    # outlast the slowest view. A dict also sets MAX_RUN_TIME, the seconds
-    # after its claim that a reservation is no longer renewed (300 when a
-    # number is given): {"INTERVAL": 10, "MAX_RUN_TIME": 600}.
+    # None: no renewal. Seconds between renewals, or {"INTERVAL": ..., "MAX_RUN_TIME": ...}.
     "HEARTBEAT": None,
-    # Seconds a duplicate of a request still running waits for its answer
-    # before 409 idempotency_key_in_progress. 0: answer 409 at once.
+    # Seconds a duplicate of a running request waits before its 409; 0: none.
     "WAIT_FOR_IN_PROGRESS": 0,
-    # Bytes: a larger response body is not kept (the record says so, and a
-    # retry gets 409 idempotency_response_not_stored). None: no limit.
+    # Bytes; a larger response is not kept (409 idempotency_response_not_stored). None: no limit.
     "MAX_STORED_BODY": 1024 * 1024,
-    # Live keys one principal may hold; a new key beyond it gets 429
-    # idempotency_too_many_keys. None (no limit) by default: a number low enough
-    # to stop a flood also refused ordinary integrations' writes for a day, and
-    # counting costs a query per first request. Set it where anyone can sign up
-    # for credentials, or where the Redis server may evict records.
+    # Live keys per principal (429 idempotency_too_many_keys past it). None: no limit,
+    # because a count low enough to stop a flood refuses ordinary integrations too.
     "MAX_KEYS_PER_PRINCIPAL": None,
-    # Bytes: a keyed request with a larger body gets 413
-    # idempotency_body_too_large before any of it is read. None: no limit.
+    # Bytes; a larger keyed request body gets 413 before any of it is read. None: no limit.
     "MAX_FINGERPRINTED_BODY": 10 * 1024 * 1024,
-    # Dotted path to a function(request, response, exception) -> bool that says
-    # whether a 1xx-4xx answer is kept (a 5xx never is); exception: what DRF
-    # or ninja turned into the response, else None. The default keeps 2xx/3xx
-    # only, so a client can fix a 4xx request and retry with the same key;
-    # "idempotency_django.protocol.retention.retain_client_errors" keeps 4xx
-    # too, except 401, 403, 408, 409 and 429 (they may succeed later).
+    # function(request, response, exception) -> bool: keep a 1xx-4xx answer? (5xx never.)
     "RETAIN_FUNCTION": "idempotency_django.protocol.retention.retain_successes",
-    # 400 idempotency_key_missing when a request carries no key, on the views
-    # that opted in (@idempotent, DRF); never on the admin or auth views.
+    # 400 idempotency_key_missing without a key, on the views that opted in.
     "REQUIRED": False,
-    # Regular expressions matched against request.path_info (e.g. r"^/api/"):
-    # the plain views there need a key too; never the admin or auth views.
+    # Regular expressions on request.path_info whose plain views need a key too.
     "REQUIRED_PATHS": (),
-    # Run the view and store its response in one transaction (exactly once).
+    # The view and its stored response in one transaction.
     "ATOMIC": False,
-    # Status for a key reused with a different request: 409 (Conflict, the
-    # default) or 422 (as the IETF draft suggests).
+    # 409 or 422 for a key reused with a different request.
     "REUSE_STATUS": 409,
-    # Retry-After seconds sent with 409 in progress, 429 and 503 unavailable.
+    # Retry-After seconds of 409 in progress, 429 and 503.
     "RETRY_AFTER": 1,
-    # What happens to a keyed request that has no principal: "ignore" runs it
-    # unprotected (never stored, never replayed); "reject" answers 401.
+    # A keyed request without a principal: "ignore" (unprotected), "reject" (401) or "session".
     "ANONYMOUS": "ignore",
-    # Response headers copied into the stored response and replayed.
+    # Response headers stored and replayed (never FORBIDDEN_REPLAY_HEADERS).
     "REPLAY_HEADERS": (
         "Content-Type",
-        # A compressed body is stored compressed (GZipMiddleware listed after
-        # IdempotencyMiddleware): it must be replayed with its encoding.
+        # A body compressed after this middleware is stored compressed.
         "Content-Encoding",
         "Content-Language",
         "Content-Location",
@@ -98,40 +76,27 @@ DEFAULTS: dict[str, Any] = {
         "Expires",
         "Vary",
     ),
-    # A Fernet key (idempotency_django.stores.encryption.generate_key()) that encrypts stored
-    # headers and bodies at rest (needs cryptography). None: stored as they are.
+    # A Fernet key encrypting stored headers and bodies; None: stored as they are.
     "ENCRYPTION_KEY": None,
-    # Older keys that still decrypt what they encrypted, as SECRET_KEY_FALLBACKS: for
-    # a rotation, or to turn encryption off while encrypted records are still live.
+    # Older keys that still decrypt, as SECRET_KEY_FALLBACKS.
     "ENCRYPTION_KEY_FALLBACKS": (),
-    # -- How answers look -------------------------------------------------
-    # The response headers that tell a client what became of its key; a dict
-    # given here changes only the names it has. REPLAYED marks a replay
-    # ("Idempotent-Replayed" for Stripe's clients); KEY_IGNORED says the key
-    # was not used, with the reason ("anonymous" or "unprotected"); KEY_ECHO
-    # echoes the request's key (e.g. "Idempotency-Key"). None: not sent
-    # (REPLAYED is always sent).
+    # The names of the headers telling a client what became of its key; a dict given
+    # changes only the names it has. None: not sent (REPLAYED always is).
     "MARKER_HEADERS": {
         "REPLAYED": "Idempotency-Replayed",
         "KEY_IGNORED": "Idempotency-Key-Ignored",
         "KEY_ECHO": None,
     },
-    # Dotted path to a function(request, members, headers) -> HttpResponse
-    # (a problem "type" URI of the project's own is set there: docs/errors.md).
+    # function(request, members, headers) -> HttpResponse.
     "PROBLEM_RENDERER": "idempotency_django.protocol.problems.render_problem",
-    # Dotted path to a function(request, response) -> HttpResponse called with
-    # every replay: it may add headers, or answer something else instead.
+    # function(request, response) -> HttpResponse, called with every replay.
     "REPLAY_HOOK": None,
-    # Request header whose value is logged as request_id and kept on the
-    # record: set it when a trusted proxy sets the header. None: no request id.
+    # A trusted request header logged as request_id and kept on the record.
     "REQUEST_ID_HEADER": None,
     # -- Webhook delivery deduplication (a separate contract) --------------
-    # The one header that carries a sender's delivery id, for receivers that
-    # name none themselves (e.g. "webhook-id"). None: no header counts.
+    # The header carrying a delivery id, for receivers that name none.
     "WEBHOOK_ID_HEADER": None,
-    # Dotted path to a function(request) -> str | None reading an id from the
-    # body, e.g. "idempotency_django.webhooks.stripe_event_id", for receivers
-    # that name no id and when WEBHOOK_ID_HEADER is None. None: no body id.
+    # function(request) -> str | None reading a delivery id from the body.
     "WEBHOOK_BODY_ID_FUNCTION": None,
     # Seconds an accepted delivery's identity is kept (7 days).
     "WEBHOOK_RETENTION": 7 * 24 * 3600,
@@ -167,17 +132,6 @@ STORE_ALIASES = {
     # One process only, for tests and benchmarks: check E023 refuses it elsewhere.
     "memory": "idempotency_django.stores.memory.MemoryStore",
 }
-
-IMPORT_STRINGS = frozenset(
-    {
-        "SCOPE_FUNCTION",
-        "FINGERPRINT_FUNCTION",
-        "WEBHOOK_BODY_ID_FUNCTION",
-        "PROBLEM_RENDERER",
-        "REPLAY_HOOK",
-        "RETAIN_FUNCTION",
-    }
-)
 
 
 class HeartbeatSetting(NamedTuple):
@@ -277,18 +231,20 @@ class IdempotencySettings:
 
 idempotency_settings = IdempotencySettings()
 
+#: The settings given as dotted paths: those whose read is a function.
+IMPORT_STRINGS = frozenset(
+    name for name, kind in IdempotencySettings.__annotations__.items() if "Callable" in kind
+)
+
 
 def read_heartbeat(value: float | dict[str, Any]) -> HeartbeatSetting:
     """``HEARTBEAT`` as a number of seconds, or as a dict that sets MAX_RUN_TIME too."""
-    if isinstance(value, dict):
-        max_run_time = value.get("MAX_RUN_TIME", DEFAULT_MAX_RUN_TIME)
-        return HeartbeatSetting(value["INTERVAL"], max_run_time)
-    return HeartbeatSetting(value, DEFAULT_MAX_RUN_TIME)
+    if not isinstance(value, dict):
+        value = {"INTERVAL": value}
+    return HeartbeatSetting(value["INTERVAL"], value.get("MAX_RUN_TIME", DEFAULT_MAX_RUN_TIME))
 
 
+@receiver(setting_changed)
 def _reload(*, setting: str, **kwargs: Any) -> None:
     if setting == SETTING_NAME:
         idempotency_settings.reload()
-
-
-setting_changed.connect(_reload)

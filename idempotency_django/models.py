@@ -25,10 +25,8 @@ class IdempotencyRecord(models.Model):
         WEBHOOK = "webhook", _("webhook delivery")
         TASK = "task", _("background task")
 
-    #: SHA-256 of principal, location and key: the record's identity (see
-    #: :func:`~idempotency_django.stores.digests.record_digest`). The three columns
-    #: below are for reading; a principal or location longer than its
-    #: column is kept there as its own digest.
+    #: The record's identity (:func:`~idempotency_django.stores.digests.record_digest`); the
+    #: three columns below are for reading (one too long for its column holds its digest).
     digest = models.CharField(_("digest"), max_length=64)
     kind = models.CharField(_("kind"), max_length=16, choices=Kind.choices, default=Kind.REQUEST)
     #: For a webhook delivery: where its identity came from (a provider name, "body", "fallback").
@@ -45,8 +43,7 @@ class IdempotencyRecord(models.Model):
     status_code = models.PositiveSmallIntegerField(_("response status"), null=True, blank=True)
     response_headers = models.JSONField(_("response headers"), default=list, blank=True)
     response_body = models.BinaryField(_("response body"), default=b"", blank=True)
-    #: The response was larger than MAX_STORED_BODY: the request ran, but
-    #: its body was not kept, and a retry is told so instead of a replay.
+    #: The response was larger than MAX_STORED_BODY: a retry is told so instead of a replay.
     body_omitted = models.BooleanField(_("body not kept"), default=False)
     created_at = models.DateTimeField(_("created"), default=timezone.now)
     completed_at = models.DateTimeField(_("completed"), null=True, blank=True)

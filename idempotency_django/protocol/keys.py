@@ -4,24 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from django.utils.translation import gettext_noop
+
 MAX_KEY_LENGTH = 255
 
 
-def gettext_noop(message: str) -> str:
-    """Marks a message for Django's ``makemessages``; translated where it is shown
-    (this module imports nothing from Django)."""
-    return message
-
-
 class InvalidKey(ValueError):
-    """The header is present but is not a usable key; the message says why.
-
-    ``message`` is the untranslated text, with ``%(name)s`` placeholders filled
-    from ``params``: the answer translates it for the request's language.
-    """
+    """The header is present but is not a usable key; the message (English,
+    ``%(name)s`` placeholders filled from ``params``) says why."""
 
     def __init__(self, message: str, **params: object) -> None:
-        super().__init__(message % params if params else message)
+        super().__init__(message % params)
         self.message = message
         self.params = params
 

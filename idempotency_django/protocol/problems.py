@@ -1,14 +1,11 @@
 """The answers: every refusal in one table, how a refusal is rendered, and replays.
 
-Each refusal is an RFC 9457 problem response with a stable ``code`` member.
-:data:`REFUSALS` lists them (webhooks add theirs in :mod:`~idempotency_django.webhooks`):
-the answers, the OpenAPI schema and the docs' test all read it. A ``detail``
-is translated into the request's active language (Django's i18n:
-``LocaleMiddleware`` or ``translation.override``); ``code`` and ``title`` are not.
-
-:meth:`Refusal.answer` is the one way the library refuses a request. The answer
-is built by ``PROBLEM_RENDERER`` (by default :func:`render_problem`:
-problem+json, or a JSON:API error document for a client that asks for one).
+Each refusal is an RFC 9457 problem with a stable ``code``; :data:`REFUSALS`
+lists them (the webhooks' are in :mod:`~idempotency_django.webhooks`) for the
+answers, the OpenAPI schema and the docs' test. A ``detail`` is translated into
+the request's active language; ``code`` and ``title`` are not.
+:meth:`Refusal.answer` is the one way the library refuses a request, rendered by
+``PROBLEM_RENDERER`` (:func:`render_problem` by default).
 """
 
 from __future__ import annotations
@@ -33,6 +30,7 @@ TITLES = {413: "Content Too Large"}
 #: Set on a refusal's response: its members and ``Retry-After``, for an
 #: integration that hands refusals to its framework (DRF's exception handler).
 PROBLEM_ATTRIBUTE = "idempotency_problem"
+STANDARD_MEMBERS = frozenset({"type", "title", "status", "code", "detail"})
 
 
 @dataclass(frozen=True)
@@ -46,16 +44,10 @@ class Refusal:
     detail: str
     #: Whether the answer carries ``Retry-After`` (``RETRY_AFTER`` seconds).
     retry_after: bool = False
-    #: The setting that may replace ``status``.
-    status_setting: str | None = None
 
     def status_code(self) -> int:
-        if self.status_setting is None:
-            return self.status
-        return int(getattr(idempotency_settings, self.status_setting))
-
-    def retry_after_seconds(self) -> int | None:
-        return idempotency_settings.RETRY_AFTER if self.retry_after else None
+        """``status``, or for ``idempotency_key_reused`` the ``REUSE_STATUS`` setting's."""
+        return int(idempotency_settings.REUSE_STATUS) if self.code == KEY_REUSED else self.status
 
     def english_detail(self, **params: Any) -> str:
         """The detail as the docs and the OpenAPI schema show it."""
@@ -73,8 +65,8 @@ class Refusal:
         """Refuse ``request``: the problem, rendered the way the project asked for."""
         if detail is None:
             detail = gettext(self.detail) % {"header": idempotency_settings.HEADER, **params}
-        if retry_after is None:
-            retry_after = self.retry_after_seconds()
+        if retry_after is None and self.retry_after:
+            retry_after = idempotency_settings.RETRY_AFTER
         status = self.status_code()
         members = problem_members(status, self.code, detail, **(extensions or {}))
         headers = {"Retry-After": str(retry_after)} if retry_after is not None else {}
@@ -137,7 +129,6 @@ REFUSALS: dict[str, Refusal] = {
                 "This idempotency key was already used with a different request. "
                 "Use a new key for a new operation."
             ),
-            status_setting="REUSE_STATUS",
         ),
         Refusal(
             KEY_IN_PROGRESS,
@@ -215,17 +206,11 @@ def render_problem(
 
 def json_api_error(members: dict[str, Any]) -> dict[str, Any]:
     """A problem as a JSON:API error object (its status is a string there)."""
-    standard = {"type", "title", "status", "code", "detail"}
-    error: dict[str, Any] = {
-        "status": str(members["status"]),
-        "code": members["code"],
-        "title": members["title"],
-        "detail": members["detail"],
-    }
+    error: dict[str, Any] = {"status": str(members["status"])}
+    error.update((name, members[name]) for name in ("code", "title", "detail"))
     if members["type"] != "about:blank":
         error["links"] = {"type": members["type"]}
-    extra = {name: value for name, value in members.items() if name not in standard}
-    if extra:
+    if extra := {name: value for name, value in members.items() if name not in STANDARD_MEMBERS}:
         error["meta"] = extra
     return error
 

@@ -1,11 +1,10 @@
 """The URL match of a request, as Django's handler will find it, resolved once per path.
 
-The middleware needs the view of every keyed request before Django's handler
-resolves the URL (to leave DRF views and decorated views to their own
-protection), and the logs name the route. Resolving is the costliest step of
-a keyed request's own work, so recent matches are kept per URL resolver: a
-resolver that Django replaces (``clear_url_caches()``, another
-``ROOT_URLCONF``) starts with none, and any settings change empties them.
+The middleware needs a keyed request's view before Django's handler resolves
+the URL (DRF and decorated views protect themselves), and the logs name the
+route. Resolving is the costliest step of a keyed request's own work, so recent
+matches are kept per URL resolver: a resolver Django replaces starts with none,
+and any settings change empties them.
 """
 
 from __future__ import annotations
@@ -18,6 +17,7 @@ from typing import Any
 from django.conf import settings as django_settings
 from django.conf.urls.i18n import is_language_prefix_patterns_used
 from django.core.signals import setting_changed
+from django.dispatch import receiver
 from django.http import HttpRequest
 from django.urls import Resolver404, ResolverMatch, URLPattern, URLResolver, get_resolver
 from django.utils import translation
@@ -69,14 +69,8 @@ def match_of(request: HttpRequest) -> ResolverMatch | None:
 
 
 def _language_of(request: HttpRequest, urlconf: str | None) -> str | None:
-    """The language Django's handler will resolve the URL in, where a ``LocaleMiddleware``
-    listed after the idempotency middleware has not activated it yet.
-
-    That middleware sets ``request.LANGUAGE_CODE`` once it has: until then, choose
-    the language as it will, so that a translated route (``path(_("book/"), ...)``)
-    or a language prefix resolves to the view the handler will call.
-    """
-    # As LocaleMiddleware.process_request chooses it.
+    """The language a ``LocaleMiddleware`` after ours will choose (as its
+    ``process_request`` does), which translated routes and prefixes resolve in."""
     i18n_patterns_used, prefixed_default_language = is_language_prefix_patterns_used(
         urlconf or django_settings.ROOT_URLCONF
     )
@@ -92,12 +86,10 @@ def _locale_middleware_installed() -> bool:
     return bool(django_settings.USE_I18N) and LOCALE_MIDDLEWARE in django_settings.MIDDLEWARE
 
 
+@receiver(setting_changed)
 def _forget(**kwargs: Any) -> None:
     _matches.clear()
     _locale_middleware_installed.cache_clear()
-
-
-setting_changed.connect(_forget)
 
 
 def walk_patterns(
