@@ -190,6 +190,19 @@ def test_accepted_identity_is_kept_seven_days(client: Client) -> None:
 
 
 @pytest.mark.django_db
+def test_webhook_retention_is_read_as_retention_is(client: Client) -> None:
+    """Not validated at each delivery: a float the checks report (E004) kept deliveries
+    by before, where a check of it at each delivery would answer every one 500."""
+    with override_settings(IDEMPOTENCY={"WEBHOOK_RETENTION": 3600.0}):
+        assert deliver(client, HTTP_WEBHOOK_ID="msg_r").json()["status"] == "accepted"
+        assert deliver(client, HTTP_WEBHOOK_ID="msg_r").json() == {"status": "duplicate"}
+    delivery = WebhookDelivery.objects.get()
+    assert delivery.completed_at is not None
+    assert delivery.expires_at - delivery.completed_at == timedelta(hours=1)
+    assert runs() == 1
+
+
+@pytest.mark.django_db
 @pytest.mark.parametrize("query", ["?fail=500", "?fail=503", "?fail=401", "?raise=1"])
 def test_failed_delivery_is_not_recorded(client: Client, query: str) -> None:
     client.raise_request_exception = False
