@@ -254,7 +254,10 @@ def begin_delivery(
         kind="webhook",
         source=identity.source,
     )
-    attempt = DeliveryAttempt(request, keys[0], info, ViewOptions(retention=retention))
+    attempt = DeliveryAttempt(request, keys[0], info)
+    # Read as RETENTION is, not through ViewOptions, which would answer every delivery
+    # 500 for a setting the checks report; the receiver's retention= is checked already.
+    attempt.retention = option(retention, idempotency_settings.WEBHOOK_RETENTION)
     try:
         for key in keys[1:]:
             held = attempt.store.peek(key)
@@ -287,10 +290,6 @@ class DeliveryAttempt(Attempt):
 
     def unavailable(self) -> HttpResponseBase:
         return REFUSALS[problems.UNAVAILABLE].answer(self.request)
-
-    def retention(self) -> int:
-        # Read as RETENTION is: ViewOptions would answer 500 to a setting the checks report.
-        return option(self.options.retention, idempotency_settings.WEBHOOK_RETENTION)
 
     def over_key_limit(self) -> HttpResponseBase | None:
         return None  # MAX_KEYS_PER_PRINCIPAL bounds clients' keys, not a sender's deliveries
