@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -43,6 +44,15 @@ OWN_DATABASE_PATHS = (
     "test_quickstart.py::test_the_settings_lines_work_in_a_fresh_project",
     "test_quickstart.py::test_the_quickstart_pasted_into_a_fresh_project",
 )
+#: Real-server suites of views that sleep (the hang-up matrix: 2-3 minutes a run, the
+#: hang-ups at every step, the real workers), run only under the production databases
+#: named: CI's time. The SQLite run keeps the example project's and the other servers;
+#: TESTS_SERVER_SUITES_ON_SQLITE=1 runs these there too (CI's newest-Django run).
+SERVER_DATABASE_PATHS = {
+    "test_hangup_matrix.py": frozenset({"postgres"}),
+    "hangup/": frozenset({"postgres", "mariadb"}),
+    "test_task_workers.py": frozenset({"postgres", "mariadb"}),
+}
 #: test_client.py's example-project servers.
 OWN_DATABASE_FIXTURES = {"test_client.py": frozenset({"server", "storeless_server"})}
 
@@ -63,7 +73,9 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     from django.conf import settings
 
-    another_database = getattr(settings, "TEST_DATABASE", "sqlite") != "sqlite"
+    database = getattr(settings, "TEST_DATABASE", "sqlite")
+    another_database = database != "sqlite"
+    everywhere = database == "sqlite" and os.environ.get("TESTS_SERVER_SUITES_ON_SQLITE") == "1"
     for item in items:
         relative = item.path.resolve().relative_to(TESTS).as_posix()
         fixtures = set(getattr(item, "fixturenames", ()))
@@ -71,6 +83,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.services)
         if another_database and _own_database(relative, item.name, fixtures):
             item.add_marker(pytest.mark.skip(reason="a database of its own: the SQLite run"))
+        for path, databases in SERVER_DATABASE_PATHS.items():
+            if relative.startswith(path) and database not in databases and not everywhere:
+                names = " and ".join(sorted(databases))
+                item.add_marker(pytest.mark.skip(reason=f"runs under TEST_DATABASE={names}"))
 
 
 def _own_database(relative: str, name: str, fixtures: set[str]) -> bool:

@@ -127,7 +127,7 @@ def test_under_the_middleware_with_the_atomic_setting_a_rolled_back_201_is_not_k
         "(transactions.view_transaction), so Django's own ATOMIC_REQUESTS block around the "
         "view becomes a savepoint inside it. When the view's block rolls back (set_rollback, "
         "or an exception a later middleware answers with process_exception), Django rolls "
-        "back to the savepoint and clears needs_rollback: Attempt.finish_attempt sees an "
+        "back to the savepoint and clears needs_rollback: Attempt.finish sees an "
         "open, healthy transaction and stores the answer (database store: in it; Redis: "
         "after its commit), which then commits with the claim and nothing else."
     ),
