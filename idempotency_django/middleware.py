@@ -35,9 +35,8 @@ from idempotency_django.protocol.marks import (
     DECISION_ATTRIBUTE,
     EXEMPT_ATTRIBUTE,
     PROTECTED_ATTRIBUTE,
-    drf_api_view_class,
+    is_drf_view,
     is_ninja_protected_view,
-    is_ninja_view,
     key_header,
 )
 from idempotency_django.protocol.options import ViewOptions
@@ -152,17 +151,11 @@ def examine(request: HttpRequest) -> tuple[bool, ResolverMatch | None, Protected
     if match is None or not settings.ENABLED:
         return keyed, match, None
     view = match.func
-    view_class, api_view = getattr(view, "cls", None), drf_api_view_class()
     if (
         getattr(view, PROTECTED_ATTRIBUTE, False)
         or getattr(view, EXEMPT_ATTRIBUTE, False)
-        # is_drf_view(), without the call: DRF views are left to the DRF integration.
-        or (
-            api_view is not None
-            and isinstance(view_class, type)
-            and issubclass(view_class, api_view)
-        )
-        or (is_ninja_view(view) and is_ninja_protected_view(view, str(request.method)))
+        or is_drf_view(view)
+        or is_ninja_protected_view(view, str(request.method))
     ):
         return keyed, match, None
     required = bool(settings.REQUIRED_PATHS) and key_required(request.path_info, match)
