@@ -16,6 +16,8 @@
 ``EXAMPLE_HEARTBEAT_S``       IDEMPOTENCY["HEARTBEAT"], seconds, may be a fraction (default off)
 ``EXAMPLE_ATOMIC_REQUESTS``   "1": ATOMIC_REQUESTS on the default database (default off)
 ``EXAMPLE_ASYNC_CLAIM_COMMIT`` "1": the database store's async_claim_commit (default off)
+``EXAMPLE_SQLITE_TIMEOUT_S``  on SQLite, seconds a statement waits for the write lock
+                              (default 20; a small one provokes "database is locked")
 ``EXAMPLE_DEBUG``             "0" turns DEBUG off (default on: a local demo)
 ``EXAMPLE_SECRET_KEY``, ``EXAMPLE_ALLOWED_HOSTS`` (comma-separated, added to the local ones)
 ``EXAMPLE_WEBHOOK_SECRET``    the Standard Webhooks receiver's ``whsec_`` secret (a demo one)
@@ -101,7 +103,9 @@ DATABASES = {
 }
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     # runserver is threaded: let a writer wait for another instead of failing.
-    DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = 20
+    DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = float(
+        os.environ.get("EXAMPLE_SQLITE_TIMEOUT_S", "").strip() or 20
+    )
 DATABASES["default"]["ATOMIC_REQUESTS"] = env_flag("EXAMPLE_ATOMIC_REQUESTS", False)
 
 REDIS_URL = os.environ.get("REDIS_URL", "").strip()

@@ -117,6 +117,14 @@ class Reply:
         data = self.json()
         return data.get("code") if isinstance(data, dict) else None
 
+    def trace(self) -> str:
+        """Its status, code, replay mark, error, start (monotonic) and latency: for a problem."""
+        mark = " replayed" if self.replayed else ""
+        return (
+            f"{self.status}{mark} {self.code or ''} {self.error} "
+            f"at {self.started:.3f}s in {self.latency_ms:.0f} ms"
+        )
+
     def short(self) -> str:
         body = self.body[:300].decode("utf-8", "replace")
         return f"{self.status} {self.headers.get('content-type', '')} {self.error} {body!r}"
@@ -923,8 +931,12 @@ class Verdict:
     problems: list[str] = field(default_factory=list)
 
 
-def verify(db: Database, replies: dict[str, list[Reply]]) -> Verdict:
-    """Each key: exactly one booking, the one every 201 for it names; no stray bookings."""
+def verify(db: Database, replies: dict[str, list[Reply]], stack: Stack | None = None) -> Verdict:
+    """Each key: exactly one booking, the one every 201 for it names; no stray bookings.
+
+    With ``stack`` (the user alice, location L1), a doubled key's problem also
+    quotes the server's log records of that key: what each request did.
+    """
     bookings = db.bookings_by_customer()
     verdict = Verdict(keys=len(replies))
     for key, answers in replies.items():
@@ -934,7 +946,11 @@ def verify(db: Database, replies: dict[str, list[Reply]]) -> Verdict:
         fresh = [reply for reply in successes if not reply.replayed]
         if len(rows) > 1 or len(fresh) > 1:
             verdict.duplicated += max(len(rows), len(fresh)) - 1
-            verdict.problems.append(f"{key}: {len(rows)} bookings, {len(fresh)} first 201s")
+            verdict.problems.append(
+                f"{key}: {len(rows)} bookings, {len(fresh)} first 201s; answers: "
+                + "; ".join(reply.trace() for reply in answers)
+                + (explain(stack, key) if stack is not None else "")
+            )
         if not successes or not rows:
             verdict.lost += 1
             verdict.problems.append(
@@ -952,6 +968,15 @@ def verify(db: Database, replies: dict[str, list[Reply]]) -> Verdict:
     if strays:
         verdict.problems.append(f"bookings for keys never sent: {sorted(strays)[:5]}")
     return verdict
+
+
+def explain(stack: Stack, key: str, username: str = "alice", location: str = "L1") -> str:
+    """The server's log records of ``key``'s record (found by its digest), for a problem."""
+    from idempotency_django.stores import RecordKey
+
+    digest = RecordKey(stack.principal(username), location, key).digest[:16]
+    lines = [line for line in stack.server.output().splitlines() if digest in line]
+    return f"; server log of {digest}: " + " | ".join(lines[:12])
 
 
 def five_xx(replies: Iterable[Reply]) -> int:

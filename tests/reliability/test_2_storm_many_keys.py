@@ -57,7 +57,7 @@ def test_many_keys_storm_books_each_once(store: str) -> None:
         for key, reply in zip(order, answers, strict=True):
             replies[key].append(reply)
         retries = harness.settle(stack, alice, replies)
-        verdict = harness.verify(stack.db, replies)
+        verdict = harness.verify(stack.db, replies, stack)
 
     everything = answers + retries
     counts = harness.statuses(everything)

@@ -22,7 +22,7 @@ def test_redis_restart_refuses_with_503_then_books_once() -> None:
             start=stack.redis.start,
             prefix=f"rd-{uuid.uuid4().hex[:6]}",
         )
-        verdict = harness.verify(stack.db, replies)
+        verdict = harness.verify(stack.db, replies, stack)
         # Documented (docs/stores.md): without persistence a restart forgets every
         # stored response, so re-sending a key completed before the outage runs again.
         before = [
