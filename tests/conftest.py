@@ -50,7 +50,7 @@ OWN_DATABASE_PATHS = (
 #: TESTS_SERVER_SUITES_ON_SQLITE=1 runs these there too (CI's newest-Django run).
 SERVER_DATABASE_PATHS = {
     "test_hangup_matrix.py": frozenset({"postgres"}),
-    "hangup/": frozenset({"postgres", "mariadb"}),
+    "hangup/": frozenset({"postgres"}),
     "test_task_workers.py": frozenset({"postgres", "mariadb"}),
 }
 #: test_client.py's example-project servers.
