@@ -8,6 +8,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.db import connections
 from django.test import Client
+from django.urls import get_resolver
 
 # -- the real-service part of the suite -------------------------------------------
 # Plain `pytest` runs the embedded default (SQLite, local memory, the test client,
@@ -104,6 +105,17 @@ def pytest_report_header(config: pytest.Config) -> str | None:
             "pytest -m services runs them, pytest --all runs everything"
         )
     return None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def bound_urlconf() -> None:
+    """Import the URLconf before any test, as a server does at startup.
+
+    django-ninja reads the key contract into an operation's schema when its API is
+    bound (``api.urls``, in the URLconf): imported first under a test's
+    ``override_settings``, the schema would keep that test's settings for the run.
+    """
+    get_resolver().url_patterns  # noqa: B018 (the import is the point)
 
 
 @pytest.fixture
