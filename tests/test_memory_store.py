@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import sys
 import threading
 from collections.abc import Iterator
@@ -10,7 +11,8 @@ import pytest
 from django.test import override_settings
 
 from idempotency_django.checks import check_settings
-from idempotency_django.stores import BaseStore, Outcome, RecordKey, get_store
+from idempotency_django.protocol.fingerprint import keyed_digest
+from idempotency_django.stores import BaseStore, Outcome, RecordKey, RequestInfo, get_store
 from idempotency_django.stores.contract import KEY, LOCK_TIMEOUT, REQUEST, RESPONSE, StoreContract
 from idempotency_django.stores.memory import MemoryStore
 
@@ -81,6 +83,21 @@ def test_renew_keeps_the_reservation_and_refuses_after_a_takeover() -> None:
     store._entries[KEY].expires_at = store.now()
     store.claim(KEY, REQUEST, LOCK_TIMEOUT)
     assert store.renew(KEY, mine.token, LOCK_TIMEOUT, REQUEST) is False
+
+
+def test_it_keeps_a_fingerprint_s_digest_and_not_the_body_it_was_made_of() -> None:
+    """A fingerprint knows its parts (for the digests under fallback keys): the
+    entry, which outlives the request, keeps the digest alone."""
+    store = MemoryStore()
+    body = b'{"card": "4242 4242 4242 4242"}'
+    request = RequestInfo("POST", "/pay/", keyed_digest((b"POST\n/pay/\n", body)))
+    mine = store.claim(KEY, request, LOCK_TIMEOUT)
+    assert type(store._entries[KEY].fingerprint) is str
+    del store._entries[KEY]  # expired and swept: the renewal makes it again
+    assert store.renew(KEY, mine.token, LOCK_TIMEOUT, request) is True
+    assert type(store._entries[KEY].fingerprint) is str
+    assert store._entries[KEY].fingerprint == request.fingerprint
+    assert body not in gc.get_referents(*gc.get_referents(store._entries[KEY]))
 
 
 def memory_store_errors() -> list[str]:

@@ -7,10 +7,10 @@ Times are this process's monotonic clock.
 
 from __future__ import annotations
 
+import secrets
 import sys
 import threading
 import time
-import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -66,12 +66,13 @@ class MemoryStore(BaseStore):
     now = staticmethod(time.monotonic)
 
     def claim(self, key: RecordKey, request: RequestInfo, lock_timeout: int) -> Claim:
-        token = uuid.uuid4().hex
+        token = secrets.token_hex(16)
         with self._lock:
             now = self.now()
             entry = self._entries.get(key)
             if entry is None or entry.expires_at <= now:
-                self._put(key, _Entry(token, request.fingerprint, now + lock_timeout))
+                # The digest alone (a Fingerprint also holds what it was made of).
+                self._put(key, _Entry(token, str(request.fingerprint), now + lock_timeout))
                 took_over = entry is not None and entry.response is None
                 return Claim(Outcome.CLAIMED, token=token, took_over=took_over)
             fingerprint, response = entry.fingerprint, entry.response
@@ -176,7 +177,7 @@ class MemoryStore(BaseStore):
                 return True
             if remake is None or (entry is not None and entry.expires_at > now):
                 return False
-            self._put(key, _Entry(token, remake, now + seconds, response))
+            self._put(key, _Entry(token, str(remake), now + seconds, response))
             return True
 
     def _put(self, key: RecordKey, entry: _Entry) -> None:
