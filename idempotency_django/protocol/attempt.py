@@ -64,8 +64,13 @@ class Attempt(KeyReservation):
         info: RequestInfo,
         options: ViewOptions = ViewOptions(),
         window: int | None = None,
+        *,
+        retention: int | None = None,
     ) -> None:
-        retention = options.retention if window is None else window
+        # Seconds the answer is kept: the door's own (a webhook delivery's), the
+        # window's, the view's, else ``RETENTION``.
+        if retention is None:
+            retention = options.retention if window is None else window
         super().__init__(
             key, info, idempotency_settings.RETENTION if retention is None else retention
         )

@@ -254,10 +254,10 @@ def begin_delivery(
         kind="webhook",
         source=identity.source,
     )
-    attempt = DeliveryAttempt(request, keys[0], info)
     # Read as RETENTION is, not through ViewOptions, which would answer every delivery
     # 500 for a setting the checks report; the receiver's retention= is checked already.
-    attempt.retention = option(retention, idempotency_settings.WEBHOOK_RETENTION)
+    kept_for = option(retention, idempotency_settings.WEBHOOK_RETENTION)
+    attempt = DeliveryAttempt(request, keys[0], info, retention=kept_for)
     try:
         for key in keys[1:]:
             held = attempt.store.peek(key)
