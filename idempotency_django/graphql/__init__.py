@@ -256,7 +256,7 @@ def _fingerprint(parent: str, field: str, arguments: dict[str, Any]) -> str:
     """Keyed as a request's is; an omitted argument is told apart from an explicit null."""
     present = {name: value for name, value in arguments.items() if not isinstance(value, UnsetType)}
     canonical = _json(["graphql", parent, field, present]).encode()
-    return keyed_digest(lambda: [canonical])
+    return keyed_digest([canonical])
 
 
 def _through(kind: Any, value: Any, *, keep: bool) -> Any:

@@ -123,7 +123,8 @@ class Attempt(KeyReservation):
             too_many = self.over_key_limit()
             if too_many is not None:
                 return too_many
-        self.log(logging.DEBUG, "reserved")  # the request's one INFO record is its outcome
+        if logger.isEnabledFor(logging.DEBUG):  # the request's one INFO record is its outcome
+            self.log(logging.DEBUG, "reserved")
         if signals.reserved.receivers:
             self.send(signals.reserved)
         django = self.django_request

@@ -16,7 +16,7 @@ import functools
 import hashlib
 import itertools
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import Any
 
 from django.conf import settings
@@ -37,34 +37,35 @@ class Fingerprint(str):
     current key costs one digest.
     """
 
-    _others: Callable[[], tuple[str, ...]] | None = None
+    #: What :func:`keyed_digest` made it of: the parts, or the function that makes them.
+    _parts: Collection[bytes] | Callable[[], Iterable[bytes]] | None = None
 
     @functools.cached_property
     def alternatives(self) -> tuple[str, ...]:
         """Digests of the same parts under ``SECRET_KEY_FALLBACKS``, then 0.1's plain SHA-256."""
-        return self._others() if self._others is not None else ()
-
-
-def keyed_digest(parts: Callable[[], Iterable[bytes]]) -> Fingerprint:
-    """HMAC-SHA256 of ``parts()`` with ``SECRET_KEY``, as the admin's body digest is keyed.
-
-    ``parts`` is called again, only if needed, for the digests that also count:
-    under each key of ``SECRET_KEY_FALLBACKS`` and, for records 0.1 wrote, unkeyed.
-    """
-    mac = _keyed_mac(settings.SECRET_KEY).copy()
-    for part in parts():
-        mac.update(part)
-    fingerprint = Fingerprint(mac.hexdigest())
-
-    def others() -> tuple[str, ...]:
+        parts = self._parts
+        if parts is None:
+            return ()
         hashers = [_keyed_mac(secret).copy() for secret in settings.SECRET_KEY_FALLBACKS]
         hashers.append(hashlib.sha256())
-        for part in parts():
+        for part in parts() if callable(parts) else parts:
             for hasher in hashers:
                 hasher.update(part)
         return tuple(hasher.hexdigest() for hasher in hashers)
 
-    fingerprint._others = others
+
+def keyed_digest(parts: Collection[bytes] | Callable[[], Iterable[bytes]]) -> Fingerprint:
+    """HMAC-SHA256 of ``parts`` with ``SECRET_KEY``, as the admin's body digest is keyed.
+
+    ``parts`` are the bytes, or a function that makes them (a body read in
+    chunks), called again only if needed: for the digests that also count,
+    under each key of ``SECRET_KEY_FALLBACKS`` and, for records 0.1 wrote, unkeyed.
+    """
+    mac = _keyed_mac(settings.SECRET_KEY).copy()
+    for part in parts() if callable(parts) else parts:
+        mac.update(part)
+    fingerprint = Fingerprint(mac.hexdigest())
+    fingerprint._parts = parts  # made into the other digests only when a store asks
     return fingerprint
 
 
@@ -84,19 +85,15 @@ def default_fingerprint(request: HttpRequest) -> str:
     path = request.get_full_path().encode("utf-8", "surrogateescape")
     head = method + b"\n" + path + b"\n"  # _head(), without the call
     django_request = getattr(request, "_request", request)  # DRF's Request wraps Django's
-    # The parts are built once (and again only for the digests under fallback
-    # keys): a body Django holds in memory, unless it is multipart, is one part.
+    # A body Django holds in memory, unless it is multipart, is one part; any
+    # other is read again only for the digests under fallback keys.
     whole = (
         getattr(django_request, BODY_COPY_ATTRIBUTE, None) is None
         and django_request.content_type != "multipart/form-data"
     )
-
-    def parts() -> Iterable[bytes]:
-        if whole:
-            return (head, django_request.body)
-        return itertools.chain((head,), canonical_body(request))
-
-    return keyed_digest(parts)
+    if whole:
+        return keyed_digest((head, django_request.body))
+    return keyed_digest(lambda: itertools.chain((head,), canonical_body(request)))
 
 
 def _head(request: HttpRequest) -> bytes:
@@ -258,7 +255,7 @@ class JSONFingerprint:
 
         # "json" never makes the digest of a raw body.
         parts = (_head(request) + b"\njson\n", canonical)
-        return keyed_digest(lambda: parts)
+        return keyed_digest(parts)
 
     def __repr__(self) -> str:
         fields = self.only or self.ignore

@@ -144,20 +144,18 @@ class Protection:
         self.block = block
         self.begin_phase = begin_phase or begin
         self.attempt: Attempt | None = None
-        self.stack = contextlib.ExitStack()
+        #: ``block``, while the view runs in it (None: no block was opened).
+        self.stack: contextlib.ExitStack | None = None
 
     def enter(self) -> HttpResponseBase | None:
         deadline = None
         while True:
-            with contextlib.ExitStack() as stack:
-                stack.enter_context(self.block())
-                outcome = self.begin_phase(self.request, self.options)
-                if outcome is None or isinstance(outcome, Attempt):
-                    self.attempt = outcome
-                    self.stack = stack.pop_all()  # the view runs in the block
-                    return None
-                if isinstance(outcome, HttpResponseBase):
-                    return outcome
+            outcome = self.begin_in_block()
+            if outcome is None or isinstance(outcome, Attempt):
+                self.attempt = outcome
+                return None
+            if isinstance(outcome, HttpResponseBase):
+                return outcome
             deadline = deadline or time.monotonic() + outcome.seconds
             remaining = deadline - time.monotonic()
             if remaining <= 0 or open_transactions():
@@ -166,10 +164,21 @@ class Protection:
             if not outcome.wait(remaining):
                 return outcome.conflict()  # too many waiters already: 409 at once
 
+    def begin_in_block(self) -> Attempt | Busy | HttpResponseBase | None:
+        """Phase 1 in a new ``block``, left open in :attr:`stack` when the view is to run."""
+        if self.block is contextlib.nullcontext:
+            return self.begin_phase(self.request, self.options)  # nothing to hold open
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(self.block())
+            outcome = self.begin_phase(self.request, self.options)
+            if outcome is None or isinstance(outcome, Attempt):
+                self.stack = stack.pop_all()  # the view runs in the block
+            return outcome
+
     def exit(self, response: HttpResponseBase) -> HttpResponseBase:
         """The view answered: store the answer or release the key, then close the block."""
         try:
-            with self.stack:
+            with self.stack or contextlib.nullcontext():
                 if self.attempt is not None:
                     response = self.attempt.finish(response)
                 else:
@@ -186,7 +195,8 @@ class Protection:
                 self.attempt.abort(error)
         finally:
             try:
-                self.stack.__exit__(type(error), error, error.__traceback__)
+                if self.stack is not None:
+                    self.stack.__exit__(type(error), error, error.__traceback__)
             finally:
                 self.commit_failed()
 

@@ -78,36 +78,38 @@ def roll_back_open_transactions() -> None:
 
 
 def view_transaction_of(view: Callable[..., Any]) -> Block:
-    """The block of :func:`view_transaction` for ``view``, for :func:`~.phases.run`."""
-    return functools.partial(view_transaction, view)
-
-
-def view_transaction(view: Callable[..., Any]) -> contextlib.ExitStack:
-    """The transactions Django would open around ``view``, opened here instead.
+    """The transactions Django would open around ``view``, as a block for :func:`~.phases.run`.
 
     One per database with ``ATOMIC_REQUESTS`` (unless the view is marked
     ``non_atomic_requests`` for it), as Django's handler does, and one on
-    the store's database under ``IDEMPOTENCY["ATOMIC"]``. The store's
-    database is opened first, so that it commits last: a stored response
-    never commits before the work it answers for.
-
-    A database that committed stays committed: an ``on_commit`` hook of the
-    view that raises after one of the inner commits must not roll back the
-    transactions around it (the store's, with the claim). They commit as
-    they would have, then the hook's error goes on (:class:`CommittedThenRaise`).
+    the store's database under ``IDEMPOTENCY["ATOMIC"]``; none: no block.
     """
     non_atomic: set[str] = getattr(view, "_non_atomic_requests", set())
     aliases = []
     for alias, database in connections.settings.items():  # a loop: once per keyed request
         if database.get("ATOMIC_REQUESTS") and alias not in non_atomic:
             aliases.append(alias)
-    store_alias = get_store().database_alias
     if idempotency_settings.ATOMIC:
-        aliases.append(store_alias or DEFAULT_DB_ALIAS)
-    stack = contextlib.ExitStack()
+        aliases.append(get_store().database_alias or DEFAULT_DB_ALIAS)
     if not aliases:
-        return stack  # no transaction to open, no hook's error to raise after them
-    aliases.sort(key=lambda alias: alias != store_alias)
+        return contextlib.nullcontext
+    return functools.partial(view_transaction, aliases)
+
+
+def view_transaction(aliases: list[str]) -> contextlib.ExitStack:
+    """The transactions of ``aliases`` (:func:`view_transaction_of`), opened here for the view.
+
+    The store's database is opened first, so that it commits last: a stored
+    response never commits before the work it answers for.
+
+    A database that committed stays committed: an ``on_commit`` hook of the
+    view that raises after one of the inner commits must not roll back the
+    transactions around it (the store's, with the claim). They commit as
+    they would have, then the hook's error goes on (:class:`CommittedThenRaise`).
+    """
+    store_alias = get_store().database_alias
+    aliases = sorted(aliases, key=lambda alias: alias != store_alias)
+    stack = contextlib.ExitStack()
     raised_after_commit: list[BaseException] = []
     stack.push(functools.partial(_raise_after_all, raised_after_commit))  # exited last
     for position, alias in enumerate(dict.fromkeys(aliases)):

@@ -28,7 +28,7 @@ The SQL per database, and the values a row is written with, are
 from __future__ import annotations
 
 import json
-import uuid
+import secrets
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -88,7 +88,7 @@ class DatabaseStore(BaseStore):
     def claim(self, key: RecordKey, request: RequestInfo, lock_timeout: int) -> Claim:
         connection = connections[self.alias]
         sql = statements(connection)
-        token = uuid.uuid4().hex
+        token = secrets.token_hex(16)
         in_transaction = in_request_transaction(connection)
         wait = in_transaction or not self.async_claim_commit
         read_first = sql.read_first and not in_transaction

@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import hashlib
 import re
+import secrets
 import time
-import uuid
 from typing import Any
 
 from django.core import checks
@@ -86,7 +86,7 @@ class RedisStore(BaseStore):
         self._scripts: dict[str, Script] = {}
 
     def claim(self, key: RecordKey, request: RequestInfo, lock_timeout: int) -> Claim:
-        token, fingerprint = uuid.uuid4().hex, request.fingerprint
+        token, fingerprint = secrets.token_hex(16), request.fingerprint
         args = (fingerprint, reservation(token, fingerprint), milliseconds(lock_timeout))
         reply = self._run(CLAIM_SCRIPT, self.redis_key(key), *args)
         others = getattr(fingerprint, "alternatives", ())

@@ -259,7 +259,7 @@ class _Task:
                 "queue's JSON holds (for Celery: JSON, UUID, datetime, date, time, Decimal)."
             ) from exc
         # Keyed as a request's is: a stored fingerprint tells nothing of the arguments.
-        fingerprint = keyed_digest(lambda: [canonical.encode()])
+        fingerprint = keyed_digest([canonical.encode()])
         info = RequestInfo(method="TASK", path=self.name, fingerprint=fingerprint, kind="task")
         return RecordKey(TASK_PREFIX + self.name, "", _task_key(given)), info
 
