@@ -150,7 +150,14 @@ class Protection:
     def enter(self) -> HttpResponseBase | None:
         deadline = None
         while True:
-            outcome = self.begin_in_block()
+            if self.block is contextlib.nullcontext:
+                outcome = self.begin_phase(self.request, self.options)  # nothing to hold open
+            else:
+                with contextlib.ExitStack() as stack:
+                    stack.enter_context(self.block())
+                    outcome = self.begin_phase(self.request, self.options)
+                    if outcome is None or isinstance(outcome, Attempt):
+                        self.stack = stack.pop_all()  # the view runs in the block
             if outcome is None or isinstance(outcome, Attempt):
                 self.attempt = outcome
                 return None
@@ -163,17 +170,6 @@ class Protection:
                 return outcome.conflict()
             if not outcome.wait(remaining):
                 return outcome.conflict()  # too many waiters already: 409 at once
-
-    def begin_in_block(self) -> Attempt | Busy | HttpResponseBase | None:
-        """Phase 1 in a new ``block``, left open in :attr:`stack` when the view is to run."""
-        if self.block is contextlib.nullcontext:
-            return self.begin_phase(self.request, self.options)  # nothing to hold open
-        with contextlib.ExitStack() as stack:
-            stack.enter_context(self.block())
-            outcome = self.begin_phase(self.request, self.options)
-            if outcome is None or isinstance(outcome, Attempt):
-                self.stack = stack.pop_all()  # the view runs in the block
-            return outcome
 
     def exit(self, response: HttpResponseBase) -> HttpResponseBase:
         """The view answered: store the answer or release the key, then close the block."""
