@@ -26,6 +26,7 @@ QUICK = {
 }
 FULL = {
     "inprocess.py": ["--profile"],
+    "instructions.py": [],
     "throughput.py": [],
     "waiter.py": [],
     "tasks.py": [],
