@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -158,17 +159,22 @@ class FailingOnce(MemoryStore):
 
 
 @override_settings(IDEMPOTENCY={"HEARTBEAT": 0.1, "LOCK_TIMEOUT": 1})
-def test_a_store_error_ends_no_renewal_of_the_process() -> None:
-    """One renewal raises something unexpected: the thread goes on renewing every beat."""
+def test_a_store_error_ends_no_renewal_of_the_process(caplog: pytest.LogCaptureFixture) -> None:
+    """One renewal raises something unexpected: the thread goes on renewing every beat,
+    and the ERROR record carries the traceback for the operator."""
     store, info = FailingOnce(), RequestInfo(method="POST", path="/", fingerprint="f" * 64)
     key = RecordKey("auth.user:1", "", "survivor")
     token = store.claim(key, info, 1).token
-    beat = heartbeat.start(store, key, token, info, 1)
-    try:
-        time.sleep(1.5)  # past LOCK_TIMEOUT: only renewals after the failure keep it
-        assert FailingOnce.failed and store.is_held(key)
-    finally:
-        beat.stop()
+    with caplog.at_level(logging.ERROR, logger="idempotency_django"):
+        beat = heartbeat.start(store, key, token, info, 1)
+        try:
+            time.sleep(1.5)  # past LOCK_TIMEOUT: only renewals after the failure keep it
+            assert FailingOnce.failed and store.is_held(key)
+        finally:
+            beat.stop()
+    failed = [r for r in caplog.records if "heartbeat_failed" in r.getMessage()]
+    assert len(failed) == 1
+    assert failed[0].exc_info is not None and failed[0].exc_info[0] is not None
 
 
 @contextlib.contextmanager

@@ -20,6 +20,7 @@ from idempotency_django.checks import check_middleware, check_settings
 from idempotency_django.conf import DEFAULTS, REMOVED_SETTINGS, IdempotencySettings
 from idempotency_django.decorators import idempotent
 from idempotency_django.models import IdempotencyRecord
+from idempotency_django.protocol import logs
 from idempotency_django.protocol.options import MAX_SECONDS, ViewOptions
 from idempotency_django.tasks import idempotent_task
 from idempotency_django.webhooks import deduplicate_webhook
@@ -63,6 +64,8 @@ def test_one_structured_line_per_request_without_secrets(
     for record in ours:
         fields = record.idempotency  # type: ignore[attr-defined]
         assert fields["route"] == "api/bookings/$"
+        # Named, not looked for up the stack: where every line is written.
+        assert (record.pathname, record.module, record.funcName) == (logs.__file__, "logs", "emit")
         assert len(fields["key_digest"]) == 16
     # The client's X-Request-Id only once the project names the header (a trusted proxy's).
     request_ids = [record.idempotency.get("request_id") for record in ours]  # type: ignore[attr-defined]
