@@ -86,7 +86,7 @@ def emit(
         to.handle(record)
 
 
-#: The line :func:`emit` writes its records from, as ``Logger.log`` would report it.
+#: The line a record names: where :func:`emit` is defined (``Logger.log`` named its call).
 _EMIT_LINE = emit.__code__.co_firstlineno
 
 
