@@ -14,6 +14,7 @@ import os
 import statistics
 import subprocess
 import sys
+import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -229,6 +230,22 @@ def client_post(client: Any, path: str, key: str | None) -> int:
     """One POST of the booking body by Django's test ``client``: its status."""
     headers = {"X-Location-Id": "portland", **({} if key is None else {"Idempotency-Key": key})}
     return int(client.post(path, BODY, "application/json", headers=headers).status_code)
+
+
+def scenario_requests() -> dict[str, Callable[[int], int]]:
+    """Each of :data:`SCENARIOS` as one POST by a new test client: ``send(index)`` -> status.
+
+    A first request's key is new for each index; a replay's is this process's
+    one stored key. Keys carry a random run id: processes may share a database.
+    """
+    from django.test import Client
+
+    client, run = Client(HTTP_AUTHORIZATION=AUTHORIZATION), uuid.uuid4().hex[:8]
+    return {
+        "bare": lambda index: client_post(client, BARE_PATH, None),
+        "first": lambda index: client_post(client, PROTECTED_PATH, f"first-{run}-{index}"),
+        "replay": lambda index: client_post(client, PROTECTED_PATH, f"replay-{run}"),
+    }
 
 
 # -- output -------------------------------------------------------------------------

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import functools
 import os
 import pstats
 import random
@@ -37,16 +36,7 @@ MEMORY_STORE = Path("idempotency_django/stores/memory.py")
 def child(args: argparse.Namespace) -> dict[str, Any]:
     """One measured process: per pass, each scenario once (in a new order) and the floor."""
     common.setup_django()
-    from django.test import Client
-
-    client = Client(HTTP_AUTHORIZATION=common.AUTHORIZATION)
-    run, counter = uuid.uuid4().hex[:8], iter(range(10**9))
-    post = functools.partial(common.client_post, client)
-    requests = {
-        "bare": lambda: post(common.BARE_PATH, None),
-        "first": lambda: post(common.PROTECTED_PATH, f"first-{run}-{next(counter)}"),
-        "replay": lambda: post(common.PROTECTED_PATH, f"replay-{run}"),
-    }
+    requests = common.scenario_requests()
     floor = statement_floor() if args.floor else None
     samples: dict[str, list[float]] = {name: [] for name in (*common.SCENARIOS, "floor")}
     order, shuffle = list(requests), random.Random(0).shuffle
@@ -56,7 +46,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
         shuffle(order)
         for name in order:
             started = time.perf_counter_ns()
-            status = requests[name]()
+            status = requests[name](index)
             elapsed = time.perf_counter_ns() - started
             assert status == 201, (name, status)
             if index >= args.warmup:
@@ -70,12 +60,17 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     pairs = zip(samples["first"], samples["bare"], strict=True)
     result["first_minus_bare"] = common.median([first - bare for first, bare in pairs])
     if args.profile:
-        result["calls"], result["profile"] = profile(requests["first"], args.n)
+        unused = range(args.warmup + args.n, args.warmup + 2 * args.n)  # keys no pass sent
+        result["calls"], result["profile"] = profile(requests["first"], unused)
     return result
 
 
-def statement_floor() -> Any:
-    """A function sending a first request's two statements, as the store builds them."""
+def statement_floor(through_django: bool = False) -> Any:
+    """A function sending a first request's two statements, as the store builds them.
+
+    By psycopg alone, or ``through_django``'s cursor, as the store sends them: what
+    Django's own layer (its cursor wrapper, execute wrappers, error translation) adds.
+    """
     from django.db import connection
 
     from idempotency_django.stores import RecordKey, RequestInfo, StoredResponse, database_sql
@@ -85,19 +80,25 @@ def statement_floor() -> Any:
     request = RequestInfo(method="POST", path=common.PROTECTED_PATH, fingerprint="f" * 64)
     stored = StoredResponse(201, (("Content-Type", "application/json"),), common.BODY.encode())
 
+    def django_execute(statement: str, params: list[Any]) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(statement, params)
+
+    execute = django_execute if through_django else raw.execute
+
     def send() -> int:
         key, token = RecordKey("floor", "", uuid.uuid4().hex), uuid.uuid4().hex
         insert = database_sql.insert_values(connection, key, request, token, 3600)
         completed = [*database_sql.response_values(stored), 3600]
         started = time.perf_counter_ns()
-        raw.execute(sql.insert_or_nothing, insert)
-        raw.execute(sql.complete, [*completed, key.digest, token, database_sql.IN_PROGRESS])
+        execute(sql.insert_or_nothing, insert)
+        execute(sql.complete, [*completed, key.digest, token, database_sql.IN_PROGRESS])
         return time.perf_counter_ns() - started
 
     return send
 
 
-def profile(send: Any, n: int) -> tuple[float, list[str]]:
+def profile(send: Any, indexes: range) -> tuple[float, list[str]]:
     """The calls into the library per first request, and its functions by own time
     per first request (microseconds), top 15.
 
@@ -106,8 +107,8 @@ def profile(send: Any, n: int) -> tuple[float, list[str]]:
     """
     profiler = cProfile.Profile()
     profiler.enable()
-    for _ in range(n):
-        send()
+    for index in indexes:
+        send(index)
     profiler.disable()
     stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
     library = {
@@ -115,6 +116,7 @@ def profile(send: Any, n: int) -> tuple[float, list[str]]:
         for where, figures in stats.items()
         if "/idempotency_django/" in Path(where[0]).as_posix()
     }
+    n = len(indexes)
     calls = sum(figures[1] for figures in library.values()) / n
     rows = [
         (own / n * 1e6, cum / n * 1e6, count / n, f"{Path(file).name}:{line}({name})")

@@ -19,7 +19,6 @@ process takes about a minute. docs/benchmarks.md.
 from __future__ import annotations
 
 import argparse
-import functools
 import gc
 import os
 import re
@@ -32,8 +31,13 @@ from typing import Any
 
 import common
 
-#: What a measured process sends -n of; "none" sends nothing, the setup to subtract.
-RUNS = ("none", *common.SCENARIOS)
+#: What a measured process sends -n of; "none" sends nothing, the setup to subtract;
+#: "floor" sends a first request's two statements by psycopg alone, "django_floor"
+#: the same through Django's cursor (PostgreSQL only).
+FLOORS = ("floor", "django_floor")
+RUNS = ("none", *common.SCENARIOS, *FLOORS)
+#: The stores whose floor is measured, as inprocess.py measures it.
+FLOOR_STORES = ("postgres",)
 #: Issue 36's target for the library's own work: a first request at most this of the bare view.
 OWN_LIMIT = 1.10
 #: callgrind's total on stderr: "==123== I   refs:      5,231,357,843".
@@ -42,16 +46,18 @@ TOTAL = re.compile(r"I\s+refs:\s+([\d,]+)")
 
 def child(args: argparse.Namespace) -> dict[str, Any]:
     """A measured process: the setup, the warm-up of every scenario, then -n of one."""
+    # No collection during the setup: when one falls there depends on how often
+    # psycopg waited for the server, and a full one costs tens of millions of
+    # instructions, more than -n requests differ by. It runs again for the requests.
+    gc.disable()
     common.setup_django()
-    from django.test import Client
+    requests = common.scenario_requests()
+    if args.floors:
+        from inprocess import statement_floor
 
-    client = Client(HTTP_AUTHORIZATION=common.AUTHORIZATION)
-    post = functools.partial(common.client_post, client)
-    requests = {
-        "bare": lambda index: post(common.BARE_PATH, None),
-        "first": lambda index: post(common.PROTECTED_PATH, f"first-{index}"),
-        "replay": lambda index: post(common.PROTECTED_PATH, "replay"),
-    }
+        for name in FLOORS:  # every process sends them in its warm-up: the same setup
+            floor = statement_floor(through_django=name == "django_floor")
+            requests[name] = lambda index, floor=floor: floor() and 201
     for index in range(args.warmup):
         for send in requests.values():
             assert send(-1 - index) == 201
@@ -60,12 +66,15 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     # the code allocated before them. Frozen, a collection sees the requests' objects.
     gc.collect()
     gc.freeze()
+    gc.enable()
     for index in range(args.n if args.scenario != "none" else 0):
         assert requests[args.scenario](index) == 201
     return {}
 
 
-def count(store: str, scenario: str, n: int, warmup: int, code: Path, python: str) -> int:
+def count(
+    store: str, scenario: str, n: int, warmup: int, code: Path, python: str, floors: bool
+) -> int:
     """The instructions of one measured process, as callgrind counts them."""
     command = [
         "valgrind",
@@ -80,6 +89,7 @@ def count(store: str, scenario: str, n: int, warmup: int, code: Path, python: st
         str(n),
         "--warmup",
         str(warmup),
+        *(["--floors"] if floors else []),
     ]
     env = common.child_env(store, code)
     done = subprocess.run(command, env=env, capture_output=True, text=True)
@@ -97,11 +107,23 @@ def measure(args: argparse.Namespace) -> None:
     codes = {"after": (common.ROOT, "")}
     if args.before:
         codes = {"before": (Path(args.before), args.before_python), **codes}
+    for store in args.stores.split(","):
+        for code, python in codes.values():
+            # Migrated once, before the measured processes run side by side: two
+            # migrating one PostgreSQL database at once would race.
+            common.run_child(
+                "instructions.py", store, "-n", "0", "--warmup", "0", code=code, python=python
+            )
+
+    def floors(label: str, store: str) -> bool:
+        return store in FLOOR_STORES and label == "after"
+
     jobs = [
         (label, store, scenario)
         for store in args.stores.split(",")
         for label in codes
         for scenario in RUNS
+        if scenario not in FLOORS or floors(label, store)
     ]
     # One process per core: callgrind runs each on one thread, and counts do not
     # depend on what else runs.
@@ -110,7 +132,10 @@ def measure(args: argparse.Namespace) -> None:
             zip(
                 jobs,
                 pool.map(
-                    lambda job: count(job[1], job[2], args.n, args.warmup, *codes[job[0]]), jobs
+                    lambda job: count(
+                        job[1], job[2], args.n, args.warmup, *codes[job[0]], floors(*job[:2])
+                    ),
+                    jobs,
                 ),
                 strict=True,
             )
@@ -137,6 +162,21 @@ def measure(args: argparse.Namespace) -> None:
     headers = ["Code", "Store", "Bare view", "First minus bare", "First request", "Replay"]
     common.table(headers, rows)
     for store in args.stores.split(","):
+        if ("after", store, "floor") in totals:
+            # inprocess.py's floor target, its Python alone: the first request less
+            # its two statements sent by psycopg, against the bare view.
+            per = {
+                name: (totals[("after", store, name)] - totals[("after", store, "none")]) / args.n
+                for name in ("bare", "first", *FLOORS)
+            }
+            ratio = (per["first"] - per["floor"]) / per["bare"]
+            common.verdict(
+                f"first request at most the floor + 10 %, in instructions, {store}",
+                ratio <= OWN_LIMIT,
+                f"x{ratio:.3f}: its two statements by psycopg {per['floor'] / 1e3:.0f} k, "
+                f"through Django's cursor {per['django_floor'] / 1e3:.0f} k; the library's "
+                f"own rest {(per['first'] - per['django_floor'] - per['bare']) / 1e3:+.0f} k",
+            )
         if store.startswith("memory"):
             ratio = own[("after", store)]
             common.verdict(
@@ -151,6 +191,7 @@ if __name__ == "__main__":
     parser.add_argument("--scenario", choices=RUNS, default="none", help=argparse.SUPPRESS)
     parser.add_argument("-n", type=int, default=200, help="requests per measured process")
     parser.add_argument("--warmup", type=int, default=20, help="of each scenario, first")
+    parser.add_argument("--floors", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--stores", default="memory")
     parser.add_argument("--before", help="another checkout of the library to compare with")
     parser.add_argument("--before-python", default="", help="the Python that runs --before")
