@@ -91,11 +91,12 @@ class IdempotentMixin:
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         super().initial(request, *args, **kwargs)  # type: ignore[misc]
-        method = str(request.method).lower()
+        # Read on Django's request: DRF's Request hands an attribute on after a failed lookup.
+        method = str(request._request.method)
         if (
-            request.method not in idempotency_settings.METHODS
-            or method not in self.http_method_names  # type: ignore[attr-defined]
-            or (handler := getattr(self, method, None)) is None  # 405: nothing to protect
+            method not in idempotency_settings.METHODS
+            or (name := method.lower()) not in self.http_method_names  # type: ignore[attr-defined]
+            or (handler := getattr(self, name, None)) is None  # 405: nothing to protect
             or (options := self.idempotency_options_of(handler)) is None
         ):
             return

@@ -44,7 +44,7 @@ def log(level: int, event: str, request: HttpRequest, **fields: Any) -> None:
     match = getattr(django, "resolver_match", None) or getattr(django, MATCH_ATTRIBUTE, None)
     fields = {
         "event": event,
-        "method": request.method,
+        "method": django.method,
         "route": route_of(django) if match is None else str(match.route),
         "request_id": (request_id(request) or None)
         if idempotency_settings.REQUEST_ID_HEADER

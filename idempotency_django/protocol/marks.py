@@ -141,6 +141,10 @@ def decide(request: HttpRequest, decision: str) -> None:
     setattr(getattr(request, "_request", request), DECISION_ATTRIBUTE, decision)
 
 
+#: What :func:`key_header` finds on a request it has not read the header of yet.
+_NOT_READ = object()
+
+
 def key_header(request: HttpRequest, name: str) -> str | None:
     """The raw value of the key header ``name`` (``HEADER``), or None: read once per request.
 
@@ -148,10 +152,10 @@ def key_header(request: HttpRequest, name: str) -> str | None:
     ``request.META`` and keeps the value on the Django request for the others.
     """
     django = getattr(request, "_request", request)
-    try:
-        return django.__dict__[KEY_HEADER_ATTRIBUTE]  # type: ignore[no-any-return]
-    except KeyError:
-        pass
+    # Not a try/except KeyError: the first reader of every keyed request would raise it.
+    value = django.__dict__.get(KEY_HEADER_ATTRIBUTE, _NOT_READ)
+    if value is not _NOT_READ:
+        return value  # type: ignore[no-any-return]
     value = header(django, name)
     setattr(django, KEY_HEADER_ATTRIBUTE, value)
     return value

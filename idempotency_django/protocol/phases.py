@@ -327,7 +327,7 @@ def begin(
     django = getattr(request, "_request", request)  # where the request's marks are
     if (
         not settings.ENABLED
-        or request.method not in settings.METHODS
+        or django.method not in settings.METHODS
         or getattr(django, ACTIVE_ATTRIBUTE, False)
     ):
         return None
@@ -384,8 +384,8 @@ def begin(
         digest = hashlib.sha256(fingerprint.encode()).hexdigest()
         key, window = WINDOW_KEY_PREFIX + digest, options.window
     info = RequestInfo(
-        method=str(request.method),
-        path=request.path,
+        method=str(django.method),
+        path=django.path,
         fingerprint=fingerprint,
         request_id=request_id(request) if settings.REQUEST_ID_HEADER else "",
     )

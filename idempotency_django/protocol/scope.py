@@ -235,5 +235,6 @@ def location_of(request: HttpRequest) -> str:
     name = idempotency_settings.LOCATION_HEADER
     if not name:
         return ""
-    # header(), without the call: read for every keyed request.
-    return str(request.META.get(meta_name(name)) or "").strip()
+    # header(), without the call, on Django's request: read for every keyed request.
+    meta = getattr(request, "_request", request).META
+    return str(meta.get(meta_name(name)) or "").strip()
