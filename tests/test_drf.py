@@ -154,6 +154,30 @@ def test_token_principals_never_see_each_other(alice: User, bob: User) -> None:
     assert principals == {f"auth.user:{alice.pk}", f"auth.user:{bob.pk}"}
 
 
+def test_a_token_request_is_answered_without_reading_the_session(
+    alice: User, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A keyed JSON body is read at once, whoever sent it: asking the session who did
+    cost a fifth of the library's work per request and told caches the answer varies
+    with the Cookie header (SessionMiddleware's Vary for a session that was read).
+    The API takes tokens only here: DRF's SessionAuthentication would read it."""
+    from rest_framework.authentication import TokenAuthentication
+
+    from tests.testapp.views import BookingViewSet
+
+    monkeypatch.setattr(BookingViewSet, "authentication_classes", [TokenAuthentication])
+    token = Token.objects.create(user=alice)
+    client = Client()
+    first = create(client, HTTP_AUTHORIZATION=f"Token {token.key}")
+    replay = create(client, HTTP_AUTHORIZATION=f"Token {token.key}")
+    assert first.status_code == replay.status_code == 201
+    assert replay["Idempotency-Replayed"] == "true"
+    for response in (first, replay):
+        assert "Cookie" not in response.get("Vary", ""), response.get("Vary")
+        assert not response.wsgi_request.session.accessed
+    assert Booking.objects.count() == 1
+
+
 def test_basic_auth_principal(alice: User) -> None:
     client = Client()
     auth = "Basic " + base64.b64encode(b"alice:alice-password").decode()

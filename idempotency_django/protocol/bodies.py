@@ -49,10 +49,7 @@ def prepare_body(request: HttpRequest, *, capped: bool = True) -> None:
     request = getattr(request, "_request", request)  # django_request_of(), without the call
     if hasattr(request, BODY_COPY_ATTRIBUTE) or getattr(request, PREPARED_ATTRIBUTE, False):
         return  # readied by us already (the middleware's, handed on to phase 1)
-    try:
-        length = max(0, int(request.META.get("CONTENT_LENGTH") or 0))
-    except ValueError:
-        length = 0
+    length = announced_length(request)
     if hasattr(request, "_body"):
         if len(request._body) < length:  # read by us before, or by someone else
             raise BodyCutShort(length=length)
@@ -89,6 +86,29 @@ def prepare_body(request: HttpRequest, *, capped: bool = True) -> None:
     request._stream = replacement
     setattr(request, BODY_COPY_ATTRIBUTE, copy)
     _close_with_request(request, copy)
+
+
+def announced_length(request: HttpRequest) -> int:
+    """The body's length as its ``Content-Length`` announces it: 0 without a valid one."""
+    try:
+        return max(0, int(request.META.get("CONTENT_LENGTH") or 0))
+    except ValueError:
+        return 0
+
+
+def kept_by_django(request: HttpRequest) -> bool:
+    """Whether ``request.body`` would hold the whole body in memory, within the limits.
+
+    Not multipart (an upload may be larger than memory should hold), within
+    ``DATA_UPLOAD_MAX_MEMORY_SIZE`` (``request.body`` refuses more) and within
+    ``MAX_FINGERPRINTED_BODY`` (answered 413 before anything reads it).
+    """
+    if request.content_type == "multipart/form-data":
+        return False
+    length = announced_length(request)
+    limit: int | None = settings.DATA_UPLOAD_MAX_MEMORY_SIZE  # None in Django, not its stubs
+    cap = idempotency_settings.MAX_FINGERPRINTED_BODY
+    return (limit is None or length <= limit) and (cap is None or length <= cap)
 
 
 def _close_with_request(request: HttpRequest, copy: Any) -> None:
@@ -149,11 +169,13 @@ def ready_body(request: HttpRequest, match: ResolverMatch | None) -> HttpRespons
 
     ``match`` is the request's URL match, which the caller resolved (or Django did).
 
-    Nothing is read for a URL that resolves to no view, a view exempt from
-    the protection or a request nobody can be scoped to yet (an anonymous one
-    under the default scope): those are answered (404, 401, 403, a run
-    without protection) without the body being copied. A DRF view's token
-    authentication comes later; its body is readied when the key is claimed.
+    Nothing is read for a URL that resolves to no view or a view exempt from
+    the protection. A body Django keeps in memory (:func:`kept_by_django`) is
+    read at once. Any other (multipart, or larger) is not copied for a request
+    nobody can be scoped to yet (an anonymous one under the default scope):
+    those are answered (401, 403, a run without protection) without the body
+    being copied. A DRF view's token authentication comes later; such a
+    body is readied when the key is claimed.
     Returns the 413 answer for a body over ``MAX_FINGERPRINTED_BODY``. A
     request it has looked at already (the middleware, then DRF's view) is
     not looked at again.
@@ -165,7 +187,14 @@ def ready_body(request: HttpRequest, match: ResolverMatch | None) -> HttpRespons
     if view is None or getattr(view, EXEMPT_ATTRIBUTE, False):
         return None
     settings_ = idempotency_settings
-    if settings_.ANONYMOUS != "session" and settings_.SCOPE_FUNCTION is default_scope:
+    # A body Django keeps in memory is read whoever sent it, as Django's CSRF check
+    # reads a form's: asking the session who did would cost more than reading it (a
+    # fifth of a keyed request's own work) and add "Vary: Cookie" to the answer.
+    if (
+        settings_.ANONYMOUS != "session"
+        and settings_.SCOPE_FUNCTION is default_scope
+        and not kept_by_django(request)
+    ):
         user = getattr(request, "user", None)
         anonymous = not getattr(user, "is_authenticated", False) or principal_of(user) is None
         # Unless the view is under ``@idempotent(scope=...)``: its scope may name
