@@ -19,7 +19,7 @@ from django.contrib.auth.models import User
 from django.core import checks
 from django.core.files.uploadedfile import SimpleUploadedFile, UploadedFile
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.test import Client, override_settings
+from django.test import Client, RequestFactory, override_settings
 from django.urls import include, path
 from django.utils.crypto import salted_hmac
 from django.views.decorators.csrf import csrf_exempt
@@ -32,7 +32,7 @@ from idempotency_django.checks import check_settings
 from idempotency_django.conf import DEFAULTS
 from idempotency_django.decorators import idempotent
 from idempotency_django.models import IdempotencyRecord, WebhookDelivery
-from idempotency_django.protocol.bodies import BODY_COPY_ATTRIBUTE
+from idempotency_django.protocol.bodies import BODY_COPY_ATTRIBUTE, kept_by_django
 from idempotency_django.protocol.fingerprint import FINGERPRINT_SALT
 from idempotency_django.protocol.scope import Scope
 from idempotency_django.stores import RecordKey, RequestInfo, StoredResponse, get_store
@@ -333,6 +333,51 @@ def test_a_keyed_body_over_the_limit_is_413_and_never_read(alice_client: Client,
     assert not response.wsgi_request._read_started  # type: ignore[attr-defined]
     assert Booking.objects.count() == 0
     assert IdempotencyRecord.objects.count() == 0
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("url", ["/plain/bookings/", "/api/bookings/"])
+def test_with_the_protection_off_a_keyed_body_is_not_looked_at(
+    alice_client: Client, url: str
+) -> None:
+    """``ENABLED=False``: keyed requests run as if they carried no key, so no 413 either."""
+    body = json.dumps({"slot": "2026-08-05T09:00:00Z", "customer": "alice"}) + " " * 2000
+    with override_settings(IDEMPOTENCY={"ENABLED": False, "MAX_FINGERPRINTED_BODY": 1000}):
+        answers = [
+            alice_client.post(url, body, "application/json", HTTP_IDEMPOTENCY_KEY="off")
+            for _ in range(2)
+        ]
+    assert [answer.status_code for answer in answers] == [201, 201], answers[0].content[:200]
+    assert Booking.objects.count() == 2
+    assert IdempotencyRecord.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("content_type", "length", "kept"),
+    [
+        ("application/json", "20", True),
+        ("application/x-www-form-urlencoded", "20", True),
+        ("application/json", None, False),  # chunked under ASGI: nothing bounds the read
+        ("application/json", "", False),
+        ("application/json", "-1", False),
+        ("application/json", "1001", False),  # over MAX_FINGERPRINTED_BODY
+        ("application/json", "2000001", False),  # over DATA_UPLOAD_MAX_MEMORY_SIZE
+        ("multipart/form-data; boundary=x", "20", False),  # an upload: copied, not kept
+    ],
+)
+def test_which_bodies_are_read_before_the_principal_is_known(
+    content_type: str, length: str | None, kept: bool
+) -> None:
+    """A body that ``request.body`` holds in memory is read whoever sent it; any other is
+    copied only for a request that can be scoped."""
+    request = RequestFactory().post("/", b"{}", content_type=content_type)
+    if length is None:
+        del request.META["CONTENT_LENGTH"]
+    else:
+        request.META["CONTENT_LENGTH"] = length
+    limits = {"IDEMPOTENCY": {"MAX_FINGERPRINTED_BODY": 1000}}
+    with override_settings(DATA_UPLOAD_MAX_MEMORY_SIZE=2_000_000, **limits):
+        assert kept_by_django(request) is kept
 
 
 @pytest.mark.django_db

@@ -49,7 +49,10 @@ def prepare_body(request: HttpRequest, *, capped: bool = True) -> None:
     request = getattr(request, "_request", request)  # django_request_of(), without the call
     if hasattr(request, BODY_COPY_ATTRIBUTE) or getattr(request, PREPARED_ATTRIBUTE, False):
         return  # readied by us already (the middleware's, handed on to phase 1)
-    length = announced_length(request)
+    try:
+        length = max(0, int(request.META.get("CONTENT_LENGTH") or 0))
+    except ValueError:
+        length = 0
     if hasattr(request, "_body"):
         if len(request._body) < length:  # read by us before, or by someone else
             raise BodyCutShort(length=length)
@@ -88,27 +91,24 @@ def prepare_body(request: HttpRequest, *, capped: bool = True) -> None:
     _close_with_request(request, copy)
 
 
-def announced_length(request: HttpRequest) -> int:
-    """The body's length as its ``Content-Length`` announces it: 0 without a valid one."""
-    try:
-        return max(0, int(request.META.get("CONTENT_LENGTH") or 0))
-    except ValueError:
-        return 0
-
-
 def kept_by_django(request: HttpRequest) -> bool:
     """Whether ``request.body`` would hold the whole body in memory, within the limits.
 
-    Not multipart (an upload may be larger than memory should hold), within
-    ``DATA_UPLOAD_MAX_MEMORY_SIZE`` (``request.body`` refuses more) and within
-    ``MAX_FINGERPRINTED_BODY`` (answered 413 before anything reads it).
+    Not multipart (an upload may be larger than memory should hold); a
+    ``Content-Length`` within ``DATA_UPLOAD_MAX_MEMORY_SIZE`` (``request.body``
+    refuses more) and within ``MAX_FINGERPRINTED_BODY`` (answered 413 before
+    anything reads it). Without one (a chunked body under ASGI) nothing bounds
+    what would be read: not kept.
     """
     if request.content_type == "multipart/form-data":
         return False
-    length = announced_length(request)
+    try:
+        length = int(request.META["CONTENT_LENGTH"])
+    except (KeyError, ValueError):
+        return False
     limit: int | None = settings.DATA_UPLOAD_MAX_MEMORY_SIZE  # None in Django, not its stubs
     cap = idempotency_settings.MAX_FINGERPRINTED_BODY
-    return (limit is None or length <= limit) and (cap is None or length <= cap)
+    return length >= 0 and (limit is None or length <= limit) and (cap is None or length <= cap)
 
 
 def _close_with_request(request: HttpRequest, copy: Any) -> None:
@@ -169,24 +169,25 @@ def ready_body(request: HttpRequest, match: ResolverMatch | None) -> HttpRespons
 
     ``match`` is the request's URL match, which the caller resolved (or Django did).
 
-    Nothing is read for a URL that resolves to no view or a view exempt from
-    the protection. A body Django keeps in memory (:func:`kept_by_django`) is
-    read at once. Any other (multipart, or larger) is not copied for a request
-    nobody can be scoped to yet (an anonymous one under the default scope):
-    those are answered (401, 403, a run without protection) without the body
-    being copied. A DRF view's token authentication comes later; such a
-    body is readied when the key is claimed.
+    Nothing is read while ``ENABLED`` is off, nor for a URL that resolves to no
+    view or a view exempt from the protection. A body Django keeps in memory
+    (:func:`kept_by_django`) is read at once. Any other (multipart, larger, or
+    of no stated length) is not copied for a request nobody can be scoped to
+    yet (an anonymous one under the default scope): those are answered (401,
+    403, a run without protection) without the body being copied. A DRF
+    view's token authentication comes later; such a body is readied when the
+    key is claimed.
     Returns the 413 answer for a body over ``MAX_FINGERPRINTED_BODY``. A
     request it has looked at already (the middleware, then DRF's view) is
     not looked at again.
     """
-    if getattr(request, READIED_ATTRIBUTE, False):
-        return None
+    settings_ = idempotency_settings
+    if getattr(request, READIED_ATTRIBUTE, False) or not settings_.ENABLED:
+        return None  # looked at already; or no request is protected: none is read
     setattr(request, READIED_ATTRIBUTE, True)
     view = None if match is None else match.func
     if view is None or getattr(view, EXEMPT_ATTRIBUTE, False):
         return None
-    settings_ = idempotency_settings
     # A body Django keeps in memory is read whoever sent it, as Django's CSRF check
     # reads a form's: asking the session who did would cost more than reading it (a
     # fifth of a keyed request's own work) and add "Vary: Cookie" to the answer.
