@@ -37,39 +37,62 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     """One measured process: per pass, each scenario once (in a new order) and the floor."""
     common.setup_django()
     requests = common.scenario_requests()
+    timed = {name: timing(send) for name, send in requests.items()}
+    if args.floor:
+        # The floor's statements around a bare request, where a first request sends them.
+        timed["in_place"] = statement_floor(around=requests["bare"])
     floor = statement_floor() if args.floor else None
-    samples: dict[str, list[float]] = {name: [] for name in (*common.SCENARIOS, "floor")}
-    order, shuffle = list(requests), random.Random(0).shuffle
+    samples: dict[str, list[float]] = {name: [] for name in (*timed, "floor")}
+    order, shuffle = list(timed), random.Random(0).shuffle
     for index in range(args.warmup + args.n):
         # What ran just before a request changes its time (caches) by up to
         # 0.1 ms: no scenario may always follow the same one.
         shuffle(order)
         for name in order:
-            started = time.perf_counter_ns()
-            status = requests[name](index)
-            elapsed = time.perf_counter_ns() - started
-            assert status == 201, (name, status)
+            elapsed = timed[name](index)
             if index >= args.warmup:
                 samples[name].append(elapsed / 1e6)
         if floor is not None:
-            elapsed = floor()
+            elapsed = floor(index)
             if index >= args.warmup:
                 samples["floor"].append(elapsed / 1e6)
     result: dict[str, Any] = {name: common.median(values) for name, values in samples.items()}
     # Per pass, so that slow phases of the machine cancel out.
     pairs = zip(samples["first"], samples["bare"], strict=True)
     result["first_minus_bare"] = common.median([first - bare for first, bare in pairs])
+    if args.floor:
+        pairs = zip(samples["in_place"], samples["bare"], strict=True)
+        result["floor_in_place"] = common.median([both - bare for both, bare in pairs])
     if args.profile:
         unused = range(args.warmup + args.n, args.warmup + 2 * args.n)  # keys no pass sent
         result["calls"], result["profile"] = profile(requests["first"], unused)
     return result
 
 
-def statement_floor(through_django: bool = False) -> Any:
-    """A function sending a first request's two statements, as the store builds them.
+def timing(send: Any) -> Any:
+    """``send`` (index -> status 201) as a function of index -> its nanoseconds."""
+
+    def timed(index: int) -> int:
+        started = time.perf_counter_ns()
+        status = send(index)
+        elapsed = time.perf_counter_ns() - started
+        assert status == 201, status
+        return elapsed
+
+    return timed
+
+
+def statement_floor(through_django: bool = False, around: Any = None) -> Any:
+    """A function of index sending a first request's two statements, as the store builds
+    them; it returns their nanoseconds.
 
     By psycopg alone, or ``through_django``'s cursor, as the store sends them: what
     Django's own layer (its cursor wrapper, execute wrappers, error translation) adds.
+    ``around``, a request (index -> status): sent between the two, where a first
+    request's view runs, and timed with them. Sent back to back, the two commits
+    cost about 0.15 ms less than around a view's own commit (2026-12-06): a first
+    request cannot send them so, and the floor ``around`` the bare view is the one the
+    target is judged against.
     """
     from django.db import connection
 
@@ -86,12 +109,14 @@ def statement_floor(through_django: bool = False) -> Any:
 
     execute = django_execute if through_django else raw.execute
 
-    def send() -> int:
+    def send(index: int = 0) -> int:
         key, token = RecordKey("floor", "", uuid.uuid4().hex), uuid.uuid4().hex
         insert = database_sql.insert_values(connection, key, request, token, 3600)
         completed = [*database_sql.response_values(stored), 3600]
         started = time.perf_counter_ns()
         execute(sql.insert_or_nothing, insert)
+        if around is not None:
+            assert around(index) == 201
         execute(sql.complete, [*completed, key.digest, token, database_sql.IN_PROGRESS])
         return time.perf_counter_ns() - started
 
@@ -152,7 +177,9 @@ def measure(args: argparse.Namespace) -> None:
                 )
                 results[(label, store)].append(result)
                 times = ", ".join(
-                    f"{name} {result[name]:.3f} ms" for name in (*common.SCENARIOS, "floor")
+                    f"{name} {result[name]:.3f} ms"
+                    for name in (*common.SCENARIOS, "floor", "floor_in_place")
+                    if name in result
                 )
                 print(f"  round {round_ + 1} {label} {store}: {times}")
     report(results)
@@ -205,7 +232,8 @@ def report(results: Results) -> None:
                 f"{floor_ms:.3f} ms; replay x{ratio(store, 'replay'):.2f}"
             )
     if ("after", "postgres") in results:
-        floor = 1 + ratio("postgres", "floor")
+        floor = 1 + ratio("postgres", "floor_in_place")
+        back_to_back = 1 + ratio("postgres", "floor")
         # The same floor for both: two statements whose commits wait for the disk.
         labels = {
             "postgres": "PostgreSQL",
@@ -218,8 +246,9 @@ def report(results: Results) -> None:
             common.verdict(
                 f"first request in process, {label}, at most the floor + 10 %",
                 first <= floor + 0.10,
-                f"x{first:.2f} of the bare view; floor (its two statements by psycopg) "
-                f"x{floor:.2f}, limit x{floor + 0.10:.2f}",
+                f"x{first:.2f} of the bare view; floor (its two statements by psycopg, "
+                f"around the bare view) x{floor:.2f}, limit x{floor + 0.10:.2f}; the two "
+                f"statements back to back x{back_to_back:.2f}",
             )
     for (label, store), measured in results.items():
         if store.startswith("memory"):
