@@ -156,9 +156,11 @@ def key_header(request: HttpRequest, name: str) -> str | None:
     value = django.__dict__.get(KEY_HEADER_ATTRIBUTE, _NOT_READ)
     if value is not _NOT_READ:
         return value  # type: ignore[no-any-return]
-    value = header(django, name)
+    value = django.META.get(meta_name(name))  # header(), without a call per keyed request
+    if value is not None:
+        value = str(value)
     setattr(django, KEY_HEADER_ATTRIBUTE, value)
-    return value
+    return value  # type: ignore[no-any-return]
 
 
 def header(request: HttpRequest, name: str) -> str | None:

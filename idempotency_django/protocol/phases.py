@@ -62,7 +62,7 @@ from django.utils.translation import gettext
 from idempotency_django.conf import idempotency_settings
 from idempotency_django.protocol import problems
 from idempotency_django.protocol.attempt import Attempt
-from idempotency_django.protocol.bodies import BodyRefused, prepare_body
+from idempotency_django.protocol.bodies import PREPARED_ATTRIBUTE, BodyRefused, prepare_body
 from idempotency_django.protocol.keys import InvalidKey, parse_key
 from idempotency_django.protocol.logs import log, request_id, route_of
 from idempotency_django.protocol.marks import (
@@ -365,7 +365,8 @@ def begin(
             length=MAX_LOCATION_LENGTH,
         )
     try:
-        prepare_body(request)
+        if not getattr(django, PREPARED_ATTRIBUTE, False):  # most were, by the middleware
+            prepare_body(request)
         fingerprint = (
             settings.FINGERPRINT_FUNCTION
             if options.fingerprint is None
