@@ -36,7 +36,7 @@ import common
 #: the same through Django's cursor (PostgreSQL only).
 FLOORS = ("floor", "django_floor")
 RUNS = ("none", *common.SCENARIOS, *FLOORS)
-#: The stores whose floor is measured, as inprocess.py measures it.
+#: The stores whose floor is measured, as inprocess.py measures its back-to-back floor.
 FLOOR_STORES = ("postgres",)
 #: Issue 36's target for the library's own work: a first request at most this of the bare view.
 OWN_LIMIT = 1.10
