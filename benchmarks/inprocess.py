@@ -84,6 +84,27 @@ def timing(send: Any) -> Any:
     return timed
 
 
+#: The reservation's and the answer's seconds in the floor's and the store's statements.
+FLOOR_SECONDS = 3600
+
+
+def floor_record() -> tuple[Any, Any]:
+    """The request and the answer whose record the floor and the store's calls write: one
+    pair for both, so that the two figures always measure the same record."""
+    from idempotency_django.stores import RequestInfo, StoredResponse
+
+    request = RequestInfo(method="POST", path=common.PROTECTED_PATH, fingerprint="f" * 64)
+    stored = StoredResponse(201, (("Content-Type", "application/json"),), common.BODY.encode())
+    return request, stored
+
+
+def floor_key() -> Any:
+    """A new key of the floor's records (no request's scope has them)."""
+    from idempotency_django.stores import RecordKey
+
+    return RecordKey("floor", "", uuid.uuid4().hex)
+
+
 def statement_floor(through_django: bool = False, around: Any = None) -> Any:
     """A function of index sending a first request's two statements, as the store builds
     them; it returns their nanoseconds.
@@ -98,12 +119,11 @@ def statement_floor(through_django: bool = False, around: Any = None) -> Any:
     """
     from django.db import connection
 
-    from idempotency_django.stores import RecordKey, RequestInfo, StoredResponse, database_sql
+    from idempotency_django.stores import database_sql
 
     connection.ensure_connection()
     raw, sql = connection.connection, database_sql.statements(connection)
-    request = RequestInfo(method="POST", path=common.PROTECTED_PATH, fingerprint="f" * 64)
-    stored = StoredResponse(201, (("Content-Type", "application/json"),), common.BODY.encode())
+    request, stored = floor_record()
 
     def django_execute(statement: str, params: list[Any]) -> None:
         with connection.cursor() as cursor:
@@ -112,9 +132,9 @@ def statement_floor(through_django: bool = False, around: Any = None) -> Any:
     execute = django_execute if through_django else raw.execute
 
     def send(index: int = 0) -> int:
-        key, token = RecordKey("floor", "", uuid.uuid4().hex), uuid.uuid4().hex
-        insert = database_sql.insert_values(connection, key, request, token, 3600)
-        completed = [*database_sql.response_values(stored), 3600]
+        key, token = floor_key(), uuid.uuid4().hex
+        insert = database_sql.insert_values(connection, key, request, token, FLOOR_SECONDS)
+        completed = [*database_sql.response_values(stored), FLOOR_SECONDS]
         started = time.perf_counter_ns()
         execute(sql.insert_or_nothing, insert)
         if around is not None:
@@ -129,18 +149,17 @@ def store_calls(around: Any) -> Any:
     """A function of index: the store's ``claim``, ``around`` (a request), the store's
     ``complete``, as a first request calls them; it returns their nanoseconds. Beyond
     :func:`statement_floor` through Django's cursor: the store's own Python."""
-    from idempotency_django.stores import RecordKey, RequestInfo, StoredResponse, get_store
+    from idempotency_django.stores import get_store
 
     store = get_store()
-    request = RequestInfo(method="POST", path=common.PROTECTED_PATH, fingerprint="f" * 64)
-    stored = StoredResponse(201, (("Content-Type", "application/json"),), common.BODY.encode())
+    request, stored = floor_record()
 
     def send(index: int) -> int:
-        key = RecordKey("floor", "", uuid.uuid4().hex)
+        key = floor_key()
         started = time.perf_counter_ns()
-        claim = store.claim(key, request, 300)
+        claim = store.claim(key, request, FLOOR_SECONDS)
         assert around(index) == 201
-        store.complete(key, claim.token, stored, 3600, request=request)
+        store.complete(key, claim.token, stored, FLOOR_SECONDS, request=request)
         return time.perf_counter_ns() - started
 
     return send
