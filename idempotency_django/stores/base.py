@@ -63,7 +63,8 @@ def in_request_transaction(connection: BaseDatabaseWrapper) -> bool:
     The one reader of Django's private ``_from_testcase`` mark: should Django rename it,
     one line changes (``protocol/transactions.py`` may ask here; stores never import it).
     """
-    return any(not getattr(block, "_from_testcase", False) for block in connection.atomic_blocks)
+    blocks = connection.atomic_blocks  # most often none: no generator made then
+    return bool(blocks) and any(not getattr(block, "_from_testcase", False) for block in blocks)
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,7 @@ from idempotency_django.stores.base import (
 from idempotency_django.stores.database_checks import database_store_checks
 from idempotency_django.stores.database_sql import (
     IN_PROGRESS,
+    Statements,
     insert_values,
     later_params,
     request_values,
@@ -108,13 +109,13 @@ class DatabaseStore(BaseStore):
                     written, row = _read_nowait(connection, sql.read_locked, key)
                     if written:
                         return Claim(Outcome.IN_PROGRESS)
-                    if row is None and _insert(connection, key, request, token, lock_timeout):
+                    if row is None and _insert(connection, sql, key, request, token, lock_timeout):
                         return Claim(Outcome.CLAIMED, token=token)
                 else:
                     # SQLite outside a transaction reads first: a replay need not write.
                     row = _read(connection, sql.read, key) if read_first else None
                     if row is None:
-                        if _insert(connection, key, request, token, lock_timeout, wait=wait):
+                        if _insert(connection, sql, key, request, token, lock_timeout, wait=wait):
                             return Claim(Outcome.CLAIMED, token=token)
                         row = _read(connection, sql.read, key)
                 if row is None:
@@ -168,13 +169,14 @@ class DatabaseStore(BaseStore):
         response = seal(response, key, request.kind if request is not None else "request")
         params = [*response_values(response), *later_params(connection, retention)]
         owned = [key.digest, token, IN_PROGRESS]
+        sql = statements(connection)
         with unavailable_on(Error):
-            if _changed(connection, statements(connection).complete, [*params, *owned]):
+            if _changed(connection, sql.complete, [*params, *owned]):
                 return True
             # Our reservation is gone (purged after its lock timeout) and
             # nobody claimed the key since: keep the answer of the work that ran.
             return request is not None and _insert(
-                connection, key, request, token, retention, completed=response
+                connection, sql, key, request, token, retention, completed=response
             )
 
     def release(self, key: RecordKey, token: str) -> None:
@@ -193,12 +195,13 @@ class DatabaseStore(BaseStore):
     ) -> bool:
         connection = connections[self.alias]
         params = [*later_params(connection, lock_timeout), key.digest, token, IN_PROGRESS]
+        sql = statements(connection)
         with unavailable_on(Error):
-            if _changed(connection, statements(connection).renew, params):
+            if _changed(connection, sql.renew, params):
                 return True
             # Our reservation is gone (purged after its lock timeout): make it
             # again, unless another request has claimed the key since.
-            return remake and _insert(connection, key, request, token, lock_timeout)
+            return remake and _insert(connection, sql, key, request, token, lock_timeout)
 
     def count_keys(self, key: RecordKey, lifetime: int) -> tuple[int, float | None]:
         connection = connections[self.alias]
@@ -305,6 +308,7 @@ def _read_nowait(
 
 def _insert(
     connection: BaseDatabaseWrapper,
+    sql: Statements,
     key: RecordKey,
     request: RequestInfo,
     token: str,
@@ -317,7 +321,6 @@ def _insert(
 
     ``wait=False``: on PostgreSQL, its commit does not wait for the disk.
     """
-    sql = statements(connection)
     statement = sql.insert_or_nothing if wait else sql.insert_or_nothing_no_wait
     params = insert_values(connection, key, request, token, seconds, completed)
     return _changed(connection, statement, params)
