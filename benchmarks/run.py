@@ -22,6 +22,7 @@ QUICK = {
     "waiter.py": ["--hold", "0.5", "--waiters", "2"],
     "tasks.py": ["-n", "100", "--warmup", "10"],
     "heartbeat.py": ["-n", "60", "--warmup", "10", "--running", "20", "--rounds", "2"],
+    "claim_sql.py": ["-n", "30", "--warmup", "5"],
     "size.py": [],
 }
 FULL = {
@@ -31,6 +32,7 @@ FULL = {
     "waiter.py": [],
     "tasks.py": [],
     "heartbeat.py": [],
+    "claim_sql.py": [],
     "size.py": [],
 }
 

@@ -123,7 +123,9 @@ class Attempt(KeyReservation):
             too_many = self.over_key_limit()
             if too_many is not None:
                 return too_many
-        if logger.isEnabledFor(logging.DEBUG):  # the request's one INFO record is its outcome
+        # DEBUG: the request's one INFO record is its outcome. Asked here as well as in
+        # log(), so that a first request makes no call for a record that is off.
+        if logger.isEnabledFor(logging.DEBUG):
             self.log(logging.DEBUG, "reserved")
         if signals.reserved.receivers:
             self.send(signals.reserved)
