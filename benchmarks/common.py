@@ -55,6 +55,8 @@ STORES = {
     # Django's server_side_binding, with psycopg preparing each statement once it has
     # run --prepare-threshold times: the app's statements and the store's two alike.
     "postgres_prepared": _example_env(PG_URL, BENCH_SERVER_SIDE_BINDING="1"),
+    # Every view in a transaction: the claim joins the view's, the completion commits with it.
+    "postgres_atomic": _example_env(PG_URL, EXAMPLE_ATOMIC_REQUESTS="1"),
     "redis": _example_env(PG_URL, "redis", REDIS_URL=REDIS_URL),
     "memory": _example_env("sqlite://:memory:", BENCH_MEMORY="1"),
     "memory_quiet": _example_env("sqlite://:memory:", BENCH_MEMORY="1", BENCH_LOG_LEVEL="WARNING"),
@@ -85,6 +87,7 @@ STORE_LABELS = {
     "mariadb": "database store, MariaDB",
     "postgres_async_claim": "the same, async_claim_commit",
     "postgres_prepared": "the same, server_side_binding and prepared statements",
+    "postgres_atomic": "the same, ATOMIC_REQUESTS",
     "redis": "Redis store (PostgreSQL for the app)",
     "memory": "in-memory store (the library's own Python)",
     "memory_quiet": "the same, its INFO log records not enabled",

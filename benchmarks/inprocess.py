@@ -4,6 +4,7 @@
     python benchmarks/inprocess.py --stores postgres,postgres_encrypted   # ENCRYPTION_KEY's cost
     python benchmarks/inprocess.py --before /tmp/old --before-python /tmp/venv/bin/python
     python benchmarks/inprocess.py --stores postgres,postgres_prepared   # prepared statements
+    python benchmarks/inprocess.py --stores postgres_atomic   # every view in a transaction
     python benchmarks/inprocess.py --stores memory --profile   # the library's calls, counted
 
 A bare view, a first request and a replay per pass (Django's test client), on PostgreSQL

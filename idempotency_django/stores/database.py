@@ -94,13 +94,21 @@ class DatabaseStore(BaseStore):
         wait = in_transaction or not self.async_claim_commit
         read_first = sql.read_first and not in_transaction
         with unavailable_on(Error):
-            if in_transaction and sql.lock is not None and _lock_taken(connection, sql.lock, key):
-                # Another transaction holds the key: one claiming it, or one
-                # replaying it. A committed, live record answers for itself.
+            lock, insert_if_locked = sql.lock, sql.insert_if_locked
+            if in_transaction and lock is not None and insert_if_locked is not None:
+                # PostgreSQL: the key's advisory lock, and the INSERT once the lock is
+                # ours, in one statement: a new key is claimed in one round trip.
+                params = insert_values(connection, key, request, token, lock_timeout)
+                if _changed(connection, insert_if_locked, [*params, _lock_id(key)]):
+                    return Claim(Outcome.CLAIMED, token=token)
+                # A committed, live record answers for itself, whoever holds the lock.
                 row = _read(connection, sql.read, key)
-                if row is None or row.expired:
+                if row is not None and not row.expired:
+                    return _answer(row, key, request)
+                if _lock_taken(connection, lock, key):  # asked again: ours by now, or not
+                    # Another transaction is claiming the key, or taking it over.
                     return Claim(Outcome.IN_PROGRESS)
-                return _answer(row, key, request)
+                read_first = True  # the lock is ours: take the key, or its expired row
             # A bounded loop: each pass either decides or loses a race to a
             # request that changed the row, which can only happen a few times.
             for _attempt in range(5):
@@ -113,6 +121,7 @@ class DatabaseStore(BaseStore):
                         return Claim(Outcome.CLAIMED, token=token)
                 else:
                     # SQLite outside a transaction reads first: a replay need not write.
+                    # So does PostgreSQL's claim whose INSERT found the key's row.
                     row = _read(connection, sql.read, key) if read_first else None
                     if row is None:
                         if _insert(connection, sql, key, request, token, lock_timeout, wait=wait):
@@ -284,11 +293,14 @@ def _answer(row: Row, key: RecordKey, request: RequestInfo) -> Claim:
 
 def _lock_taken(connection: BaseDatabaseWrapper, lock: str, key: RecordKey) -> bool:
     """PostgreSQL: True when another transaction holds ``key``'s advisory lock (else we hold it)."""
-    # The lock's name: a signed 64-bit number made of the key's digest.
-    lock_id = int.from_bytes(bytes.fromhex(key.digest[:16]), "big", signed=True)
     with connection.cursor() as cursor:
-        cursor.execute(lock, [lock_id])
+        cursor.execute(lock, [_lock_id(key)])
         return not cursor.fetchone()[0]
+
+
+def _lock_id(key: RecordKey) -> int:
+    """The name of ``key``'s advisory lock: a signed 64-bit number made of its digest."""
+    return int.from_bytes(bytes.fromhex(key.digest[:16]), "big", signed=True)
 
 
 def _read_nowait(

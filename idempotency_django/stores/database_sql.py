@@ -44,6 +44,9 @@ class Statements:
     read_locked: str | None
     #: PostgreSQL inside a transaction: try the key's advisory lock.
     lock: str | None
+    #: PostgreSQL inside a transaction: :attr:`insert_or_nothing` once :attr:`lock` is
+    #: ours (its last parameter is the lock's id), so that a new key costs one round trip.
+    insert_if_locked: str | None
     #: SQLite outside a transaction: read before inserting. An INSERT that does
     #: nothing still commits a write transaction there (about 1 ms to the disk);
     #: a read costs about 0.02 ms, so a replay need not write.
@@ -196,6 +199,13 @@ def statements(connection: BaseDatabaseWrapper) -> Statements:
         read=read,
         read_locked=_read_locked(connection, read),
         lock="SELECT pg_try_advisory_xact_lock(%s)" if vendor == "postgresql" else None,
+        insert_if_locked=(
+            insert_or_nothing.replace(
+                f" VALUES ({values})", f" SELECT {values} WHERE pg_try_advisory_xact_lock(%s)", 1
+            )
+            if vendor == "postgresql"
+            else None
+        ),
         read_first=vendor == "sqlite",
         take_over=take_over,
         insert_or_nothing_no_wait=insert_no_wait,
