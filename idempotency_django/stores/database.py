@@ -108,7 +108,10 @@ class DatabaseStore(BaseStore):
                 if _lock_taken(connection, lock, key):  # asked again: ours by now, or not
                     # Another transaction is claiming the key, or taking it over.
                     return Claim(Outcome.IN_PROGRESS)
-                read_first = True  # the lock is ours: take the key, or its expired row
+                # The lock is ours: take the expired row over; a row gone since (released,
+                # purged), or taken by a claim made outside a transaction: the loop decides.
+                if row is not None and _take_over(connection, row, request, token, lock_timeout):
+                    return Claim(Outcome.CLAIMED, token=token, took_over=row.state == IN_PROGRESS)
             # A bounded loop: each pass either decides or loses a race to a
             # request that changed the row, which can only happen a few times.
             for _attempt in range(5):
@@ -121,7 +124,6 @@ class DatabaseStore(BaseStore):
                         return Claim(Outcome.CLAIMED, token=token)
                 else:
                     # SQLite outside a transaction reads first: a replay need not write.
-                    # So does PostgreSQL's claim whose INSERT found the key's row.
                     row = _read(connection, sql.read, key) if read_first else None
                     if row is None:
                         if _insert(connection, sql, key, request, token, lock_timeout, wait=wait):

@@ -155,7 +155,9 @@ def statements(connection: BaseDatabaseWrapper) -> Statements:
     columns = [*row_columns, "created_at", "completed_at", "expires_at"]
     # insert_values() gives these parameters, in this order.
     values = ", ".join(["%s"] * len(row_columns) + [now, f"CASE WHEN %s = 1 THEN {now} END", later])
-    insert = f"INSERT INTO {table} ({', '.join(map(column, columns))}) VALUES ({values})"
+    insert_into = f"INSERT INTO {table} ({', '.join(map(column, columns))})"
+    insert = f"{insert_into} VALUES ({values})"
+    on_conflict = f" ON CONFLICT ({column('digest')}) DO NOTHING"
     # No failed statement on a replay: no "duplicate key" error in the
     # server's log, and no savepoint needed inside a transaction.
     if vendor == "mysql":
@@ -163,7 +165,7 @@ def statements(connection: BaseDatabaseWrapper) -> Statements:
         # to its column's length, so only the duplicate key is left to ignore.
         insert_or_nothing = insert.replace("INSERT INTO", "INSERT IGNORE INTO", 1)
     else:
-        insert_or_nothing = f"{insert} ON CONFLICT ({column('digest')}) DO NOTHING"
+        insert_or_nothing = insert + on_conflict
     read_columns = ", ".join(
         [
             column("id"),
@@ -186,26 +188,23 @@ def statements(connection: BaseDatabaseWrapper) -> Statements:
         f"AND {column('expires_at')} <= {now}"
     )
     insert_no_wait, take_over_no_wait = insert_or_nothing, take_over
+    insert_if_locked = None
     if vendor == "postgresql":
         # Any later synchronous commit on the server flushes the log up to it.
         no_wait = "(SELECT set_config('synchronous_commit', 'off', true)) AS commit_without_wait"
-        insert_no_wait = insert_or_nothing.replace(
-            f" VALUES ({values})", f" SELECT {values} FROM {no_wait}", 1
-        )
+        insert_no_wait = f"{insert_into} SELECT {values} FROM {no_wait}{on_conflict}"
         take_over_no_wait = take_over.replace(" WHERE ", f" FROM {no_wait} WHERE ", 1)
+        # The WHERE runs once, before any row reaches the INSERT: a key locked by
+        # another transaction inserts nothing, and waits for nobody's row.
+        lock_then = "WHERE pg_try_advisory_xact_lock(%s)"
+        insert_if_locked = f"{insert_into} SELECT {values} {lock_then}{on_conflict}"
     built = Statements(
         now=now,
         insert_or_nothing=insert_or_nothing,
         read=read,
         read_locked=_read_locked(connection, read),
         lock="SELECT pg_try_advisory_xact_lock(%s)" if vendor == "postgresql" else None,
-        insert_if_locked=(
-            insert_or_nothing.replace(
-                f" VALUES ({values})", f" SELECT {values} WHERE pg_try_advisory_xact_lock(%s)", 1
-            )
-            if vendor == "postgresql"
-            else None
-        ),
+        insert_if_locked=insert_if_locked,
         read_first=vendor == "sqlite",
         take_over=take_over,
         insert_or_nothing_no_wait=insert_no_wait,
