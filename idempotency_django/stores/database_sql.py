@@ -188,22 +188,25 @@ def statements(connection: BaseDatabaseWrapper) -> Statements:
         f"AND {column('expires_at')} <= {now}"
     )
     insert_no_wait, take_over_no_wait = insert_or_nothing, take_over
-    insert_if_locked = None
+    lock: str | None = None
+    insert_if_locked: str | None = None
     if vendor == "postgresql":
         # Any later synchronous commit on the server flushes the log up to it.
         no_wait = "(SELECT set_config('synchronous_commit', 'off', true)) AS commit_without_wait"
         insert_no_wait = f"{insert_into} SELECT {values} FROM {no_wait}{on_conflict}"
         take_over_no_wait = take_over.replace(" WHERE ", f" FROM {no_wait} WHERE ", 1)
-        # The WHERE runs once, before any row reaches the INSERT: a key locked by
-        # another transaction inserts nothing, and waits for nobody's row.
-        lock_then = "WHERE pg_try_advisory_xact_lock(%s)"
-        insert_if_locked = f"{insert_into} SELECT {values} {lock_then}{on_conflict}"
+        # The key's advisory lock, alone and in the INSERT, whose WHERE runs once, before
+        # any row reaches it: a key another transaction locked inserts nothing, and
+        # waits for nobody's row.
+        try_lock = "pg_try_advisory_xact_lock(%s)"
+        lock = f"SELECT {try_lock}"
+        insert_if_locked = f"{insert_into} SELECT {values} WHERE {try_lock}{on_conflict}"
     built = Statements(
         now=now,
         insert_or_nothing=insert_or_nothing,
         read=read,
         read_locked=_read_locked(connection, read),
-        lock="SELECT pg_try_advisory_xact_lock(%s)" if vendor == "postgresql" else None,
+        lock=lock,
         insert_if_locked=insert_if_locked,
         read_first=vendor == "sqlite",
         take_over=take_over,
