@@ -22,6 +22,7 @@ from typing import Any
 from django.conf import settings
 from django.http import HttpRequest
 from django.utils.crypto import salted_hmac
+from django.utils.functional import cached_property
 from django.utils.http import parse_header_parameters
 
 from idempotency_django.protocol.bodies import BODY_COPY_ATTRIBUTE, body_chunks, django_request_of
@@ -40,7 +41,7 @@ class Fingerprint(str):
     #: What :func:`keyed_digest` made it of: the parts, or the function that makes them.
     _parts: Collection[bytes] | Callable[[], Iterable[bytes]] | None = None
 
-    @functools.cached_property
+    @cached_property  # Django's: see RecordKey.digest
     def alternatives(self) -> tuple[str, ...]:
         """Digests of the same parts under ``SECRET_KEY_FALLBACKS``, then 0.1's plain SHA-256."""
         parts = self._parts
