@@ -25,6 +25,7 @@ from django.utils import timezone
 
 from idempotency_django.models import IdempotencyRecord
 from idempotency_django.stores import Outcome, RecordKey, RequestInfo, StoreUnavailable, database
+from idempotency_django.stores.base import in_request_transaction
 from idempotency_django.stores.database import DatabaseStore
 from tests.checkpoints import Checkpoint, before_takeover
 from tests.concurrency import Background, in_threads, logged_in_client
@@ -98,6 +99,8 @@ def test_a_retry_that_loses_the_takeover_race_replays_the_original(
         assert IdempotencyRecord.objects.update(expires_at=abandoned) == 1
 
         def the_original_completes() -> None:
+            # The retry's takeover runs in this thread: in its transaction, or in none.
+            assert in_request_transaction(connection) is atomic
             slow.release()
             assert original.join().status_code == 201
 

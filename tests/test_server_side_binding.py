@@ -26,6 +26,8 @@ from django.test import Client
 from django.utils import timezone
 
 from idempotency_django.models import IdempotencyRecord
+from idempotency_django.stores import Outcome, RecordKey, RequestInfo
+from idempotency_django.stores.database import DatabaseStore
 from tests.factories import IdempotencyRecordFactory
 from tests.testapp.models import Booking
 
@@ -112,3 +114,29 @@ def test_every_statement_of_a_keyed_request_runs_prepared(atomic_requests: bool)
     # The first request, the 5xx's and the takeover's ran; the replay and the conflict did
     # not. Under ATOMIC_REQUESTS the 5xx's work rolled back with its reservation.
     assert Booking.objects.count() == (2 if atomic_requests else 3)
+
+
+def test_what_the_options_add_runs_prepared_too() -> None:
+    """The statements options add: the lookup and the lock a waiting duplicate asks
+    (``WAIT_FOR_IN_PROGRESS``), a renewal (``HEARTBEAT``, or work in a transaction the
+    store is not part of), the count of ``MAX_KEYS_PER_PRINCIPAL``, and
+    ``async_claim_commit``'s claim and takeover, which commit without waiting."""
+    key = RecordKey(principal="auth.user:1", location="portland", key="booking-8891")
+    info = RequestInfo(method="POST", path="/bookings/", fingerprint="f" * 64)
+    with prepared_statements():
+        for store in (DatabaseStore(), DatabaseStore(async_claim_commit=True)):
+            claim = store.claim(key, info, 300)
+            assert claim.outcome is Outcome.CLAIMED
+            assert store.is_held(key)
+            state = store.lookup(key)
+            assert state is not None and state.state == "in_progress"
+            assert store.renew(key, claim.token, 300, info)
+            assert store.count_keys(key, 600)[0] == 1
+            IdempotencyRecord.objects.update(expires_at=timezone.now() - timedelta(seconds=1))
+            taken_over = store.claim(key, info, 300)
+            assert taken_over.outcome is Outcome.CLAIMED and taken_over.took_over
+            store.release(key, taken_over.token)
+            assert store.lookup(key) is None
+        prepared = [sql for sql in prepared_by_the_server() if TABLE in sql]
+    no_wait = [sql for sql in prepared if "set_config" in sql]
+    assert sorted(sql.split()[0] for sql in no_wait) == ["INSERT", "UPDATE"], prepared
