@@ -2,13 +2,31 @@
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from django.contrib.auth.models import User
-from django.db import connections
+from django.db import connection, connections
 from django.test import Client
+
+
+@contextlib.contextmanager
+def default_database(**changes: Any) -> Iterator[None]:
+    """The default database with ``changes``, for the connections opened from now on
+    (every thread's, and this one's after it is closed here); as it was afterwards."""
+    database = connections.settings["default"]
+    saved = copy.deepcopy(database)
+    connection.close()
+    database.update(changes)
+    try:
+        yield
+    finally:
+        connection.close()
+        database.clear()
+        database.update(saved)
 
 
 def logged_in_client(user: User) -> Client:

@@ -11,10 +11,8 @@ its first execution, so each is parsed and typed by the server.
 
 from __future__ import annotations
 
-import copy
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from datetime import timedelta
 from typing import Any
 
@@ -28,6 +26,7 @@ from django.utils import timezone
 from idempotency_django.models import IdempotencyRecord
 from idempotency_django.stores import Outcome, RecordKey, RequestInfo
 from idempotency_django.stores.database import DatabaseStore
+from tests.concurrency import default_database
 from tests.factories import IdempotencyRecordFactory
 from tests.testapp.models import Booking
 
@@ -42,24 +41,12 @@ TABLE = "idempotency_django_idempotencyrecord"
 BODY = json.dumps({"slot": "2026-07-30T09:00:00Z", "customer": "Dana Whitfield"})
 
 
-@contextmanager
-def prepared_statements(**changes: Any) -> Iterator[None]:
+def prepared_statements(**changes: Any) -> AbstractContextManager[None]:
     """The default database with every statement prepared by the server, and ``changes``."""
-    database = connections.settings["default"]
-    saved = copy.deepcopy(database)
-    connection.close()
-    database.update(changes)
-    database["OPTIONS"] = {
-        **database.get("OPTIONS", {}),
-        "server_side_binding": True,
-        "prepare_threshold": 0,
-    }
-    try:
-        yield
-    finally:
-        connection.close()
-        database.clear()
-        database.update(saved)
+    options = connections.settings["default"].get("OPTIONS", {})
+    return default_database(
+        OPTIONS={**options, "server_side_binding": True, "prepare_threshold": 0}, **changes
+    )
 
 
 def prepared_by_the_server() -> list[str]:

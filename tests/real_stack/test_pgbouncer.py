@@ -10,7 +10,6 @@ Django closes the connections it must before and after each one.
 from __future__ import annotations
 
 import contextlib
-import copy
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -21,7 +20,7 @@ from django.contrib.auth.models import User
 from django.db import close_old_connections, connection, connections
 from django.test import Client
 
-from tests.concurrency import Background, in_threads, logged_in_client
+from tests.concurrency import Background, default_database, in_threads, logged_in_client
 from tests.real_stack.pgbouncer import Pgbouncer, pgbouncer
 from tests.real_stack.views import HANG_GUARD
 from tests.testapp.models import Booking
@@ -44,20 +43,10 @@ def bouncer(transactional_db: None) -> Iterator[Pgbouncer]:
         yield server
 
 
-@contextlib.contextmanager
-def project_database(**changes: Any) -> Iterator[None]:
+def project_database(**changes: Any) -> contextlib.AbstractContextManager[None]:
     """The default database with ``changes`` and ``ATOMIC_REQUESTS``, for the connections
     opened from now on (every thread's, and this one's after it is closed here)."""
-    database = connections.settings["default"]
-    saved = copy.deepcopy(database)
-    connections["default"].close()
-    database.update(ATOMIC_REQUESTS=True, **changes)
-    try:
-        yield
-    finally:
-        connections["default"].close()
-        database.clear()
-        database.update(saved)
+    return default_database(ATOMIC_REQUESTS=True, **changes)
 
 
 def through(bouncer: Pgbouncer, conn_max_age: int) -> contextlib.AbstractContextManager[None]:
