@@ -39,14 +39,14 @@ class Fingerprint(str):
     """
 
     #: What :func:`keyed_digest` made it of: the parts, or the function that makes them.
-    _parts: Collection[bytes] | Callable[[], Iterable[bytes]] | None = None
+    #: Unset on one made otherwise, which has no alternatives: the stores read them
+    #: with ``getattr(fingerprint, "alternatives", ())``, as of any string.
+    _parts: Collection[bytes] | Callable[[], Iterable[bytes]]
 
     @cached_property  # Django's: see RecordKey.digest
     def alternatives(self) -> tuple[str, ...]:
         """Digests of the same parts under ``SECRET_KEY_FALLBACKS``, then 0.1's plain SHA-256."""
         parts = self._parts
-        if parts is None:
-            return ()
         hashers = [_keyed_mac(secret).copy() for secret in settings.SECRET_KEY_FALLBACKS]
         hashers.append(hashlib.sha256())
         for part in parts() if callable(parts) else parts:
@@ -141,43 +141,57 @@ def multipart_canonical_form(chunks: Iterable[bytes], boundary: bytes) -> list[b
     """One line per part, in order: its name, filename, content type and transfer
     encoding (the headers Django's parser acts on) and the SHA-256 of its content.
 
-    The boundary, the preamble and the epilogue (which Django ignores) and the
-    order or case of a part's headers are left out, so two encodings of the same form
+    The boundary, the order or case of a part's headers, and a preamble and an
+    epilogue that Django ignores are left out, so two encodings of the same form
     are one request; a different value, file, filename or part order is another.
     The content is hashed as it streams, so a large upload is never held in memory.
-    Raises :class:`MalformedMultipart` where Django's parser would not find the parts.
+
+    Django's parser splits the body at every ``--boundary`` and reads a part
+    wherever a header line follows one. Raises :class:`MalformedMultipart` for any
+    body where that could read another form than this does: a header line
+    (a colon) in the preamble, the transport padding or the epilogue, a
+    ``--boundary`` without the CRLF of a delimiter before it.
     """
-    delimiter = b"\r\n--" + boundary
+    dash = b"--" + boundary
+    # What a chunk may end inside of: a delimiter's CRLF and all but one byte of its dash.
+    keep = len(dash) + 1
     lines = [b"multipart/form-data\n"]
-    buffer = b"\r\n"  # so the first delimiter is found like every other
+    buffer = b""
     stream = iter(chunks)
     content: hashlib._Hash | None = None  # the part being read; None before the first
     headers: dict[str, str] = {}
     while True:
-        found = buffer.find(delimiter)
+        found = buffer.find(dash)
         if found < 0:
             chunk = next(stream, None)
             if chunk is None:
                 raise MalformedMultipart("no closing delimiter")
-            if content is not None and len(buffer) > len(delimiter):
-                keep = len(delimiter) - 1  # the start of a delimiter split by a chunk
-                content.update(buffer[:-keep])
+            if len(buffer) > keep:
+                if content is None:
+                    _ignored(buffer[:-keep], "the preamble")
+                else:
+                    content.update(buffer[:-keep])
                 buffer = buffer[-keep:]
-            elif content is None and len(buffer) > len(delimiter):
-                buffer = buffer[-(len(delimiter) - 1) :]  # the preamble does not count
             buffer += chunk
             continue
-        if content is not None:
-            content.update(buffer[:found])
+        if content is None:
+            _ignored(buffer[:found], "the preamble")
+        elif buffer[max(0, found - 2) : found] != b"\r\n":
+            raise MalformedMultipart("a boundary without the CRLF of a delimiter before it")
+        else:
+            content.update(buffer[: found - 2])
             lines.append(_part_line(headers, content.hexdigest()))
-        buffer = buffer[found + len(delimiter) :]
+        buffer = buffer[found + len(dash) :]
         while len(buffer) < 2:
             chunk = next(stream, None)
             if chunk is None:
                 raise MalformedMultipart("the body ends inside a delimiter")
             buffer += chunk
-        if buffer.startswith(b"--"):
-            return lines  # the closing delimiter: what follows is the epilogue
+        if buffer.startswith(b"--"):  # the closing delimiter
+            _ignored(buffer, "the epilogue")
+            for chunk in stream:
+                _ignored(chunk, "the epilogue")
+            return lines
         head_end = buffer.find(b"\r\n\r\n")
         while head_end < 0:
             chunk = next(stream, None)
@@ -185,16 +199,27 @@ def multipart_canonical_form(chunks: Iterable[bytes], boundary: bytes) -> list[b
                 raise MalformedMultipart("a part without the end of its headers")
             buffer += chunk
             head_end = buffer.find(b"\r\n\r\n")
+        if dash in buffer[:head_end]:
+            raise MalformedMultipart("a boundary in a part's headers")
         headers = _part_headers(buffer[:head_end])
         buffer = buffer[head_end + 4 :]
         content = hashlib.sha256()
 
 
+def _ignored(text: bytes, where: str) -> None:
+    """``text`` is left out of the form (a preamble, an epilogue, transport padding): it
+    must hold no header line, or Django's parser might read a part in it."""
+    if b":" in text:
+        raise MalformedMultipart(f"a header line in {where}")
+
+
 def _part_headers(block: bytes) -> dict[str, str]:
     """A part's headers by lowercase name; the first line is the rest of the delimiter
     line (transport padding), never a header."""
+    padding, _, block = block.partition(b"\r\n")
+    _ignored(padding, "the transport padding")
     headers = {}
-    for line in block.split(b"\r\n")[1:]:
+    for line in block.split(b"\r\n") if block else ():
         name, colon, value = line.partition(b":")
         if not colon:
             raise MalformedMultipart("a header line without a colon")
