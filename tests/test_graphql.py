@@ -2,21 +2,33 @@
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from decimal import Decimal
 from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync
 from django.contrib.auth.models import User
 from django.test import AsyncClient, Client, override_settings
+from django.urls import path
 
+from idempotency_django.decorators import idempotency_exempt
 from idempotency_django.models import IdempotencyRecord
 from idempotency_django.stores import get_store
 from tests.redis_helpers import DOWN_ALIAS, caches_with
 from tests.testapp.models import Booking
 
 pytest.importorskip("strawberry")
+
+import strawberry
+from strawberry.django.views import GraphQLView
+from strawberry.schema.config import StrawberryConfig
+
+from idempotency_django.graphql import Idempotent
+from tests.graphql_server.schema import Query
 
 pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.graphql_server.urls")]
 
@@ -191,3 +203,213 @@ def test_a_keyless_call_within_the_window_is_answered_once(
     assert again["data"] == first["data"] and "errors" not in again
     assert graphql(bob_client, call)["data"] != first["data"]  # another user's own
     assert Booking.objects.count() == 2
+
+
+FRAGMENTS = [
+    'mutation { ... on Mutation { count(slot: "f") } }',
+    'mutation { ...Count ...Count } fragment Count on Mutation { count(slot: "f") }',
+]
+
+
+@pytest.mark.parametrize("query", FRAGMENTS, ids=["inline-fragment", "named-fragment-twice"])
+def test_the_header_keys_a_mutation_selected_through_fragments(
+    alice_client: Client, query: str
+) -> None:
+    """A root field in a fragment (spread once or twice) is still the one protected mutation."""
+    keyed = {"Idempotency-Key": "fragment-key"}
+    first = graphql(alice_client, query, headers=keyed)
+    assert "errors" not in first, first
+    assert graphql(alice_client, query, headers=keyed) == first
+    assert Booking.objects.count() == 1
+
+
+# -- a schema of this module's own: what a result may be, and what a resolver may take --
+
+
+@strawberry.type
+class Visit:
+    id: int
+    day: datetime.date
+    at: datetime.time
+    booked: datetime.datetime
+    note: str | None = None
+
+
+@dataclasses.dataclass
+class Money:
+    """Under a scalar of its own: a dataclass, kept as its fields."""
+
+    amount: Decimal
+    currency: str
+
+
+def parse_money(value: str) -> Money:
+    amount, currency = value.split()
+    return Money(Decimal(amount), currency)
+
+
+class Point:
+    """Under a scalar of its own: an object of one's own, not JSON, so never kept."""
+
+    def __init__(self, x: int, y: int) -> None:
+        self.x, self.y = x, y
+
+
+SCALARS: dict[object, Any] = {
+    Money: strawberry.scalar(
+        name="Money",
+        serialize=lambda money: f"{money.amount} {money.currency}",
+        parse_value=parse_money,
+    ),
+    Point: strawberry.scalar(name="Point", serialize=lambda point: f"{point.x},{point.y}"),
+}
+
+
+def protected(resolver: Callable[..., Any]) -> Any:
+    """``@strawberry.mutation(extensions=[Idempotent()])``, which mypy sees as untyped."""
+    return strawberry.mutation(resolver, extensions=[Idempotent()])
+
+
+def booked(info: strawberry.Info, slot: str) -> int:
+    return Booking.objects.create(slot=slot, owner=info.context.request.user).pk
+
+
+@strawberry.type
+class OwnMutation:
+    @protected
+    def visit(self, info: strawberry.Info, slot: str) -> Visit | None:
+        pk = booked(info, slot)
+        if slot == "nowhere":
+            return None
+        day, at = datetime.date(2026, 7, 30), datetime.time(9, 30)
+        return Visit(id=pk, day=day, at=at, booked=datetime.datetime.combine(day, at, datetime.UTC))
+
+    @protected
+    def keyed(self, info: strawberry.Info, slot: str, idempotency_key: str | None = None) -> str:
+        """A resolver that takes the key itself."""
+        return f"{booked(info, slot)} under {idempotency_key}"
+
+    @protected
+    def pay(self, info: strawberry.Info, price: Money) -> int:
+        return booked(info, f"paid {price.amount}")
+
+    @protected
+    def price(self, info: strawberry.Info, slot: str) -> Money:
+        return Money(Decimal(booked(info, slot)), "EUR")
+
+    @protected
+    def locate(self, info: strawberry.Info, slot: str) -> Point:
+        return Point(booked(info, slot), 0)
+
+    @protected
+    def rename(self, info: strawberry.Info, name: strawberry.Maybe[str | None] = None) -> int:
+        return booked(info, (name.value or "null") if name else "left out")
+
+    @protected
+    def noted(self, info: strawberry.Info, slot: str) -> Visit:
+        """A result with a field left UNSET."""
+        day, at = datetime.date(2026, 7, 30), datetime.time(9, 30)
+        visit = Visit(id=booked(info, slot), day=day, at=at, booked=datetime.datetime(2026, 7, 30))
+        visit.note = strawberry.UNSET
+        return visit
+
+
+own_schema = strawberry.Schema(
+    query=Query, mutation=OwnMutation, config=StrawberryConfig(scalar_map=SCALARS)
+)
+urlpatterns = [path("graphql/", idempotency_exempt(GraphQLView.as_view(schema=own_schema)))]
+
+VISIT = "mutation($slot: String!) { visit(slot: $slot, idempotencyKey: $slot) { %s } }"
+
+
+@pytest.mark.urls(__name__)
+def test_a_retry_gets_the_dates_times_and_nulls_of_the_first_call(alice_client: Client) -> None:
+    """Dates and times are kept as text and read back as such; a null result, as null."""
+    fields = "id day at booked note"  # the note: None
+    first = graphql(alice_client, VISIT % fields, slot="09:30")
+    assert first["data"]["visit"] == {
+        "id": Booking.objects.get().pk,
+        "day": "2026-07-30",
+        "at": "09:30:00",
+        "booked": "2026-07-30T09:30:00+00:00",
+        "note": None,
+    }
+    assert graphql(alice_client, VISIT % fields, slot="09:30") == first
+    nowhere = graphql(alice_client, VISIT % "id", slot="nowhere")
+    assert nowhere == {"data": {"visit": None}}
+    assert graphql(alice_client, VISIT % "id", slot="nowhere") == nowhere
+    assert Booking.objects.count() == 2
+
+
+@pytest.mark.urls(__name__)
+def test_a_resolver_that_takes_the_key_gets_it_and_runs_once(alice_client: Client) -> None:
+    """A resolver that declares ``idempotency_key`` is handed the key; the field is guarded."""
+    call = 'mutation { keyed(slot: "k", idempotencyKey: "own-key") }'
+    first = graphql(alice_client, call)
+    assert first["data"]["keyed"] == f"{Booking.objects.get().pk} under own-key"
+    assert graphql(alice_client, call) == first
+    assert Booking.objects.count() == 1
+
+
+@pytest.mark.urls(__name__)
+def test_an_argument_of_a_scalar_over_a_dataclass_counts_by_its_fields(
+    alice_client: Client,
+) -> None:
+    """A dataclass under a scalar of its own is fingerprinted by its fields."""
+    call = 'mutation { pay(price: "%s", idempotencyKey: "pay") }'
+    first = graphql(alice_client, call % "12.50 EUR")
+    assert "errors" not in first, first
+    assert graphql(alice_client, call % "12.50 EUR") == first
+    assert codes(graphql(alice_client, call % "12.50 USD")) == ["idempotency_key_reused"]
+    assert Booking.objects.count() == 1
+
+
+@pytest.mark.urls(__name__)
+@pytest.mark.parametrize("field", ["locate", "price"], ids=["object", "dataclass"])
+def test_a_result_that_cannot_be_kept_fails_and_takes_back_its_work(
+    alice_client: Client, atomic_requests: None, field: str
+) -> None:
+    """docs/graphql.md: the call fails with a TypeError, its key is given back and, under a
+    transaction, its work is rolled back. An object of one's own under a scalar of one's
+    own, a dataclass too: a replay could give the scalar its fields' JSON only."""
+    call = f'mutation {{ {field}(slot: "p", idempotencyKey: "kept") }}'
+    answer = graphql(alice_client, call)
+    assert "cannot be kept for its retries" in answer["errors"][0]["message"]
+    assert not IdempotencyRecord.objects.exists()
+    assert Booking.objects.count() == 0
+
+
+@pytest.mark.parametrize("context", [{"request": None}, None], ids=["no-request", "no-context"])
+def test_without_django_s_request_the_mutation_says_how_to_serve_it(context: Any) -> None:
+    """Served other than by Strawberry's Django views: the error says how, nothing runs."""
+    answer = own_schema.execute_sync(
+        'mutation { keyed(slot: "k", idempotencyKey: "k") }', context_value=context
+    )
+    assert answer.errors is not None
+    assert "serve the schema with strawberry.django.views.GraphQLView" in answer.errors[0].message
+    assert Booking.objects.count() == 0
+
+
+@pytest.mark.urls(__name__)
+def test_a_maybe_argument_is_fingerprinted(alice_client: Client) -> None:
+    """strawberry.Maybe tells an omitted argument from null: a partial update's arguments."""
+
+    def rename(name: str, key: str) -> dict[str, Any]:
+        return graphql(alice_client, f"mutation {{ rename({name}idempotencyKey: {key}) }}")
+
+    answer = rename('name: "Dana", ', '"r"')
+    assert "errors" not in answer, answer
+    assert rename('name: "Dana", ', '"r"') == answer
+    assert codes(rename("name: null, ", '"r"')) == ["idempotency_key_reused"]
+    omitted = rename("", '"left-out"')
+    assert "errors" not in omitted, omitted
+    assert codes(rename("name: null, ", '"left-out"')) == ["idempotency_key_reused"]
+    assert Booking.objects.count() == 2
+
+
+@pytest.mark.urls(__name__)
+def test_a_result_field_left_unset_replays_as_first_answered(alice_client: Client) -> None:
+    """What a first call answered, its retry gets."""
+    call = 'mutation { noted(slot: "u", idempotencyKey: "unset") { id note } }'
+    first = graphql(alice_client, call)
+    assert graphql(alice_client, call) == first

@@ -41,7 +41,8 @@ from strawberry.types import Info
 from strawberry.types.arguments import StrawberryArgument
 from strawberry.types.base import StrawberryList, StrawberryOptional, get_object_definition
 from strawberry.types.field import StrawberryField
-from strawberry.types.unset import UnsetType
+from strawberry.types.maybe import Some
+from strawberry.types.unset import UNSET, UnsetType
 
 from idempotency_django.protocol.fingerprint import keyed_digest
 from idempotency_django.protocol.options import ViewOptions
@@ -56,6 +57,8 @@ __all__ = ["KEY_ARGUMENT", "Idempotent"]
 KEY_ARGUMENT = "idempotency_key"
 #: Where Strawberry keeps a schema field's StrawberryField (GraphQLCoreConverter's backref).
 _DEFINITION = "strawberry-definition"
+#: In a kept result's object: its fields the resolver left UNSET.
+_UNSET_FIELDS = "__unset"
 
 
 class Idempotent(FieldExtension):
@@ -144,7 +147,10 @@ class Idempotent(FieldExtension):
         """The Django request, the options with this call's fingerprint, phase 1 with its key,
         the resolver's arguments."""
         context = info.context
-        request = context.get("request") if isinstance(context, dict) else context.request
+        if isinstance(context, dict):
+            request = context.get("request")
+        else:
+            request = getattr(context, "request", None)  # None: no context at all
         if not isinstance(request, HttpRequest):
             raise TypeError(
                 "idempotency_django.graphql needs the Django request in info.context.request: "
@@ -245,6 +251,8 @@ def _plain(value: Any) -> Any:
         return str(value)
     if isinstance(value, UnsetType):
         return None
+    if isinstance(value, Some):  # strawberry.Maybe: a value, or null, given; None: left out
+        return {"some": value.value}
     raise TypeError(f"{type(value).__name__} is not JSON")
 
 
@@ -280,13 +288,27 @@ def _through(kind: Any, value: Any, *, keep: bool) -> Any:
                 name: getattr(value, getattr(field, "django_name", None) or name)
                 for name, field in fields.items()
             }
-        else:
-            read = {
-                name: value[name] for name, field in fields.items() if field.init and name in value
+            unset = [name for name, item in read.items() if isinstance(item, UnsetType)]
+            kept = {
+                name: _through(fields[name].type, item, keep=True)
+                for name, item in read.items()
+                if name not in unset
             }
-        walked = {name: _through(fields[name].type, item, keep=keep) for name, item in read.items()}
-        return walked if keep else kind(**walked)
+            # Named apart ("__" is GraphQL's own prefix): UNSET again on a replay, so that
+            # Strawberry answers the field as it answered the first call.
+            return {**kept, _UNSET_FIELDS: unset} if unset else kept
+        unset = value.get(_UNSET_FIELDS, ())
+        rebuilt = {
+            name: UNSET if name in unset else _through(field.type, value[name], keep=False)
+            for name, field in fields.items()
+            if field.init and (name in value or name in unset)
+        }
+        return kind(**rebuilt)
     if keep:
+        if dataclasses.is_dataclass(value) and get_object_definition(type(value)) is None:
+            # A dataclass under a scalar of its own: a replay could not give the scalar
+            # its object again, only the fields' JSON.
+            raise TypeError(f"{type(value).__name__} is not JSON")
         return value  # a scalar or an enum: _json writes it
     wrapped = getattr(kind, "wrapped_cls", kind)  # an enum's definition wraps its class
     if isinstance(wrapped, type) and issubclass(wrapped, enum.Enum):
