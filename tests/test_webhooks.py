@@ -4,17 +4,25 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 import time_machine
 from asgiref.sync import async_to_sync
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import F
+from django.http import HttpRequest, HttpResponse
+from django.template import engines
+from django.template.response import TemplateResponse
 from django.test import AsyncClient, Client, RequestFactory, override_settings
+from rest_framework.decorators import api_view, authentication_classes, permission_classes
+from rest_framework.response import Response
 
 from idempotency_django.models import IdempotencyRecord, WebhookDelivery
+from idempotency_django.stores import get_store
+from idempotency_django.webhooks import deduplicate_webhook
 from idempotency_django.webhooks.identity import (
     TRIGGER_PREFIX,
     DeliveryIdentity,
@@ -461,3 +469,69 @@ def test_identities_stay_those_of_deliveries_already_accepted() -> None:
     assert fallback == DeliveryIdentity(
         "fallback:7:00aff82542aa9fa8729dad718b8fde4b9c333ca55c1e190ed8c322c9a2eed2b5", "fallback"
     )
+
+
+# -- receivers whose answer is not rendered yet; a delivery that lost its reservation --
+
+
+@api_view(["POST"])
+@authentication_classes([])
+@permission_classes([])
+@deduplicate_webhook(id_header="webhook-id")
+def drf_receiver_without_data(request: Any, token: str) -> Response:
+    Booking.objects.create(slot="drf-webhook-run")
+    return Response(status=204)  # accepted, nothing to say: DRF renders it after this
+
+
+@deduplicate_webhook(id_header="webhook-id")
+def template_receiver(request: HttpRequest, token: str) -> HttpResponse:
+    Booking.objects.create(slot="template-webhook-run")
+    return TemplateResponse(request, engines["django"].from_string("ok"))
+
+
+def delivery(delivery_id: str) -> HttpRequest:
+    return RequestFactory().post("/hooks/t/", BODY, "application/json", HTTP_WEBHOOK_ID=delivery_id)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "receiver", [drf_receiver_without_data, template_receiver], ids=["drf-no-data", "template"]
+)
+def test_an_answer_rendered_after_the_receiver_is_accepted_once(receiver: Any) -> None:
+    """Its run id is read without rendering what cannot be rendered yet: no 500, and the
+    sender's retry is a duplicate (a 500 gave the delivery back: the work ran again)."""
+    first = receiver(delivery("evt-lazy"), token="t")
+    assert first.status_code in (200, 204)
+    again = receiver(delivery("evt-lazy"), token="t")
+    assert (again.status_code, json.loads(again.content)) == (202, {"status": "duplicate"})
+    assert WebhookDelivery.objects.count() == 1
+    assert Booking.objects.filter(slot__endswith="webhook-run").count() == 1
+
+
+@deduplicate_webhook(id_header="webhook-id")
+def receiver_overtaken(request: HttpRequest, token: str) -> HttpResponse:
+    """Runs past LOCK_TIMEOUT, and the sender's retry takes the delivery over meanwhile."""
+    Booking.objects.create(slot="overtaken-webhook-run")
+    store = get_store()
+    store.now = lambda: time.monotonic() + 5  # type: ignore[attr-defined]  # past it
+    assert receiver_that_runs_once(delivery("evt-lost"), token="t").status_code == 202
+    return HttpResponse(json.dumps({"run_id": 1}), status=202, content_type="application/json")
+
+
+@deduplicate_webhook(id_header="webhook-id")
+def receiver_that_runs_once(request: HttpRequest, token: str) -> HttpResponse:
+    return HttpResponse(status=202)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_delivery_that_lost_its_reservation_answers_the_webhook_code() -> None:
+    """Its work rolls back, and its answer is the webhook's 409, not the key contract's."""
+    settings = {"STORE": "memory", "LOCK_TIMEOUT": 1}  # its clock can be moved on
+    with override_settings(IDEMPOTENCY=settings), transaction.atomic():
+        try:
+            response = receiver_overtaken(delivery("evt-lost"), token="t")
+        finally:
+            vars(get_store()).pop("now", None)  # the store's own clock again
+    assert response.status_code == 409
+    assert json.loads(response.content)["code"] == "webhook_delivery_in_progress"
+    assert Booking.objects.filter(slot="overtaken-webhook-run").count() == 0

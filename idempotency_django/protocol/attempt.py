@@ -325,8 +325,7 @@ class Attempt(KeyReservation):
         A body over ``MAX_STORED_BODY`` is not kept: only that the request ran,
         and its status, so that a retry neither runs again nor gets a replay.
         """
-        if not getattr(response, "is_rendered", True):
-            response.render()  # type: ignore[attr-defined]
+        response = rendered(response)
         assert isinstance(response, HttpResponse)
         body = response.content
         limit = self.options.max_stored_body
@@ -342,3 +341,13 @@ class Attempt(KeyReservation):
         return StoredResponse(
             status=response.status_code, headers=replay_headers(response), body=body
         )
+
+
+def rendered(response: HttpResponseBase) -> HttpResponseBase:
+    """``response`` with its content: a lazy one (a ``TemplateResponse``) rendered now.
+
+    Django renders it after the view anyway; what is kept must be the bytes sent.
+    """
+    if not getattr(response, "is_rendered", True):
+        response.render()  # type: ignore[attr-defined]
+    return response

@@ -25,7 +25,7 @@ from django.utils.translation import gettext, gettext_noop
 
 from idempotency_django.conf import idempotency_settings
 from idempotency_django.protocol import problems
-from idempotency_django.protocol.attempt import Attempt
+from idempotency_django.protocol.attempt import Attempt, rendered
 from idempotency_django.protocol.bodies import BodyRefused, prepare_body
 from idempotency_django.protocol.keys import InvalidKey
 from idempotency_django.protocol.logs import emit, error_name, request_id
@@ -286,6 +286,10 @@ class DeliveryAttempt(Attempt):
             self.log(logging.INFO, "duplicate")
             return JsonResponse({"status": "duplicate"}, status=202)
         self.log(logging.INFO, "in_progress")
+        return self.in_progress()
+
+    def in_progress(self) -> HttpResponseBase:
+        # Also a delivery that lost its reservation to a retry (Settled.LOST).
         return REFUSALS[IN_PROGRESS].answer(self.request)
 
     def unavailable(self) -> HttpResponseBase:
@@ -323,10 +327,14 @@ class DeliveryAttempt(Attempt):
 
 
 def _run_id(response: HttpResponseBase) -> str | None:
-    data = getattr(response, "data", None)  # a DRF Response, before rendering
-    if data is None and getattr(response, "streaming", False) is False:
+    """The ``run_id`` of a receiver's JSON answer, kept for its duplicates; None without one."""
+    if hasattr(response, "data"):
+        data = response.data  # a DRF Response, perhaps not rendered (or renderable) yet
+    elif getattr(response, "streaming", False):
+        return None
+    else:
         try:
-            data = json.loads(getattr(response, "content", b"") or b"null")
+            data = json.loads(rendered(response).content or b"null")  # type: ignore[attr-defined]
         except ValueError:
             return None
     run_id = data.get("run_id") if isinstance(data, dict) else None
