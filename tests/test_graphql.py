@@ -7,7 +7,7 @@ import datetime
 import json
 from collections.abc import Callable, Iterator
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -24,9 +24,13 @@ from tests.testapp.models import Booking
 pytest.importorskip("strawberry")
 
 import strawberry
+from django.core.files.uploadedfile import SimpleUploadedFile, UploadedFile
 from strawberry.django.views import GraphQLView
+from strawberry.file_uploads import Upload
+from strawberry.scalars import Base64
 from strawberry.schema.config import StrawberryConfig
 
+from idempotency_django.downstream import NotProtected, downstream_key
 from idempotency_django.graphql import Idempotent
 from tests.graphql_server.schema import Query
 
@@ -313,11 +317,29 @@ class OwnMutation:
         visit.note = strawberry.UNSET
         return visit
 
+    @protected
+    def charge(self, info: strawberry.Info, amount: int) -> str:
+        """The key a provider would be sent for this mutation, or why there is none."""
+        booked(info, f"charged {amount}")
+        try:
+            return downstream_key(info.context.request, "charge")
+        except NotProtected:
+            return "not protected"
+
+    @protected
+    def attach(self, info: strawberry.Info, data: Base64) -> int:
+        return booked(info, data.decode())
+
+    @protected
+    def upload(self, info: strawberry.Info, file: Upload) -> int:
+        return booked(info, cast("UploadedFile[bytes]", file).read().decode())
+
 
 own_schema = strawberry.Schema(
     query=Query, mutation=OwnMutation, config=StrawberryConfig(scalar_map=SCALARS)
 )
-urlpatterns = [path("graphql/", idempotency_exempt(GraphQLView.as_view(schema=own_schema)))]
+own_view = GraphQLView.as_view(schema=own_schema, multipart_uploads_enabled=True)
+urlpatterns = [path("graphql/", idempotency_exempt(own_view))]
 
 VISIT = "mutation($slot: String!) { visit(slot: $slot, idempotencyKey: $slot) { %s } }"
 
@@ -413,3 +435,57 @@ def test_a_result_field_left_unset_replays_as_first_answered(alice_client: Clien
     call = 'mutation { noted(slot: "u", idempotencyKey: "unset") { id note } }'
     first = graphql(alice_client, call)
     assert graphql(alice_client, call) == first
+
+
+@pytest.mark.urls(__name__)
+def test_a_mutation_without_a_key_has_no_downstream_key_of_another(alice_client: Client) -> None:
+    """One request, two mutations: the second, sent without a key, holds none; it never
+    gets the first one's, which a provider would replay or refuse."""
+    call = 'mutation { a: charge(amount: 5, idempotencyKey: "k1") b: charge(amount: 7) }'
+    answer = graphql(alice_client, call)["data"]
+    assert len(answer["a"]) == 64
+    assert answer["b"] == "not protected"
+    assert graphql(alice_client, call)["data"]["a"] == answer["a"]  # a's replay: the same
+
+
+@pytest.mark.urls(__name__)
+def test_bytes_count_by_their_content_and_a_call_without_a_key_reads_none(
+    alice_client: Client,
+) -> None:
+    """A ``Base64`` argument: the same bytes replay, others are another request; without a
+    key the mutation runs, unprotected, as any."""
+    call = 'mutation { attach(data: "%s"%s) }'
+    first = graphql(alice_client, call % ("aGVsbG8=", ', idempotencyKey: "b"'))  # "hello"
+    assert "errors" not in first, first
+    assert graphql(alice_client, call % ("aGVsbG8=", ', idempotencyKey: "b"')) == first
+    other = graphql(alice_client, call % ("aGVsbG8h", ', idempotencyKey: "b"'))  # "hello!"
+    assert codes(other) == ["idempotency_key_reused"]
+    assert "errors" not in graphql(alice_client, call % ("aGVsbG8=", ""))
+    assert list(Booking.objects.values_list("slot", flat=True)) == ["hello", "hello"]
+
+
+def upload(client: Client, content: bytes, name: str = "slots.txt") -> dict[str, Any]:
+    """The GraphQL multipart request spec: the operation, where its file goes, the file."""
+    operation = 'mutation($file: Upload!) { upload(file: $file, idempotencyKey: "file") }'
+    response = client.post(
+        "/graphql/",
+        {
+            "operations": json.dumps({"query": operation, "variables": {"file": None}}),
+            "map": json.dumps({"0": ["variables.file"]}),
+            "0": SimpleUploadedFile(name, content, content_type="text/plain"),
+        },
+    )
+    assert response.status_code == 200, response.content
+    return response.json()  # type: ignore[no-any-return]
+
+
+@pytest.mark.urls(__name__)
+def test_an_uploaded_file_counts_by_its_content_and_the_resolver_reads_it_whole(
+    alice_client: Client,
+) -> None:
+    first = upload(alice_client, b"09:00")
+    assert "errors" not in first, first
+    assert upload(alice_client, b"09:00") == first
+    assert codes(upload(alice_client, b"10:00")) == ["idempotency_key_reused"]
+    assert codes(upload(alice_client, b"09:00", name="other.txt")) == ["idempotency_key_reused"]
+    assert list(Booking.objects.values_list("slot", flat=True)) == ["09:00"]

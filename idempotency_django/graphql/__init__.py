@@ -25,12 +25,14 @@ import datetime
 import decimal
 import enum
 import functools
+import hashlib
 import json
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.core.files import File
 from django.http import HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
 from graphql import FieldNode, FragmentSpreadNode, GraphQLError, InlineFragmentNode
@@ -45,6 +47,7 @@ from strawberry.types.maybe import Some
 from strawberry.types.unset import UNSET, UnsetType
 
 from idempotency_django.protocol.fingerprint import keyed_digest
+from idempotency_django.protocol.marks import forget_claim
 from idempotency_django.protocol.options import ViewOptions
 from idempotency_django.protocol.phases import arun, begin, run
 from idempotency_django.protocol.problems import PROBLEM_ATTRIBUTE
@@ -126,7 +129,10 @@ class Idempotent(FieldExtension):
 
         view = getattr(request.resolver_match, "func", None)
         block = view_transaction_of(view or call)
-        return self.answer(run(request, options, call, block, begin_phase), ran)
+        try:
+            return self.answer(run(request, options, call, block, begin_phase), ran)
+        finally:
+            forget_claim(request)  # the next mutation's downstream_key is not this one's
 
     async def resolve_async(
         self, next_: Callable[..., Any], source: Any, info: Info, **kwargs: Any
@@ -139,7 +145,10 @@ class Idempotent(FieldExtension):
             ran.append((await sync_to_async(self.as_response)(result), result))
             return ran[0][0]
 
-        return self.answer(await arun(request, options, call, begin_phase), ran)
+        try:
+            return self.answer(await arun(request, options, call, begin_phase), ran)
+        finally:
+            forget_claim(request)
 
     def prepare(
         self, info: Info, kwargs: dict[str, Any]
@@ -158,8 +167,11 @@ class Idempotent(FieldExtension):
             )
         given = kwargs.get(KEY_ARGUMENT)
         arguments = {name: value for name, value in kwargs.items() if name != KEY_ARGUMENT}
-        fingerprint = _fingerprint(info._raw_info.parent_type.name, info.field_name, arguments)
-        options = dataclasses.replace(self.options, fingerprint=lambda _request: fingerprint)
+        parent, field = info._raw_info.parent_type.name, info.field_name
+        # Made when phase 1 needs it: a call without a key reads no argument's bytes.
+        options = dataclasses.replace(
+            self.options, fingerprint=lambda _request: _fingerprint(parent, field, arguments)
+        )
         phase: Any = functools.partial(begin, read_key=lambda _request: given)
         if given is None and _protected_fields(info) == 1:
             phase = begin  # the key may be in the header
@@ -256,15 +268,30 @@ def _plain(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON")
 
 
-def _json(value: Any) -> str:
-    return json.dumps(value, default=_plain, sort_keys=True, separators=(",", ":"))
+def _json(value: Any, plain: Callable[[Any], Any] = _plain) -> str:
+    return json.dumps(value, default=plain, sort_keys=True, separators=(",", ":"))
 
 
 def _fingerprint(parent: str, field: str, arguments: dict[str, Any]) -> str:
     """Keyed as a request's is; an omitted argument is told apart from an explicit null."""
     present = {name: value for name, value in arguments.items() if not isinstance(value, UnsetType)}
-    canonical = _json(["graphql", parent, field, present]).encode()
+    canonical = _json(["graphql", parent, field, present], _argument).encode()
     return keyed_digest([canonical])
+
+
+def _argument(value: Any) -> Any:
+    """An argument as the fingerprint counts it: bytes (``Base64``) and uploaded files by
+    the SHA-256 of their content, never kept; anything else as :func:`_plain` writes it."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return {"bytes": hashlib.sha256(value).hexdigest()}
+    if isinstance(value, File):
+        digest = hashlib.sha256()
+        for chunk in value.chunks():  # from its start
+            digest.update(chunk)
+        value.seek(0)  # for the resolver
+        content_type = getattr(value, "content_type", None)
+        return {"file": value.name, "content_type": content_type, "sha256": digest.hexdigest()}
+    return _plain(value)
 
 
 def _through(kind: Any, value: Any, *, keep: bool) -> Any:

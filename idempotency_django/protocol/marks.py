@@ -145,6 +145,14 @@ def decide(request: HttpRequest, decision: str) -> None:
 _NOT_READ = object()
 
 
+def forget_claim(request: HttpRequest) -> None:
+    """What a claim left on the request (its key, its fingerprint) is no longer its own:
+    one GraphQL request runs several mutations, each with a key of its own or none."""
+    django = getattr(request, "_request", request)
+    for name in (KEY_ATTRIBUTE, FINGERPRINT_ATTRIBUTE):
+        django.__dict__.pop(name, None)
+
+
 def key_header(request: HttpRequest, name: str) -> str | None:
     """The raw value of the key header ``name`` (``HEADER``), or None: read once per request.
 
