@@ -147,7 +147,18 @@ def _protect_class(view_class: type, options: ViewOptions) -> type:
         mixin = () if issubclass(view_class, IdempotentMixin) else (IdempotentMixin,)
         return _subclass(view_class, *mixin, idempotency_options=options)
     if issubclass(view_class, View):
-        return _subclass(view_class, dispatch=protect_callable(view_class.dispatch, options))
+        dispatch: Callable[..., Any] = view_class.dispatch
+        if view_class.view_is_async:
+            # Its dispatch returns the handler's coroutine: awaited in the protection, so
+            # the answer stored is the handler's response.
+            sync_dispatch = dispatch
+
+            @functools.wraps(sync_dispatch)
+            async def async_dispatch(*args: Any, **kwargs: Any) -> Any:
+                return await sync_dispatch(*args, **kwargs)
+
+            dispatch = async_dispatch
+        return _subclass(view_class, dispatch=protect_callable(dispatch, options))
     raise TypeError(f"@idempotent cannot protect {view_class!r}: not a Django or DRF view.")
 
 

@@ -64,12 +64,15 @@ def test_sync_view_under_asgi_is_protected(aclient: AsyncClient) -> None:
 
 
 @pytest.mark.django_db
-def test_decorated_async_view(aclient: AsyncClient) -> None:
+@pytest.mark.parametrize(
+    "url", ["/async/decorated/", "/async/decorated-cbv/"], ids=["function", "class-based"]
+)
+def test_decorated_async_view(aclient: AsyncClient, url: str) -> None:
     async def scenario():  # type: ignore[no-untyped-def]
-        missing = await apost(aclient, "/async/decorated/", key=None)
-        failed = await apost(aclient, "/async/decorated/?status=503")
-        first = await apost(aclient, "/async/decorated/")
-        replay = await apost(aclient, "/async/decorated/")
+        missing = await apost(aclient, url, key=None)
+        failed = await apost(aclient, f"{url}?status=503")
+        first = await apost(aclient, url)
+        replay = await apost(aclient, url)
         return missing, failed, first, replay
 
     missing, failed, first, replay = async_to_sync(scenario)()

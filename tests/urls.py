@@ -44,6 +44,7 @@ urlpatterns = [
     path("api/routed-book/", views.BookingViewSet.as_view({"post": "book"})),
     path("async/bookings/", views.async_booking),
     path("async/decorated/", views.decorated_async_booking),
+    path("async/decorated-cbv/", views.AsyncBookingCBV.as_view()),
     path("async/failing/", views.async_failing_booking),
     path("hooks/<str:token>/", views.webhook_receiver),
     path("hooks/fallback/<str:token>/", views.fallback_webhook_receiver),

@@ -363,6 +363,15 @@ async def async_booking(request: HttpRequest) -> HttpResponse:
 
 
 @idempotent(required=True)
+class AsyncBookingCBV(View):
+    async def post(self, request: HttpRequest) -> HttpResponse:
+        booking = await Booking.objects.acreate(slot="decorated-async")
+        if request.GET.get("status"):
+            return JsonResponse({"error": True}, status=int(request.GET["status"]))
+        return JsonResponse({"id": booking.pk}, status=201)
+
+
+@idempotent(required=True)
 async def decorated_async_booking(request: HttpRequest) -> HttpResponse:
     booking = await Booking.objects.acreate(slot="decorated-async")
     if request.GET.get("status"):
