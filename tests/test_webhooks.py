@@ -29,7 +29,8 @@ from idempotency_django.webhooks.identity import (
     fallback_identity,
     trigger_digest,
 )
-from tests.concurrency import in_threads
+from tests.checkpoints import Checkpoint
+from tests.concurrency import Background, in_threads
 from tests.testapp.models import Booking
 
 TOKEN = "trg_9f8e7d6c5b4a-secret-token"
@@ -535,3 +536,28 @@ def test_a_delivery_that_lost_its_reservation_answers_the_webhook_code() -> None
     assert response.status_code == 409
     assert json.loads(response.content)["code"] == "webhook_delivery_in_progress"
     assert Booking.objects.filter(slot="overtaken-webhook-run").count() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("atomic_requests")
+def test_a_retry_in_the_next_bucket_waits_for_a_first_run_not_committed_yet() -> None:
+    """Under ``ATOMIC_REQUESTS`` the first delivery's reservation is not committed while it
+    runs; the sender's retry lands in the next time bucket, whose key is another one. It
+    finds the first's key held (PostgreSQL's lock, MariaDB's locked row), not free: 409,
+    and a duplicate once the first has committed. Never a second run."""
+    if connection.vendor == "sqlite":
+        pytest.skip("SQLite: a reservation in a transaction has no lock another can see")
+    first_client, retry_client = Client(), Client()
+    with time_machine.travel(BOUNDARY - timedelta(seconds=1), tick=False) as clock:
+        with Checkpoint("first-delivery") as running:
+            first = Background(
+                lambda: deliver(first_client, FALLBACK_URL, HTTP_X_PAUSE_AT="first-delivery")
+            ).start()
+            running.wait_until_reached()  # claimed in its transaction, not committed
+            clock.move_to(BOUNDARY + timedelta(seconds=1))
+            retry = deliver(retry_client, FALLBACK_URL)
+        assert first.join().json()["status"] == "accepted"
+        again = deliver(retry_client, FALLBACK_URL)
+    assert (retry.status_code, retry.json()["code"]) == (409, "webhook_delivery_in_progress")
+    assert again.json() == {"status": "duplicate"}
+    assert runs() == 1

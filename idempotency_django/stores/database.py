@@ -151,19 +151,23 @@ class DatabaseStore(BaseStore):
         expires_in = read_datetime(connection, expires_at) - read_datetime(connection, now)
         return KeyState(state=str(state), status=status, expires_in=expires_in.total_seconds())
 
-    def is_held(self, key: RecordKey) -> bool:
-        # A reservation made inside another request's transaction is not
-        # visible yet: ask for the lock that transaction holds on the key.
+    def peek(self, key: RecordKey) -> Outcome | None:
+        held = super().peek(key)
+        if held is not None:
+            return held
+        # A reservation made inside another request's transaction is not visible
+        # yet: ask for the lock that transaction holds on the key. PostgreSQL has
+        # a lock, MariaDB/MySQL a NOWAIT read; SQLite neither (its writers wait
+        # for each other's commit). In a transaction of ours, a free lock is ours
+        # until it ends: the key stays free of another's claim while we run.
         connection = connections[self.alias]
         sql = statements(connection)
         with unavailable_on(Error):
-            # PostgreSQL has a lock, MariaDB/MySQL a NOWAIT read; SQLite neither.
-            if not in_request_transaction(connection) and (
-                (sql.lock and _lock_taken(connection, sql.lock, key))
-                or (sql.read_locked and _read_nowait(connection, sql.read_locked, key)[0])
+            if (sql.lock and _lock_taken(connection, sql.lock, key)) or (
+                sql.read_locked and _read_nowait(connection, sql.read_locked, key)[0]
             ):
-                return True
-        return super().is_held(key)
+                return Outcome.IN_PROGRESS
+        return None
 
     def complete(
         self,
