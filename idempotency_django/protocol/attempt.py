@@ -325,7 +325,8 @@ class Attempt(KeyReservation):
         A body over ``MAX_STORED_BODY`` is not kept: only that the request ran,
         and its status, so that a retry neither runs again nor gets a replay.
         """
-        response = rendered(response)
+        if not getattr(response, "is_rendered", True):
+            response.render()  # type: ignore[attr-defined]
         assert isinstance(response, HttpResponse)
         body = response.content
         limit = self.options.max_stored_body
@@ -341,13 +342,3 @@ class Attempt(KeyReservation):
         return StoredResponse(
             status=response.status_code, headers=replay_headers(response), body=body
         )
-
-
-def rendered(response: HttpResponseBase) -> HttpResponseBase:
-    """``response`` with its content: a lazy one (a ``TemplateResponse``) rendered now.
-
-    Django renders it after the view anyway; what is kept must be the bytes sent.
-    """
-    if not getattr(response, "is_rendered", True):
-        response.render()  # type: ignore[attr-defined]
-    return response

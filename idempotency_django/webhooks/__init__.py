@@ -25,7 +25,7 @@ from django.utils.translation import gettext, gettext_noop
 
 from idempotency_django.conf import idempotency_settings
 from idempotency_django.protocol import problems
-from idempotency_django.protocol.attempt import Attempt, rendered
+from idempotency_django.protocol.attempt import Attempt
 from idempotency_django.protocol.bodies import BodyRefused, prepare_body
 from idempotency_django.protocol.keys import InvalidKey
 from idempotency_django.protocol.logs import emit, error_name, request_id
@@ -333,8 +333,10 @@ def _run_id(response: HttpResponseBase) -> str | None:
     elif getattr(response, "streaming", False):
         return None
     else:
+        if not getattr(response, "is_rendered", True):
+            response.render()  # type: ignore[attr-defined]  # a TemplateResponse, as Attempt's
         try:
-            data = json.loads(rendered(response).content or b"null")  # type: ignore[attr-defined]
+            data = json.loads(response.content or b"null")  # type: ignore[attr-defined]
         except ValueError:
             return None
     run_id = data.get("run_id") if isinstance(data, dict) else None
