@@ -113,11 +113,13 @@ def parse_duration(value: str) -> timedelta:
 
 
 def default_database() -> str:
-    """The alias the configured store writes to (``DatabaseStore.alias``), else the router's."""
+    """The database the configured store writes to, else the router's (a store outside
+    the database: its records there are those of webhooks and tasks, or of before)."""
     from idempotency_django.stores import get_store
 
-    alias = getattr(get_store(), "alias", None)
-    return alias if isinstance(alias, str) else router.db_for_write(IdempotencyRecord)
+    # Not a store's ``alias``: the Redis store's is a cache's.
+    alias = get_store().database_alias
+    return alias if alias is not None else router.db_for_write(IdempotencyRecord)
 
 
 def database_now(using: str) -> datetime:

@@ -165,6 +165,39 @@ def test_changelist_says_when_another_store_is_active(
     assert "these database records are not the live ones" in text
 
 
+#: The Redis store on a cache alias of its own, as docs/stores.md sets it up: not a
+#: database's alias (nothing here reaches the Redis server).
+REDIS_ON_ITS_OWN_CACHE = {
+    "IDEMPOTENCY": {"STORE": "redis", "STORE_OPTIONS": {"cache": "idempotency"}},
+    "CACHES": {
+        "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+        "idempotency": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": "redis://127.0.0.1:6379/15",
+        },
+    },
+}
+
+
+def test_the_database_records_stay_manageable_under_the_redis_store(
+    admin_client: Client, records: dict[str, IdempotencyRecord]
+) -> None:
+    """Its records in the database (webhooks', tasks', those of before) are on the
+    database the router names: the delete page, the release action and the erasure of a
+    principal work there, never on a "database" named after the store's cache."""
+    from idempotency_django.purge import purge_principal
+
+    abandoned = records["abandoned"]
+    action = {"action": "release_reservations", "_selected_action": [abandoned.pk], "post": "yes"}
+    with override_settings(**REDIS_ON_ITS_OWN_CACHE):
+        assert admin_client.get(delete_url(records["reserved"])).status_code == 200
+        assert admin_client.post(reverse(CHANGELIST), action).status_code == 302
+        erased = purge_principal(records["completed"].principal)
+    assert not IdempotencyRecord.objects.filter(pk=abandoned.pk).exists()
+    assert erased >= 1
+    assert not IdempotencyRecord.objects.filter(principal=records["completed"].principal).exists()
+
+
 def test_changelist_does_not_load_bodies(
     admin_client: Client, records: dict[str, IdempotencyRecord]
 ) -> None:

@@ -20,7 +20,7 @@ from django.test import AsyncClient, Client, override_settings
 from idempotency_django import signals
 from idempotency_django.checks import check_settings
 from idempotency_django.models import IdempotencyRecord
-from idempotency_django.stores import Outcome, get_store
+from idempotency_django.stores import Outcome, RecordKey, StoreUnavailable, get_store
 from idempotency_django.stores.contract import KEY, LOCK_TIMEOUT, REQUEST, RESPONSE
 from idempotency_django.stores.redis import RedisStore
 from tests.checkpoints import Checkpoint
@@ -159,7 +159,7 @@ def _round_trips(server: redis.Redis) -> int:
     }
     # The store itself only ever sends EVALSHA; the rest ran inside the scripts.
     in_scripts = {"get", "set", "del", "publish", "time", "zadd", "zcard", "zrange"}
-    assert set(calls) <= {"evalsha", "pexpire", "zremrangebyscore", *in_scripts}, calls
+    assert set(calls) <= {"evalsha", "pexpire", "pexpireat", "zremrangebyscore", *in_scripts}, calls
     return calls["evalsha"]
 
 
@@ -378,7 +378,6 @@ def test_the_short_name_builds_the_store() -> None:
 
 
 def test_the_logged_key_digest_is_the_start_of_the_redis_key() -> None:
-    from idempotency_django.stores import RecordKey
     from idempotency_django.stores.digests import key_digest
 
     store = RedisStore()
@@ -410,3 +409,70 @@ def test_a_value_in_no_format_it_knows_is_nobodys(foreign: bytes) -> None:
         # A claim takes the key.
         assert store.claim(KEY, REQUEST, LOCK_TIMEOUT).outcome is Outcome.CLAIMED
         assert store.peek(KEY) is Outcome.IN_PROGRESS
+
+
+# -- entries in format 1 that this store never writes: the store failing, never a 500 --
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        b'{"v":1}\n',
+        b'{"v":1,"state":"in_progress","fp":"x","status":"abc"}\n',
+        b'{"v":1,"state":"completed","fp":"x","status":null,"headers":[]}\n',
+    ],
+    ids=["no-state", "status-text", "status-null"],
+)
+def test_a_malformed_entry_looked_up_is_the_store_failing(value: bytes) -> None:
+    """What a waiting duplicate and a webhook's neighbouring buckets look at."""
+    with redis_store_settings():
+        store = get_store()
+        raw_client().set(store.redis_key(KEY), value)  # type: ignore[attr-defined]
+        with pytest.raises(StoreUnavailable):
+            store.lookup(KEY)
+
+
+@pytest.mark.parametrize(
+    "head",
+    [{"status": 1000}, {"status": 201, "headers": [["X-Bad", "a\nb"]]}],
+    ids=["status-out-of-range", "header-with-a-line-break"],
+)
+def test_a_malformed_stored_answer_is_replayed_as_503(alice_client: Client, head: Any) -> None:
+    """Django would refuse to send it: 503 idempotency_unavailable, nothing runs."""
+    alice_client.raise_request_exception = False
+    with redis_store_settings():
+        assert post(alice_client, "malformed").status_code == 201
+        [(redis_key, value)] = stored_entries().items()
+        stored_head, _, stored_body = value.partition(b"\n")
+        edited = {**json.loads(stored_head), **head}
+        raw_client().set(redis_key, json.dumps(edited).encode() + b"\n" + stored_body, px=60_000)
+        retry = post(alice_client, "malformed")
+    assert (retry.status_code, retry.json()["code"]) == (503, "idempotency_unavailable")
+    assert Booking.objects.count() == 1
+
+
+# -- MAX_KEYS_PER_PRINCIPAL: the principal's index of keys -------------------------------
+
+
+def test_a_short_lived_key_leaves_the_principal_index_to_its_longest_lived_one() -> None:
+    with redis_store_settings(MAX_KEYS_PER_PRINCIPAL=5):
+        store = get_store()
+        week = RecordKey("auth.user:1", "", "a-7-day-view")
+        second = RecordKey("auth.user:1", "", "a-1-second-view")
+        assert store.count_keys(week, 7 * 86400)[0] == 1
+        assert store.count_keys(second, 1)[0] == 2
+        ttl = raw_client().pttl(store.principal_index(week))  # type: ignore[attr-defined]
+    assert ttl > 6 * 86400 * 1000, "a key of one second would end the index, a week's key too"
+
+
+def test_a_release_that_lost_its_key_leaves_the_new_holder_counted() -> None:
+    """Its reservation expired and a retry took the key: the release is not of that one."""
+    with redis_store_settings(MAX_KEYS_PER_PRINCIPAL=5):
+        store, client = get_store(), raw_client()
+        first = store.claim(KEY, REQUEST, LOCK_TIMEOUT)
+        store.count_keys(KEY, 600)
+        client.delete(store.redis_key(KEY))  # type: ignore[attr-defined]  # it expired
+        assert store.claim(KEY, REQUEST, LOCK_TIMEOUT).outcome is Outcome.CLAIMED
+        store.release(KEY, first.token)
+        index = store.principal_index(KEY)  # type: ignore[attr-defined]
+        assert client.zscore(index, KEY.digest) is not None

@@ -59,7 +59,9 @@ from idempotency_django.stores.redis_scripts import (
     RENEW_SCRIPT,
 )
 from idempotency_django.stores.redis_values import (
+    COMPLETED,
     FORMAT_VERSION,
+    IN_PROGRESS,
     compact_json,
     decode_response,
     milliseconds,
@@ -126,10 +128,11 @@ class RedisStore(BaseStore):
         return bool(reply == 1)
 
     def release(self, key: RecordKey, token: str) -> None:
-        self._run(RELEASE_SCRIPT, self.redis_key(key), token)
-        if idempotency_settings.MAX_KEYS_PER_PRINCIPAL:
-            # A released key no longer counts against its principal. A separate
-            # call: the index is another key, maybe on another cluster node.
+        released = self._run(RELEASE_SCRIPT, self.redis_key(key), token) == 1
+        if released and idempotency_settings.MAX_KEYS_PER_PRINCIPAL:
+            # A released key no longer counts against its principal (a key taken over
+            # since is another's, and still counts). A separate call: the index is
+            # another key, maybe on another cluster node.
             with unavailable_on(*_ERRORS):
                 self.client().zrem(self.principal_index(key), key.digest)
 
@@ -137,8 +140,14 @@ class RedisStore(BaseStore):
         reply = self._run(LOOKUP_SCRIPT, self.redis_key(key))
         if reply is None:
             return None
-        state, status, ttl = (text(part) for part in reply)
-        return KeyState(state, int(status) if status else None, expires_in=int(ttl) / 1000)
+        # An entry this store did not write (no state, a status that is no number) is
+        # the store failing, as a claim of it is: never a 500 in a waiting duplicate.
+        with unavailable_on(ValueError, TypeError):
+            state, status, ttl = (text(part) for part in reply)
+            status_code = int(status) if status else None
+            if state not in (IN_PROGRESS, COMPLETED):
+                raise ValueError(f"state {state!r}")
+            return KeyState(state, status_code, expires_in=int(ttl) / 1000)
 
     def wait(self, key: RecordKey, timeout: float) -> None:
         # complete and release publish on the entry's channel: no polling.

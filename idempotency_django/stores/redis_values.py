@@ -14,6 +14,7 @@ from idempotency_django.stores.encryption import unseal
 
 FORMAT_VERSION = 1
 IN_PROGRESS = "in_progress"
+COMPLETED = "completed"
 
 
 def reservation(token: str, fingerprint: str) -> bytes:
@@ -50,6 +51,11 @@ def decode_response(value: Any, key: RecordKey, kind: str) -> StoredResponse:
             body=body,
             body_omitted=bool(head.get("omitted", False)),
         )
-    except (ValueError, TypeError, KeyError) as exc:
+        # What no answer this store wrote holds, and Django would refuse to send (a 500).
+        if not 100 <= stored.status <= 599:
+            raise ValueError(f"status {stored.status}")
+        if any("\r" in part or "\n" in part for header in stored.headers for part in header):
+            raise ValueError("a header with a line break")
+    except (ValueError, TypeError, KeyError, OverflowError) as exc:
         raise StoreUnavailable(f"A stored response could not be decoded: {exc}") from exc
     return unseal(stored, key, kind)
