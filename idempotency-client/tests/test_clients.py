@@ -308,8 +308,10 @@ def test_logs_name_the_operation_by_a_digest_and_carry_no_secret(
 def test_a_network_error_that_is_not_a_blip_is_raised_at_once() -> None:
     with requests.Session() as session:
         api = IdempotentClient(session, sleep=lambda _: pytest.fail("no retry"))
-        with pytest.raises(requests.exceptions.InvalidSchema):
-            api.post("gopher://127.0.0.1/pay/", json=BODY)
+        with pytest.raises(RequestRejected) as rejected:
+            api.post("gopher://127.0.0.1/pay/?token=secret", json=BODY)
+    assert isinstance(rejected.value.error, requests.exceptions.InvalidSchema)
+    assert "/pay/" not in str(rejected.value) and "secret" not in str(rejected.value)
 
 
 def test_bad_calls_are_refused_before_anything_is_sent() -> None:
@@ -357,8 +359,9 @@ def test_a_non_blip_network_error_of_httpx_is_raised_at_once() -> None:
         async with httpx.AsyncClient() as client:
             await AsyncIdempotentClient(client).post("gopher://127.0.0.1/pay/", json=BODY)
 
-    with pytest.raises(httpx.UnsupportedProtocol):
+    with pytest.raises(RequestRejected) as rejected:
         asyncio.run(call_async())
+    assert isinstance(rejected.value.error, httpx.UnsupportedProtocol)
 
 
 def test_a_body_of_ones_own_content_type_and_a_redirect_without_location(kind: str) -> None:
@@ -398,3 +401,92 @@ def test_an_origin_with_a_port_out_of_range_is_its_host() -> None:
     from idempotency_client.operation import _origin
 
     assert _origin("http://127.0.0.1:99999/pay/?token=t") == "http://127.0.0.1"
+
+
+# -- found by a review (2026-12-06): each of these failed before its fix -------------------
+
+
+def test_a_location_hosts_are_read_differently_in_is_not_followed() -> None:
+    """urllib.parse reads the host after the backslash's ``@``, urllib3 (requests) before
+    it: the same origin to one is another host to the other."""
+    redirect = Answer(307)
+    with Recorder() as elsewhere, Recorder({"/pay/": [redirect]}) as api:
+        redirect.headers["Location"] = f"http://localhost:{elsewhere.port}\\@127.0.0.1:{api.port}/"
+        with requests.Session() as session, pytest.raises(RequestRejected, match="not followed"):
+            session.headers.update(SECRETS)
+            IdempotentClient(session).post(f"{api.base}/pay/", json=BODY)
+    assert elsewhere.seen == []
+
+
+def test_a_body_that_is_not_bytes_is_refused_before_anything_is_sent(kind: str) -> None:
+    """A stream would be read by the first attempt: the retry would send it empty."""
+    stream = (part for part in [b'{"amount"', b":1}"])
+    with Recorder() as api, pytest.raises(TypeError, match="bytes"):
+        Api(kind).post(f"{api.base}/pay/", content=stream)  # type: ignore[typeddict-item]
+    assert api.seen == []
+
+
+def test_answers_in_progress_leave_the_attempts_to_those_that_may_have_run(kind: str) -> None:
+    """Two 503s and four answers "in progress" are two attempts of five: retried on."""
+    in_progress = Answer(409, {"Content-Type": "application/problem+json", "Retry-After": "1"})
+    in_progress.body = b'{"status": 409, "code": "idempotency_key_in_progress"}'
+    plan = [Answer(503), *[in_progress] * 4, Answer(503)]
+    with Recorder({"/pay/": plan}) as api:
+        response = Api(kind, policy=RetryPolicy(attempts=5), sleep=lambda _: None).post(
+            f"{api.base}/pay/", json=BODY
+        )
+    assert (response.status_code, len(api.seen)) == (201, 7)
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_the_fresh_credential_replaces_the_stale_one_whatever_its_case(flavour: str) -> None:
+    sent: list[list[str]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(request.headers.get_list("authorization"))
+        return httpx.Response(401 if len(sent) == 1 else 201)
+
+    stale: dict[str, Any] = {"content": b"x", "headers": {"authorization": "Bearer old"}}
+    if flavour == "sync":
+        with httpx.Client(transport=httpx.MockTransport(handler)) as client:
+            fresh = IdempotentClient(client, reauthenticate=lambda: {"Authorization": "Bearer new"})
+            fresh.post("http://api.test/pay/", **stale)
+    else:
+
+        async def new() -> dict[str, str]:
+            return {"Authorization": "Bearer new"}
+
+        async def run() -> None:
+            async def ahandler(request: httpx.Request) -> httpx.Response:
+                return handler(request)
+
+            async with httpx.AsyncClient(transport=httpx.MockTransport(ahandler)) as client:
+                await AsyncIdempotentClient(client, reauthenticate=new).post(
+                    "http://api.test/pay/", **stale
+                )
+
+        asyncio.run(run())
+    assert sent == [["Bearer old"], ["Bearer new"]]
+
+
+def test_a_retry_after_of_zero_waits_the_backoff(kind: str) -> None:
+    """Answers "in progress" are bounded by time only: asked again at once, they would be
+    asked in a loop until it runs out."""
+    in_progress = Answer(409, {"Content-Type": "application/problem+json", "Retry-After": "0"})
+    in_progress.body = b'{"status": 409, "code": "idempotency_key_in_progress"}'
+    waits: list[float] = []
+    with Recorder({"/pay/": [in_progress, in_progress]}) as api:
+        Api(kind, policy=RetryPolicy(base=0.5), sleep=waits.append, jitter=lambda: 0.5).post(
+            f"{api.base}/pay/", json=BODY
+        )
+    assert waits == [0.25, 0.5]  # full jitter's draw of 0.5, after attempts 1 and 2
+
+
+@pytest.mark.parametrize("kind", ["requests", "httpx"])
+def test_a_refused_certificate_is_not_retried_and_its_error_names_no_path(kind: str) -> None:
+    with Recorder() as api:  # it speaks HTTP, not TLS
+        url = f"https://127.0.0.1:{api.port}/hooks/trg_secret/?sig=deadbeef"
+        with pytest.raises(RequestRejected) as rejected:
+            Api(kind, sleep=lambda _: pytest.fail("no retry")).post(url, content=b"x")
+    assert "trg_secret" not in str(rejected.value) and "deadbeef" not in str(rejected.value)
+    assert rejected.value.error is not None

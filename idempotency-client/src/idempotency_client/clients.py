@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import ssl
 import sys
 import time
 from collections.abc import Awaitable, Callable, Generator, Mapping
@@ -34,7 +35,24 @@ class _NetworkErrors:
     not_retried: tuple[type[Exception], ...] = ()
 
     def retryable(self, error: Exception) -> bool:
-        return isinstance(error, self.retried) and not isinstance(error, self.not_retried)
+        if not isinstance(error, self.retried) or isinstance(error, self.not_retried):
+            return False
+        # A certificate or TLS failure is not a blip, whichever library reports it (httpx
+        # as a ConnectError whose cause is the ssl module's error).
+        cause: BaseException | None = error
+        while cause is not None:
+            if isinstance(cause, ssl.SSLError):
+                return False
+            cause = cause.__cause__ or cause.__context__
+        return True
+
+
+def replace_headers(headers: dict[str, str], fresh: Mapping[str, str]) -> None:
+    """``headers`` with ``fresh`` in place of the headers of the same names, in any case."""
+    names = {name.lower() for name in fresh}
+    for name in [name for name in headers if name.lower() in names]:
+        del headers[name]
+    headers.update(fresh)
 
 
 def _requests_errors() -> _NetworkErrors:
@@ -196,7 +214,7 @@ class _Retrying(Generic[ResponseT]):
             answer = yield _Send(operation)
             if isinstance(answer, Exception):
                 if not self._errors.retryable(answer):
-                    raise answer
+                    raise operation.not_retried(answer) from None
                 response, error = None, answer
             else:
                 response, error = answer, None
@@ -288,7 +306,7 @@ class IdempotentClient(_Retrying[ResponseT]):
                 self._sender.close(step.response)
             elif isinstance(step, _Reauthenticate):
                 assert self._reauthenticate is not None
-                step.headers.update(self._reauthenticate())
+                replace_headers(step.headers, self._reauthenticate())
             else:
                 self._sleep(step.seconds)
 
@@ -350,7 +368,7 @@ class AsyncIdempotentClient(_Retrying["httpx.Response"]):
                 await step.response.aclose()
             elif isinstance(step, _Reauthenticate):
                 assert self._reauthenticate is not None
-                step.headers.update(await self._reauthenticate())
+                replace_headers(step.headers, await self._reauthenticate())
             else:
                 await self._sleep(step.seconds)
 

@@ -172,7 +172,12 @@ class Operation:
             if "x-location-id" in given:
                 raise ValueError("pass the location as location= or in headers, not both")
             self.headers["X-Location-Id"] = options["location"]
-        self.body: bytes | None = options.get("content")
+        content = options.get("content")
+        if content is not None and not isinstance(content, bytes | bytearray | memoryview):
+            # A stream or a generator is read by the first attempt: a retry would send
+            # an empty or partial body under the same key.
+            raise TypeError("content= takes bytes: read a stream into bytes first")
+        self.body: bytes | None = None if content is None else bytes(content)
         if "json" in options:
             self.body = json.dumps(
                 options["json"], separators=(",", ":"), ensure_ascii=False, allow_nan=False
@@ -198,6 +203,9 @@ class Operation:
         self.jitter = jitter
         self.started = clock()
         self.attempt = 1  # the attempt in flight; a followed redirect is part of it
+        #: The attempts before it whose answer was not "in progress": those that may have
+        #: run, which ``policy.attempts`` caps.
+        self.counted = 0
         self.redirects = 0
 
     def after(self, response: ResponseT | None, error: Exception | None) -> Next | None:
@@ -213,6 +221,7 @@ class Operation:
         decision = decide(
             outcome,
             attempt=self.attempt,
+            counted=self.counted + (not outcome.in_progress),
             elapsed=elapsed,
             policy=self.policy,
             draw=self.jitter(),
@@ -234,6 +243,7 @@ class Operation:
             # Not chained: the library's error message holds the whole URL.
             raise self._failure(decision, outcome, elapsed, response, error) from None
         self.attempt += 1
+        self.counted += not outcome.in_progress
         if decision.verdict is Verdict.REAUTHENTICATE:
             self.can_reauthenticate = False  # once per operation
             return Next(decision.delay, reauthenticate=True)
@@ -250,7 +260,7 @@ class Operation:
         if not location:
             return False
         target = urljoin(self.url, location)
-        same_origin = _origin(target) == _origin(self.url)
+        same_origin = _unambiguous(target) and _origin(target) == _origin(self.url)
         if same_origin and response.status_code in (307, 308) and self.redirects < MAX_REDIRECTS:
             self.redirects += 1
             logger.debug("%s [op %s] following a %d", self.label, self.digest, response.status_code)
@@ -271,6 +281,24 @@ class Operation:
             code=None,
             attempts=self.attempt,
             retry_after=None,
+        )
+
+    def not_retried(self, error: Exception) -> RequestRejected[Any]:
+        """A network error that retrying cannot help (a certificate refused), without the
+        library's message, which holds the URL with its path and query."""
+        message = (
+            f"{self.label}: no response ({type(error).__name__}) at attempt {self.attempt}; "
+            "not retried: sending it again cannot help"
+        )
+        logger.warning("%s [op %s] %s", self.label, self.digest, message)
+        return RequestRejected(
+            message,
+            response=None,
+            status=None,
+            code=None,
+            attempts=self.attempt,
+            retry_after=None,
+            error=error,
         )
 
     def _failure(
@@ -300,6 +328,19 @@ class Operation:
             retry_after=outcome.retry_after,
             error=error,
         )
+
+
+def _unambiguous(url: str) -> bool:
+    """Whether every HTTP library reads ``url``'s host as :func:`_origin` does.
+
+    URL parsers differ on a backslash (urllib.parse takes it for part of the userinfo,
+    urllib3 for the end of the host), on whitespace and control characters (some drop
+    them) and on userinfo: a redirect holding any of them is not followed.
+    """
+    if "\\" in url or not url.isprintable() or any(c.isspace() for c in url):
+        return False
+    parts = urlsplit(url)
+    return parts.username is None and parts.password is None
 
 
 def _origin(url: str) -> str:

@@ -68,6 +68,11 @@ class Outcome:
     #: Why the server did not use the key (its ``Idempotency-Key-Ignored``), if it said so.
     key_ignored: str | None = None
 
+    @property
+    def in_progress(self) -> bool:
+        """``409 idempotency_key_in_progress``: another attempt holds the key; nothing ran."""
+        return self.status == 409 and self.code == KEY_IN_PROGRESS
+
 
 class Verdict(Enum):
     DONE = "done"  # a final answer (2xx, a replay, 3xx): return it
@@ -91,8 +96,12 @@ def decide(
     policy: RetryPolicy,
     draw: float,
     can_reauthenticate: bool = False,
+    counted: int | None = None,
 ) -> Decision:
     """The client retry matrix, for the ``attempt``-th attempt, ``elapsed`` seconds in.
+
+    ``counted``: of those attempts, the ones ``policy.attempts`` caps (all but those
+    answered "in progress", which ran nothing); by default ``attempt``.
 
     ``draw`` (uniform in [0, 1)) is the jitter, passed in so that the decision is
     repeatable. No retry is decided for a 400, 403, 404, 413, 422 or a 409 other
@@ -102,7 +111,7 @@ def decide(
     key (but a 401, which ran nothing): a retry could run the work twice.
     """
     status = outcome.status
-    in_progress = status == 409 and outcome.code == KEY_IN_PROGRESS
+    in_progress = outcome.in_progress
     if status is not None and status < 400:
         return Decision(Verdict.DONE)
     if outcome.key_ignored is not None and status != 401:
@@ -114,10 +123,9 @@ def decide(
         verdict, delay = Verdict.REAUTHENTICATE, 0.0
     elif status is None or status in policy.retry_statuses or in_progress:
         verdict = Verdict.RETRY
-        if outcome.retry_after is not None:
-            delay = outcome.retry_after
-        else:
-            delay = policy.backoff(attempt, draw)
+        # No wait asked for, or none at all ("0", a date past): the backoff's own, or
+        # every answer "in progress" would be asked again at once.
+        delay = outcome.retry_after or policy.backoff(attempt, draw)
     else:
         return Decision(Verdict.REJECTED)
     # A Retry-After longer than the time left is not shortened: retrying before the
@@ -125,7 +133,8 @@ def decide(
     # only the time budget bounds those, so that a crashed request's key, free
     # LOCK_TIMEOUT after its last renewal (seconds with the server's HEARTBEAT), is
     # taken over within it.
-    out_of_attempts = attempt >= policy.attempts and not in_progress
+    out_of_attempts = (attempt if counted is None else counted) >= policy.attempts
+    out_of_attempts = out_of_attempts and not in_progress
     if out_of_attempts or elapsed + delay > policy.max_elapsed:
         return Decision(Verdict.EXHAUSTED)
     return Decision(verdict, delay)
