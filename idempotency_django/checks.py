@@ -58,6 +58,13 @@ def _are_marker_headers(value: Any) -> bool:
     )
 
 
+def _strings(value: Any) -> bool:
+    """A list, tuple or set of strings, not one string."""
+    return isinstance(value, list | tuple | set | frozenset) and all(
+        isinstance(item, str) for item in value
+    )
+
+
 #: The settings whose annotation is the type a read gives, not a setting's: (whether a
 #: value has the setting's shape, what it must be).
 SHAPES: dict[str, tuple[Callable[[Any], bool], str]] = {
@@ -72,9 +79,12 @@ SHAPES: dict[str, tuple[Callable[[Any], bool], str]] = {
         "KEY_IGNORED and KEY_ECHO (a header name, or None).",
     ),
     "REQUIRED_PATHS": (
-        lambda value: not isinstance(value, str) and all(isinstance(p, str) for p in value),
+        lambda value: _strings(value),
         "must be a list of regular expressions (strings).",
     ),
+    # A string would be read a character each: ("Content-Type") without its comma.
+    "METHODS": (lambda value: _strings(value), "must be a list of method names (strings)."),
+    "REPLAY_HEADERS": (lambda value: _strings(value), "must be a list of header names (strings)."),
 }
 #: Numbers that must be above 0 (None, where the type allows it, is "no limit").
 POSITIVE = (
@@ -90,6 +100,19 @@ def _listed(
 ) -> Callable[..., list[checks.CheckMessage]]:
     """A check written as a generator, returning the list Django's checks return."""
     return functools.wraps(problems)(lambda **kwargs: list(problems(**kwargs)))
+
+
+def _is_session_middleware(path: str) -> bool:
+    """Django's SessionMiddleware, or a drop-in subclass of it (django-user-sessions')."""
+    if path == SESSION_PATH:
+        return True
+    from django.contrib.sessions.middleware import SessionMiddleware
+
+    try:
+        middleware = import_string(path)
+    except ImportError:
+        return False  # Django's own check reports it
+    return isinstance(middleware, type) and issubclass(middleware, SessionMiddleware)
 
 
 @checks.register(checks.Tags.compatibility)
@@ -113,7 +136,7 @@ def check_middleware(**kwargs: Any) -> Iterator[checks.CheckMessage]:
             id="idempotency_django.E001",
         )
     anonymous = idempotency_settings.user_settings.get("ANONYMOUS")
-    if anonymous == "session" and SESSION_PATH not in earlier:
+    if anonymous == "session" and not any(_is_session_middleware(path) for path in earlier):
         yield checks.Error(
             "IDEMPOTENCY['ANONYMOUS'] is 'session', which needs SessionMiddleware "
             "before IdempotencyMiddleware.",
@@ -184,14 +207,15 @@ def _setting_problems(
             yield _error(f"{SETTING_NAME}[{name!r}] {refusal[1]}", refusal[0])
     for name, code, rule in _out_of_bounds(typed):
         yield _error(f"{SETTING_NAME}[{name!r}] {rule}", code)
-    methods = {str(method).upper() for method in merged["METHODS"]}
+    methods = {str(method).upper() for method in typed.get("METHODS", ())}
     if not methods <= UNSAFE_METHODS:
         yield _error(
             f"{SETTING_NAME}['METHODS'] may only name unsafe methods; "
             f"{sorted(methods - UNSAFE_METHODS)} are safe or unknown.",
             "E007",
         )
-    forbidden = {str(h).lower() for h in merged["REPLAY_HEADERS"]} & conf.FORBIDDEN_REPLAY_HEADERS
+    replayed = {str(h).lower() for h in typed.get("REPLAY_HEADERS", ())}
+    forbidden = replayed & conf.FORBIDDEN_REPLAY_HEADERS
     if forbidden:
         yield _error(
             f"{SETTING_NAME}['REPLAY_HEADERS'] names {sorted(forbidden)}, which are never "
@@ -201,9 +225,16 @@ def _setting_problems(
     for name in sorted(conf.IMPORT_STRINGS):
         if isinstance(merged[name], str):
             try:
-                import_string(merged[name])
+                imported = import_string(merged[name])
             except ImportError as exc:
                 yield _error(f"{SETTING_NAME}[{name!r}] cannot be imported: {exc}", "E009")
+            else:
+                if not callable(imported):  # a module, a constant: every request would fail
+                    yield _error(
+                        f"{SETTING_NAME}[{name!r}] names {type(imported).__name__} "
+                        f"{merged[name]!r}, which cannot be called.",
+                        "E004",
+                    )
     if "REQUIRED_PATHS" in typed:
         yield from _check_required_paths(typed["REQUIRED_PATHS"])
     yield from _check_encryption_keys(merged["ENCRYPTION_KEY"], merged["ENCRYPTION_KEY_FALLBACKS"])

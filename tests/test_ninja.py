@@ -523,12 +523,13 @@ def test_the_schema_documents_the_key_and_the_answers() -> None:
     assert key["required"] is False
     assert key["schema"]["maxLength"] == 255
     responses = operation["responses"]
-    assert set(responses) == {201, 400, 409, 503}
+    assert set(responses) == {201, 400, 409, 413, 503}
     assert "Idempotency-Replayed" in responses[201]["headers"]
     assert "BookingOut" in responses[201]["content"]["application/json"]["schema"]["$ref"]
     assert set(responses[409]["content"]["application/problem+json"]["examples"]) == {
         "idempotency_key_reused",
         "idempotency_key_in_progress",
+        "idempotency_response_not_stored",
     }
     assert "Retry-After" in responses[503]["headers"]
     required = operation_schema(ninja_api.api, "/ninja/required-bookings")
@@ -556,7 +557,7 @@ def test_the_schema_shows_the_reuse_status_of_the_settings() -> None:
             return 201, {}
 
         responses = api.get_openapi_schema(path_prefix="")["paths"]["/z"]["post"]["responses"]
-    assert set(responses) == {201, 400, 409, 422, 503}
+    assert set(responses) == {201, 400, 409, 413, 422, 503}
     assert set(responses[422]["content"]["application/problem+json"]["examples"]) == {
         "idempotency_key_reused"
     }

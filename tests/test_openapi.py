@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -12,6 +13,9 @@ from typing import Any
 import pytest
 from django.conf import settings
 from django.test import override_settings
+from hypothesis import example, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 from rest_framework.schemas.inspectors import DefaultSchema
 from rest_framework.schemas.openapi import AutoSchema as DRFAutoSchema
 
@@ -22,6 +26,8 @@ from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.validation import validate_schema
 
 from idempotency_django.openapi import IdempotentAutoSchema
+from idempotency_django.protocol.keys import parse_key
+from idempotency_django.protocol.openapi_contract import KEY_SCHEMA
 
 PROBLEM = "application/problem+json"
 
@@ -105,11 +111,16 @@ def test_protected_create_documents_optional_key_and_problems(schema: dict[str, 
     assert problem_codes(responses["400"]) == {
         "idempotency_key_invalid",
         "idempotency_location_invalid",
+        "idempotency_body_unavailable",
+        "idempotency_body_incomplete",
     }
     assert problem_codes(responses["409"]) == {
         "idempotency_key_reused",
         "idempotency_key_in_progress",
+        "idempotency_response_not_stored",  # MAX_STORED_BODY
     }
+    assert problem_codes(responses["413"]) == {"idempotency_body_too_large"}  # its default
+    assert "429" not in responses  # MAX_KEYS_PER_PRINCIPAL is off
     assert "Retry-After" in responses["409"]["headers"]
     assert problem_codes(responses["503"]) == {"idempotency_unavailable"}
     assert "Retry-After" in responses["503"]["headers"]
@@ -236,7 +247,21 @@ def test_required_setting_makes_the_key_required() -> None:
 def test_reuse_status_422() -> None:
     responses = build_schema(REUSE_STATUS=422)["paths"]["/api/bookings/"]["post"]["responses"]
     assert problem_codes(responses["422"]) == {"idempotency_key_reused"}
-    assert problem_codes(responses["409"]) == {"idempotency_key_in_progress"}
+    assert problem_codes(responses["409"]) == {
+        "idempotency_key_in_progress",
+        "idempotency_response_not_stored",
+    }
+
+
+def test_the_limits_set_document_their_answers() -> None:
+    """Each limit the settings turn on has its answer; one turned off, none."""
+    limited = {"MAX_KEYS_PER_PRINCIPAL": 100, "MAX_FINGERPRINTED_BODY": None}
+    responses = build_schema(**limited, MAX_STORED_BODY=None)["paths"]["/api/bookings/"]
+    answers = responses["post"]["responses"]
+    assert problem_codes(answers["429"]) == {"idempotency_too_many_keys"}
+    assert "Retry-After" in answers["429"]["headers"]
+    assert "413" not in answers
+    assert "idempotency_response_not_stored" not in problem_codes(answers["409"])
 
 
 def test_custom_header_name() -> None:
@@ -327,3 +352,13 @@ def test_combined_with_a_project_auto_schema() -> None:
     assert operation["tags"] == ["project"]
     assert key_header(operation) is not None
     assert "409" in operation["responses"]
+
+
+@hypothesis_settings(max_examples=200, deadline=None)
+@example('"a"b"').xfail(raises=AssertionError, reason="refused by the pattern itself")
+@given(st.from_regex(KEY_SCHEMA["pattern"], fullmatch=True).filter(lambda key: len(key) <= 255))
+def test_every_key_the_schema_admits_the_server_accepts(key: str) -> None:
+    """A contract tester's key is never refused 400: no bare key may start with a quote,
+    which the server reads as a quoted string to be well formed."""
+    assert re.fullmatch(KEY_SCHEMA["pattern"], key)
+    assert parse_key(key)

@@ -10,6 +10,7 @@ from typing import Any, get_type_hints
 
 import pytest
 from django.contrib.auth.models import User
+from django.contrib.sessions.middleware import SessionMiddleware
 from django.core import checks
 from django.db import connection
 from django.test import Client, override_settings
@@ -214,6 +215,23 @@ def test_check_missing_middleware() -> None:
     assert [m.id for m in check_middleware()] == ["idempotency_django.W001"]
 
 
+class ProjectSessionMiddleware(SessionMiddleware):
+    """A drop-in replacement, as django-user-sessions and django-qsessions install."""
+
+
+def test_a_session_middleware_of_ones_own_serves_anonymous_session() -> None:
+    """E014 asks for sessions before the middleware: a subclass of Django's gives them."""
+    middleware = [
+        f"{__name__}.ProjectSessionMiddleware",
+        "django.contrib.auth.middleware.AuthenticationMiddleware",
+        "idempotency_django.middleware.IdempotencyMiddleware",
+    ]
+    with override_settings(MIDDLEWARE=middleware, IDEMPOTENCY={"ANONYMOUS": "session"}):
+        assert "idempotency_django.E014" not in [m.id for m in check_middleware()]
+    with override_settings(MIDDLEWARE=middleware[1:], IDEMPOTENCY={"ANONYMOUS": "session"}):
+        assert "idempotency_django.E014" in [m.id for m in check_middleware()]
+
+
 @pytest.mark.parametrize(
     ("value", "code"),
     [
@@ -237,6 +255,17 @@ def test_check_missing_middleware() -> None:
         ({"ANONYMOUS": "allow"}, "idempotency_django.E005"),
         ({"METHODS": ["POST", "GET"]}, "idempotency_django.E007"),
         ({"REPLAY_HEADERS": ["Content-Type", "Set-Cookie"]}, "idempotency_django.E008"),
+        # A string where a list goes: each character an entry (a tuple without its comma).
+        ({"REPLAY_HEADERS": ("Content-Type")}, "idempotency_django.E004"),
+        ({"METHODS": "POST"}, "idempotency_django.E004"),
+        ({"METHODS": None}, "idempotency_django.E004"),
+        ({"REPLAY_HEADERS": None}, "idempotency_django.E004"),
+        ({"REQUIRED_PATHS": None}, "idempotency_django.E004"),
+        # Imported, but a module: every keyed request would answer 500.
+        (
+            {"FINGERPRINT_FUNCTION": "idempotency_django.protocol.fingerprint"},
+            "idempotency_django.E004",
+        ),
         ({"SCOPE_FUNCTION": "no.such.function"}, "idempotency_django.E009"),
         ({"STORE": "no.such.Store"}, "idempotency_django.E009"),
         ({"STORE_OPTIONS": {"database": "nope"}}, "idempotency_django.E010"),

@@ -18,13 +18,14 @@ from idempotency_django.protocol.keys import MAX_KEY_LENGTH
 from idempotency_django.protocol.scope import MAX_LOCATION_LENGTH
 
 #: The ``Idempotency-Key`` header's schema. The pattern is printable ASCII without a comma,
-#: no leading or trailing space: the bare keys ``parse_key`` accepts (it also accepts a
-#: quoted RFC 8941 sf-string, which may contain a comma).
+#: no leading or trailing space, not starting with a quote: the bare keys ``parse_key``
+#: accepts (it also accepts a quoted RFC 8941 sf-string, which may contain a comma, and
+#: which the pattern leaves out: one that is not well formed is refused).
 KEY_SCHEMA: dict[str, Any] = {
     "type": "string",
     "minLength": 1,
     "maxLength": MAX_KEY_LENGTH,
-    "pattern": r"^[\x21-\x2B\x2D-\x7E](?:[\x20-\x2B\x2D-\x7E]*[\x21-\x2B\x2D-\x7E])?$",
+    "pattern": r"^[\x21\x23-\x2B\x2D-\x7E](?:[\x20-\x2B\x2D-\x7E]*[\x21-\x2B\x2D-\x7E])?$",
 }
 
 PROBLEM_SCHEMA: dict[str, Any] = {
@@ -94,23 +95,45 @@ def problem_answers(required: bool) -> list[ProblemAnswer]:
     """Each problem response, read from :data:`~idempotency_django.protocol.problems.REFUSALS`
     with the settings that change them (``REUSE_STATUS``, ``ANONYMOUS``)."""
     missing = (problems.KEY_MISSING,) if required else ()
-    invalid = f"The {idempotency_settings.HEADER} header is missing or invalid."
-    answers = [_answer(400, invalid, *missing, problems.KEY_INVALID, problems.LOCATION_INVALID)]
-    if idempotency_settings.ANONYMOUS == "reject":
+    settings = idempotency_settings
+    invalid = (
+        f"The {settings.HEADER} header is missing or invalid, or the body could not be read whole."
+    )
+    answers = [
+        _answer(
+            400,
+            invalid,
+            *missing,
+            problems.KEY_INVALID,
+            problems.LOCATION_INVALID,
+            problems.BODY_UNAVAILABLE,
+            problems.BODY_INCOMPLETE,
+        )
+    ]
+    if settings.ANONYMOUS == "reject":
         rejected = problems.AUTHENTICATION_REQUIRED
         answers.append(_answer(401, _detail(rejected), rejected))
+    if settings.MAX_FINGERPRINTED_BODY is not None:
+        too_large = problems.BODY_TOO_LARGE
+        answers.append(_answer(413, _detail(too_large), too_large))
+    # Sent by the second request with a key whose first response was too large to keep.
+    not_stored = (problems.RESPONSE_NOT_STORED,) if settings.MAX_STORED_BODY is not None else ()
     reuse_status = problems.REFUSALS[problems.KEY_REUSED].status_code()
     if reuse_status == 409:
         both = (
             "The key was used with a different request, or a request with this "
             "key is still being processed (with Retry-After)."
         )
-        answers.append(_answer(409, both, problems.KEY_REUSED, problems.KEY_IN_PROGRESS))
+        codes = (problems.KEY_REUSED, problems.KEY_IN_PROGRESS, *not_stored)
+        answers.append(_answer(409, both, *codes))
     else:
         in_progress = "A request with this key is still being processed."
-        answers.append(_answer(409, in_progress, problems.KEY_IN_PROGRESS))
+        answers.append(_answer(409, in_progress, problems.KEY_IN_PROGRESS, *not_stored))
         reused = "The key was used with a different request."
         answers.append(_answer(reuse_status, reused, problems.KEY_REUSED))
+    if settings.MAX_KEYS_PER_PRINCIPAL:
+        too_many = problems.TOO_MANY_KEYS
+        answers.append(_answer(429, _detail(too_many), too_many))
     gone = "The idempotency store could not be reached; nothing was done. Retry with the same key."
     return [*answers, _answer(503, gone, problems.UNAVAILABLE)]
 
@@ -122,10 +145,20 @@ def _answer(status: int, description: str, *codes: str) -> ProblemAnswer:
 
 
 def _detail(code: str) -> str:
+    """The code's detail as an answer would say it (its numbers from the settings, or an
+    example: the Content-Length a cut body announced, the status a too large answer had)."""
+    settings, refusal = idempotency_settings, problems.REFUSALS[code]
     if code == problems.LOCATION_INVALID:
-        location = idempotency_settings.LOCATION_HEADER
-        return problems.REFUSALS[code].english_detail(header=location, length=MAX_LOCATION_LENGTH)
-    return problems.REFUSALS[code].english_detail()
+        return refusal.english_detail(header=settings.LOCATION_HEADER, length=MAX_LOCATION_LENGTH)
+    if code == problems.BODY_INCOMPLETE:
+        return refusal.english_detail(length=1024)
+    if code == problems.BODY_TOO_LARGE:
+        return refusal.english_detail(limit=settings.MAX_FINGERPRINTED_BODY)
+    if code == problems.RESPONSE_NOT_STORED:
+        return refusal.english_detail(status=200)
+    if code == problems.TOO_MANY_KEYS:
+        return refusal.english_detail(limit=settings.MAX_KEYS_PER_PRINCIPAL)
+    return refusal.english_detail()
 
 
 def add_problem_response(
