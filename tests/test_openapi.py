@@ -255,9 +255,10 @@ def test_reuse_status_422() -> None:
 
 def test_the_limits_set_document_their_answers() -> None:
     """Each limit the settings turn on has its answer; one turned off, none."""
-    limited = {"MAX_KEYS_PER_PRINCIPAL": 100, "MAX_FINGERPRINTED_BODY": None}
-    responses = build_schema(**limited, MAX_STORED_BODY=None)["paths"]["/api/bookings/"]
-    answers = responses["post"]["responses"]
+    schema = build_schema(
+        MAX_KEYS_PER_PRINCIPAL=100, MAX_FINGERPRINTED_BODY=None, MAX_STORED_BODY=None
+    )
+    answers = schema["paths"]["/api/bookings/"]["post"]["responses"]
     assert problem_codes(answers["429"]) == {"idempotency_too_many_keys"}
     assert "Retry-After" in answers["429"]["headers"]
     assert "413" not in answers
