@@ -35,6 +35,7 @@ from idempotency_django.protocol.marks import (
     DECISION_ATTRIBUTE,
     EXEMPT_ATTRIBUTE,
     PROTECTED_ATTRIBUTE,
+    drf_protected,
     is_drf_view,
     is_ninja_protected_view,
     key_header,
@@ -72,26 +73,27 @@ class IdempotencyMiddleware:
     def __call__(self, request: HttpRequest) -> Any:
         if self.async_mode:
             return self.__acall__(request)
-        keyed, match, protected = examine(request)
-        if keyed and (refused := ready_body(request, match)) is not None:
+        keyed, match, protected, delegated = examine(request)
+        guarded = keyed and (protected is not None or delegated)
+        if guarded and (refused := ready_body(request, match)) is not None:
             return refused  # before any CSRF check or parser reads the body
         if protected is None:
             response = self.get_response(request)
         else:
             view, options = protected
             response = run(request, options, self.get_response, view_transaction_of(view))
-        if keyed and getattr(request, DECISION_ATTRIBUTE, None) != "protected":
+        if keyed and not delegated and getattr(request, DECISION_ATTRIBUTE, None) != "protected":
             mark_ignored_key(request, response)  # a key nobody used: say so
         return response
 
     async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
-        keyed, match, protected = examine(request)
-        if keyed:
+        keyed, match, protected, delegated = examine(request)
+        if keyed and (protected is not None or delegated):
             refused = await sync_to_async(ready_body)(request, match)
             if refused is not None:
                 return refused
         response = await self.protected_response(request, protected)
-        if keyed and getattr(request, DECISION_ATTRIBUTE, None) != "protected":
+        if keyed and not delegated and getattr(request, DECISION_ATTRIBUTE, None) != "protected":
             mark_ignored_key(request, response)
         return response
 
@@ -130,38 +132,41 @@ class IdempotencyMiddleware:
 Protected = tuple[Callable[..., Any], ViewOptions]
 
 
-def examine(request: HttpRequest) -> tuple[bool, ResolverMatch | None, Protected | None]:
+def examine(
+    request: HttpRequest,
+) -> tuple[bool, ResolverMatch | None, Protected | None, bool]:
     """What the middleware does with ``request``, looked at once and handed on.
 
-    Whether it is keyed (unsafe, with a key: DRF views included, whose body must be
-    ready too); its URL match, resolved here for a request that may be protected
-    (keyed, or unsafe under ``REQUIRED_PATHS``; None for any other and for a URL
-    that resolves to nothing); and the view this middleware protects, with its
-    options. None for a request without a key (unless its path matches
-    ``REQUIRED_PATHS``) and for views protected elsewhere: DRF views, ninja
-    operations under ``idempotency_django.ninja``, views under ``@idempotent`` and
-    views marked ``@idempotency_exempt``.
+    Whether it is keyed (unsafe, with a key); its URL match, resolved here for a
+    request that may be protected (keyed, or unsafe under ``REQUIRED_PATHS``; None
+    for any other and for a URL that resolves to nothing); the view this
+    middleware protects, with its options (None for a request without a key,
+    unless its path matches ``REQUIRED_PATHS``, and for the views below); and
+    whether the view is protected elsewhere: a DRF view the library protects,
+    a ninja operation under ``idempotency_django.ninja``, a view under
+    ``@idempotent``. Those decide about the key themselves, the body ready for
+    them; a view under ``@idempotency_exempt``, or a DRF view nothing protects,
+    is left alone, its key marked as not used.
     """
     settings = idempotency_settings
     unsafe = request.method in settings.METHODS
     keyed = unsafe and key_header(request, settings.HEADER) is not None
     if not keyed and not (unsafe and settings.ENABLED and settings.REQUIRED_PATHS):
-        return keyed, None, None
+        return keyed, None, None, False
     match = match_of(request)
     if match is None or not settings.ENABLED:
-        return keyed, match, None
-    view = match.func
-    if (
-        getattr(view, PROTECTED_ATTRIBUTE, False)
-        or getattr(view, EXEMPT_ATTRIBUTE, False)
-        or is_drf_view(view)
-        or is_ninja_protected_view(view, str(request.method))
-    ):
-        return keyed, match, None
+        return keyed, match, None, False
+    view, method = match.func, str(request.method)
+    if getattr(view, EXEMPT_ATTRIBUTE, False):
+        return keyed, match, None, False
+    if is_drf_view(view):
+        return keyed, match, None, drf_protected(view, method)
+    if getattr(view, PROTECTED_ATTRIBUTE, False) or is_ninja_protected_view(view, method):
+        return keyed, match, None, True
     required = bool(settings.REQUIRED_PATHS) and key_required(request.path_info, match)
     if not keyed and not required:
-        return keyed, match, None
-    return keyed, match, (view, KEY_REQUIRED if required else KEY_OPTIONAL)
+        return keyed, match, None, False
+    return keyed, match, (view, KEY_REQUIRED if required else KEY_OPTIONAL), False
 
 
 def key_required(path: str, match: ResolverMatch) -> bool:

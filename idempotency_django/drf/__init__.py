@@ -75,6 +75,8 @@ class IdempotentMixin:
     idempotency_options = ViewOptions()
     raise_idempotency_errors = False
     _idempotency_protection: Protection | None = None
+    #: marks.PROTECTED_ATTRIBUTE: the middleware leaves this view's keys to it.
+    idempotency_protected = True
 
     def initialize_request(self, request: Any, *args: Any, **kwargs: Any) -> Request:
         # The fingerprint needs the raw body: ready it before authentication (the CSRF

@@ -9,6 +9,7 @@ as needed. :func:`ready_body` is when the middleware does it.
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 from collections.abc import Iterator
@@ -22,6 +23,7 @@ from django.urls import ResolverMatch
 
 from idempotency_django.conf import idempotency_settings
 from idempotency_django.protocol import problems
+from idempotency_django.protocol.logs import log
 from idempotency_django.protocol.marks import EXEMPT_ATTRIBUTE, OPTIONS_ATTRIBUTE
 from idempotency_django.protocol.scope import default_scope, principal_of
 
@@ -209,6 +211,7 @@ def ready_body(request: HttpRequest, match: ResolverMatch | None) -> HttpRespons
     try:
         prepare_body(request)
     except BodyRefused as exc:
+        log(logging.INFO, "rejected", request, code=exc.code)  # the request's one record
         return exc.answer(request)
     return None
 

@@ -58,6 +58,23 @@ def is_drf_view(view_func: Callable[..., Any]) -> bool:
     )
 
 
+def drf_protected(view_func: Callable[..., Any], method: str) -> bool:
+    """Whether the library protects ``method`` of this DRF view: an ``IdempotentMixin``
+    view (the class bears the mark), or a handler under ``@idempotent`` (``@api_view``
+    included); never a handler under ``@idempotency_exempt``, nor a method the view has
+    no handler for."""
+    view_class: type = getattr(view_func, "cls")  # noqa: B009  # is_drf_view's
+    actions = getattr(view_func, "actions", None)  # a viewset's: method -> action
+    name = actions.get(method.lower()) if actions else method.lower()
+    handler = getattr(view_class, name, None) if name else None
+    func = getattr(handler, "__func__", handler)
+    if func is None or getattr(func, EXEMPT_ATTRIBUTE, False):
+        return False
+    return bool(getattr(view_class, PROTECTED_ATTRIBUTE, False)) or bool(
+        getattr(func, PROTECTED_ATTRIBUTE, False)
+    )
+
+
 def is_ninja_view(view_func: Callable[..., Any]) -> bool:
     """A URL view of django-ninja: it authenticates inside, after every middleware."""
     return getattr(view_func, "__module__", None) == "ninja.operation"

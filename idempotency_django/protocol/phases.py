@@ -353,11 +353,13 @@ def begin(
         scope = scope_of(request, options)
     if scope is None:
         if settings.ANONYMOUS == "reject":
+            log(logging.INFO, "rejected", request, code=problems.AUTHENTICATION_REQUIRED)
             return refuse(request, problems.AUTHENTICATION_REQUIRED)
         log(logging.INFO, "unprotected", request, reason="anonymous")
         decide(request, "anonymous")
         return None
     if len(scope.location) > MAX_LOCATION_LENGTH or not scope.location.isprintable():
+        log(logging.INFO, "rejected", request, code=problems.LOCATION_INVALID)
         return refuse(
             request,
             problems.LOCATION_INVALID,
@@ -375,6 +377,8 @@ def begin(
     except (RawPostDataException, BodyRefused) as exc:
         if key is None:
             return None  # a keyless request the window cannot hold runs as it would without
+        code = exc.code if isinstance(exc, BodyRefused) else problems.BODY_UNAVAILABLE
+        log(logging.INFO, "rejected", request, code=code)
         if isinstance(exc, BodyRefused):
             return exc.answer(request)
         return refuse(request, problems.BODY_UNAVAILABLE)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS
+from django.db import DEFAULT_DB_ALIAS, router
 from django.http import HttpRequest, HttpResponse
 from django.middleware.csrf import CsrfViewMiddleware
 from django.utils.crypto import salted_hmac
@@ -52,9 +52,14 @@ def principal_of(user: Any) -> str | None:
         return None
     meta = getattr(user, "_meta", None)
     if meta is None:
-        kind = type(user)
+        # Not type(): Django's lazy request.user is a SimpleLazyObject, whose __class__
+        # is its user's. Every kind of user would share the one name otherwise.
+        kind = user.__class__
         return f"{OBJECT_PREFIX}{kind.__module__}.{kind.__qualname__}:{pk}"
-    alias = getattr(getattr(user, "_state", None), "db", None) or DEFAULT_DB_ALIAS
+    # The database the user lives in, as a write to it is routed: not the one it was
+    # read from, which under a replica router names one user twice (a retry read from
+    # another replica would be another principal, and run again).
+    alias = router.db_for_write(user.__class__, instance=user) or DEFAULT_DB_ALIAS
     if alias == DEFAULT_DB_ALIAS:
         return f"{meta.label_lower}:{pk}"
     return f"{meta.label_lower}@{alias}:{pk}"
@@ -69,7 +74,7 @@ def legacy_principal_of(user: Any) -> str | None:
     """
     if getattr(user, "_meta", None) is not None or principal_of(user) is None:
         return None
-    return f"{type(user).__qualname__}:{user.pk}"
+    return f"{user.__class__.__qualname__}:{user.pk}"
 
 
 def default_scope(request: HttpRequest) -> Scope | None:
