@@ -36,7 +36,6 @@ from idempotency_django.protocol.marks import (
     EXEMPT_ATTRIBUTE,
     PROTECTED_ATTRIBUTE,
     drf_protected,
-    is_drf_view,
     is_ninja_protected_view,
     key_header,
 )
@@ -159,8 +158,8 @@ def examine(
     view, method = match.func, str(request.method)
     if getattr(view, EXEMPT_ATTRIBUTE, False):
         return keyed, match, None, False
-    if is_drf_view(view):
-        return keyed, match, None, drf_protected(view, method)
+    if (drf := drf_protected(view, method)) is not None:
+        return keyed, match, None, drf
     if getattr(view, PROTECTED_ATTRIBUTE, False) or is_ninja_protected_view(view, method):
         return keyed, match, None, True
     required = bool(settings.REQUIRED_PATHS) and key_required(request.path_info, match)

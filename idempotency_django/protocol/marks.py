@@ -58,12 +58,16 @@ def is_drf_view(view_func: Callable[..., Any]) -> bool:
     )
 
 
-def drf_protected(view_func: Callable[..., Any], method: str) -> bool:
-    """Whether the library protects ``method`` of this DRF view: an ``IdempotentMixin``
-    view (the class bears the mark), or a handler under ``@idempotent`` (``@api_view``
-    included); never a handler under ``@idempotency_exempt``, nor a method the view has
-    no handler for."""
-    view_class: type = getattr(view_func, "cls")  # noqa: B009  # is_drf_view's
+def drf_protected(view_func: Callable[..., Any], method: str) -> bool | None:
+    """None for a view DRF's ``as_view()`` did not make (``@api_view`` makes one); for one
+    it made, whether the library protects ``method`` of it: an ``IdempotentMixin`` view
+    (the class bears the mark), or a handler under ``@idempotent``; never a handler under
+    ``@idempotency_exempt``, nor a method the view has no handler for. One look, as
+    :func:`is_drf_view` and more, for the middleware's every keyed request."""
+    view_class = getattr(view_func, "cls", None)
+    api_view = drf_api_view_class()
+    if api_view is None or not isinstance(view_class, type) or not issubclass(view_class, api_view):
+        return None
     actions = getattr(view_func, "actions", None)  # a viewset's: method -> action
     name = actions.get(method.lower()) if actions else method.lower()
     handler = getattr(view_class, name, None) if name else None
