@@ -49,21 +49,12 @@ def drf_api_view_class() -> type | None:
     return APIView
 
 
-def is_drf_view(view_func: Callable[..., Any]) -> bool:
-    """A view function made by a DRF view's ``as_view()`` (``@api_view`` included)."""
-    view_class = getattr(view_func, "cls", None)
-    api_view = drf_api_view_class()
-    return (
-        api_view is not None and isinstance(view_class, type) and issubclass(view_class, api_view)
-    )
-
-
 def drf_protected(view_func: Callable[..., Any], method: str) -> bool | None:
     """None for a view DRF's ``as_view()`` did not make (``@api_view`` makes one); for one
     it made, whether the library protects ``method`` of it: an ``IdempotentMixin`` view
     (the class bears the mark), or a handler under ``@idempotent``; never a handler under
-    ``@idempotency_exempt``, nor a method the view has no handler for. One look, as
-    :func:`is_drf_view` and more, for the middleware's every keyed request."""
+    ``@idempotency_exempt``, nor a method the view has no handler for. One look, for the
+    middleware's every keyed request."""
     view_class = getattr(view_func, "cls", None)
     api_view = drf_api_view_class()
     if api_view is None or not isinstance(view_class, type) or not issubclass(view_class, api_view):
