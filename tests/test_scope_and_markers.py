@@ -20,6 +20,7 @@ from django.test import Client, override_settings
 from django.urls import include, path
 from django.utils.functional import SimpleLazyObject
 from django.views.decorators.csrf import csrf_exempt
+from rest_framework.decorators import api_view, permission_classes
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.throttling import BaseThrottle
@@ -298,13 +299,23 @@ class ExemptUploads(IdempotentMixin, APIView):
         return Response({"size": len(request.body)}, status=201)
 
 
+@api_view(["POST"])
+@permission_classes([AllowAny])
+@idempotency_exempt
+def exempt_upload(request: Any) -> Response:
+    return Response({"size": len(request.body)}, status=201)
+
+
 urlpatterns.append(path("edges/exempt-upload/", ExemptUploads.as_view()))
+urlpatterns.append(path("edges/exempt-api-view/", exempt_upload))
 urlpatterns.append(path("", include("tests.urls")))
 
 
 @pytest.mark.django_db
 @pytest.mark.urls(__name__)
-@pytest.mark.parametrize("url", ["/api/unprotected-bookings/", "/edges/exempt-upload/"])
+@pytest.mark.parametrize(
+    "url", ["/api/unprotected-bookings/", "/edges/exempt-upload/", "/edges/exempt-api-view/"]
+)
 def test_a_view_the_library_does_not_protect_is_not_refused_for_its_body(
     alice_client: Client, url: str
 ) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -63,11 +64,19 @@ def drf_protected(view_func: Callable[..., Any], method: str) -> bool | None:
     name = actions.get(method.lower()) if actions else method.lower()
     handler = getattr(view_class, name, None) if name else None
     func = getattr(handler, "__func__", handler)
-    if func is None or getattr(func, EXEMPT_ATTRIBUTE, False):
+    if func is None:
         return False
-    return bool(getattr(view_class, PROTECTED_ATTRIBUTE, False)) or bool(
-        getattr(func, PROTECTED_ATTRIBUTE, False)
-    )
+    # @api_view's handler calls the function it was given, which bears the marks.
+    marked = [func]
+    for cell in getattr(func, "__closure__", None) or ():
+        with contextlib.suppress(ValueError):  # a cell not filled yet
+            marked.append(cell.cell_contents)
+    protected = bool(getattr(view_class, PROTECTED_ATTRIBUTE, False))
+    for each in marked:  # a loop, not any(): once per keyed request, no generator
+        if getattr(each, EXEMPT_ATTRIBUTE, False):
+            return False
+        protected = protected or bool(getattr(each, PROTECTED_ATTRIBUTE, False))
+    return protected
 
 
 def is_ninja_view(view_func: Callable[..., Any]) -> bool:
