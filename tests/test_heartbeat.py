@@ -23,12 +23,13 @@ from typing import Any
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.db import connection
+from django.db import connection, transaction
 from django.test import Client, override_settings
 
 from idempotency_django.checks import check_settings
 from idempotency_django.protocol.heartbeat import heartbeat
-from idempotency_django.stores import RecordKey, RequestInfo
+from idempotency_django.protocol.reservation import KeyReservation, Settled
+from idempotency_django.stores import Outcome, RecordKey, RequestInfo, StoredResponse, get_store
 from idempotency_django.stores.memory import MemoryStore
 from tests.checkpoints import Checkpoint
 from tests.concurrency import Background, logged_in_client
@@ -240,3 +241,33 @@ def test_a_purge_during_a_stall_never_frees_a_running_requests_key(alice: User) 
     assert duplicate.json()["code"] == "idempotency_key_in_progress"
     assert first.join().status_code == 201
     assert Booking.objects.count() == 1
+
+
+class Holder(KeyReservation):
+    """The least a reservation's holder is: no signals, no log lines."""
+
+    def send(self, signal: Any, **kwargs: Any) -> None:
+        pass
+
+    def log(self, level: int, event: str, **fields: Any) -> None:
+        pass
+
+
+def test_a_slow_hook_registered_before_the_claim_runs_after_the_answer_is_stored() -> None:
+    """The completion is the first commit hook: while an earlier one (a caller's) runs
+    past LOCK_TIMEOUT, a retry is answered from the store, never handed the key."""
+    key = RecordKey("auth.user:1", "", "slow-hook")
+    request = RequestInfo(method="POST", path="/", fingerprint="f" * 64)
+    with override_settings(IDEMPOTENCY={"STORE": "memory", "LOCK_TIMEOUT": 1, "HEARTBEAT": 0.2}):
+        store, seen = get_store(), []
+
+        def slow_hook() -> None:
+            time.sleep(1.2)  # past LOCK_TIMEOUT, with no renewal if the beat stopped
+            seen.append(store.claim(key, request, 1).outcome)  # the retry arrives now
+
+        with transaction.atomic():
+            transaction.on_commit(slow_hook)
+            first = Holder(key, request, 60)
+            assert first.take().outcome is Outcome.CLAIMED and first.beat is not None
+            assert first.settle(StoredResponse(201, (), b"ok"), 201) is Settled.KEPT
+    assert seen == [Outcome.REPLAY]

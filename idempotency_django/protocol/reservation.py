@@ -155,12 +155,21 @@ class KeyReservation(ABC):
         return Settled.KEPT
 
     def store_after_commit(self, work: list[str]) -> None:
-        """Store the deferred answer once each database of ``work`` has committed."""
+        """Store the deferred answer once each database of ``work`` has committed.
+
+        Its hook runs first of the database's: Django takes the hooks out of
+        ``run_on_commit`` before it runs them, so while a hook registered earlier
+        (a caller's) ran, the heartbeat saw the transaction's fate settled and
+        stopped, and one that ran past ``LOCK_TIMEOUT`` let a retry take over work
+        that had committed; one that raised skipped the completion.
+        """
         for alias in set(work) - self.uncommitted:
             self.uncommitted.add(alias)
             hook = functools.partial(self.committed, alias)
-            self.hooks[alias] = (connections[alias], hook)
+            connection = connections[alias]
+            self.hooks[alias] = (connection, hook)
             transaction.on_commit(hook, using=alias, robust=True)
+            connection.run_on_commit.insert(0, connection.run_on_commit.pop())
 
     def committed(self, alias: str) -> None:
         self.uncommitted.discard(alias)
