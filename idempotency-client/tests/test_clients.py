@@ -418,6 +418,33 @@ def test_a_location_hosts_are_read_differently_in_is_not_followed() -> None:
     assert elsewhere.seen == []
 
 
+def test_a_port_only_some_libraries_read_is_not_followed() -> None:
+    """``:+8443`` under a base URL of the default port: urllib.parse cannot read the port
+    (the origin would be the base's), httpx reads 8443, another port."""
+    seen: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(str(request.url))
+        return httpx.Response(307, headers={"Location": "http://api.test:+8443/pay/"})
+
+    with (
+        httpx.Client(transport=httpx.MockTransport(handler)) as client,
+        pytest.raises(RequestRejected, match="not followed"),
+    ):
+        IdempotentClient(client).post("http://api.test/pay/", json=BODY)
+    assert seen == ["http://api.test/pay/"]
+
+
+def test_a_relative_redirect_is_followed_under_a_base_with_user_information(kind: str) -> None:
+    """The user information is the base URL's, not the redirect's: same origin, followed."""
+    redirect = Answer(307, {"Location": "/paid/"})
+    with Recorder({"/pay/": [redirect]}) as api:
+        base = api.base.replace("http://", "http://user:secret@")
+        response = Api(kind).post(f"{base}/pay/", json=BODY)
+    assert response.status_code == 201
+    assert [seen.path for seen in api.seen] == ["/pay/", "/paid/"]
+
+
 def test_a_body_that_is_not_bytes_is_refused_before_anything_is_sent(kind: str) -> None:
     """A stream would be read by the first attempt: the retry would send it empty."""
     stream = (part for part in [b'{"amount"', b":1}"])

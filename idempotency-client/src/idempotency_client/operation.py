@@ -260,7 +260,7 @@ class Operation:
         if not location:
             return False
         target = urljoin(self.url, location)
-        same_origin = _unambiguous(target) and _origin(target) == _origin(self.url)
+        same_origin = _unambiguous(location, target) and _origin(target) == _origin(self.url)
         if same_origin and response.status_code in (307, 308) and self.redirects < MAX_REDIRECTS:
             self.redirects += 1
             logger.debug("%s [op %s] following a %d", self.label, self.digest, response.status_code)
@@ -330,17 +330,26 @@ class Operation:
         )
 
 
-def _unambiguous(url: str) -> bool:
-    """Whether every HTTP library reads ``url``'s host as :func:`_origin` does.
+def _unambiguous(location: str, target: str) -> bool:
+    """Whether every HTTP library reads the host of ``location`` (resolved: ``target``)
+    as :func:`_origin` does.
 
     URL parsers differ on a backslash (urllib.parse takes it for part of the userinfo,
     urllib3 for the end of the host), on whitespace and control characters (some drop
-    them) and on userinfo: a redirect holding any of them is not followed.
+    them), on userinfo, and on a port that is not plain ASCII digits (``+8443``,
+    ``8_443``: urllib.parse refuses it and :func:`_origin` would drop it, httpx reads
+    8443): a redirect holding any of them is not followed.
     """
-    if "\\" in url or not url.isprintable() or any(c.isspace() for c in url):
+    if "\\" in location or not location.isprintable() or any(c.isspace() for c in location):
         return False
-    parts = urlsplit(url)
-    return parts.username is None and parts.password is None
+    given = urlsplit(location)
+    if given.username is not None or given.password is not None:
+        return False
+    try:
+        urlsplit(target).port  # noqa: B018  # raises for a port of more than ASCII digits
+    except ValueError:
+        return False
+    return True
 
 
 def _origin(url: str) -> str:
