@@ -43,8 +43,12 @@ from strawberry.types import Info
 from strawberry.types.arguments import StrawberryArgument
 from strawberry.types.base import StrawberryList, StrawberryOptional, get_object_definition
 from strawberry.types.field import StrawberryField
-from strawberry.types.maybe import Some
 from strawberry.types.unset import UNSET, UnsetType
+
+try:  # strawberry.Maybe, from Strawberry 0.266.1; the package admits 0.240 and later
+    from strawberry.types.maybe import Some
+except ImportError:  # pragma: no cover - an older Strawberry: no argument is a Some
+    Some = None  # type: ignore[assignment,misc]
 
 from idempotency_django.protocol.fingerprint import keyed_digest
 from idempotency_django.protocol.marks import forget_claim
@@ -263,7 +267,7 @@ def _plain(value: Any) -> Any:
         return str(value)
     if isinstance(value, UnsetType):
         return None
-    if isinstance(value, Some):  # strawberry.Maybe: a value, or null, given; None: left out
+    if Some is not None and isinstance(value, Some):  # Maybe: a value, or null, given
         return {"some": value.value}
     raise TypeError(f"{type(value).__name__} is not JSON")
 
