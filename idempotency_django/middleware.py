@@ -33,9 +33,11 @@ from idempotency_django.conf import idempotency_settings
 from idempotency_django.protocol.bodies import ready_body
 from idempotency_django.protocol.marks import (
     DECISION_ATTRIBUTE,
+    DRF_LEFT_ALONE,
+    DRF_PROTECTED,
     EXEMPT_ATTRIBUTE,
     PROTECTED_ATTRIBUTE,
-    drf_protected,
+    drf_protection,
     is_ninja_protected_view,
     key_header,
 )
@@ -72,27 +74,35 @@ class IdempotencyMiddleware:
     def __call__(self, request: HttpRequest) -> Any:
         if self.async_mode:
             return self.__acall__(request)
-        keyed, match, protected, delegated = examine(request)
-        guarded = keyed and (protected is not None or delegated)
+        keyed, match, protected, elsewhere = examine(request)
+        guarded = keyed and (protected is not None or elsewhere is not None)
         if guarded and (refused := ready_body(request, match)) is not None:
-            return refused  # before any CSRF check or parser reads the body
+            return refused.refusal(request)  # before any CSRF check or parser reads the body
         if protected is None:
             response = self.get_response(request)
         else:
             view, options = protected
             response = run(request, options, self.get_response, view_transaction_of(view))
-        if keyed and not delegated and getattr(request, DECISION_ATTRIBUTE, None) != "protected":
+        if (
+            keyed
+            and elsewhere != DRF_PROTECTED
+            and getattr(request, DECISION_ATTRIBUTE, None) != "protected"
+        ):
             mark_ignored_key(request, response)  # a key nobody used: say so
         return response
 
     async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
-        keyed, match, protected, delegated = examine(request)
-        if keyed and (protected is not None or delegated):
+        keyed, match, protected, elsewhere = examine(request)
+        if keyed and (protected is not None or elsewhere is not None):
             refused = await sync_to_async(ready_body)(request, match)
             if refused is not None:
-                return refused
+                return await sync_to_async(refused.refusal)(request)
         response = await self.protected_response(request, protected)
-        if keyed and not delegated and getattr(request, DECISION_ATTRIBUTE, None) != "protected":
+        if (
+            keyed
+            and elsewhere != DRF_PROTECTED
+            and getattr(request, DECISION_ATTRIBUTE, None) != "protected"
+        ):
             mark_ignored_key(request, response)
         return response
 
@@ -133,7 +143,7 @@ Protected = tuple[Callable[..., Any], ViewOptions]
 
 def examine(
     request: HttpRequest,
-) -> tuple[bool, ResolverMatch | None, Protected | None, bool]:
+) -> tuple[bool, ResolverMatch | None, Protected | None, str | None]:
     """What the middleware does with ``request``, looked at once and handed on.
 
     Whether it is keyed (unsafe, with a key); its URL match, resolved here for a
@@ -141,31 +151,33 @@ def examine(
     for any other and for a URL that resolves to nothing); the view this
     middleware protects, with its options (None for a request without a key,
     unless its path matches ``REQUIRED_PATHS``, and for the views below); and
-    whether the view is protected elsewhere: a DRF view the library protects,
-    a ninja operation under ``idempotency_django.ninja``, a view under
-    ``@idempotent``. Those decide about the key themselves, the body ready for
-    them; a view under ``@idempotency_exempt``, or a DRF view nothing protects,
-    is left alone, its key marked as not used.
+    whether the view is protected elsewhere: ``DRF_PROTECTED`` for a DRF view the
+    library protects, a ninja operation under ``idempotency_django.ninja``, a view
+    under ``@idempotent``, which decide about the key themselves, the body ready
+    for them; ``DRF_UNMARKED`` for a DRF view that may be (``@idempotent`` on a
+    method its handler calls), whose body is readied and whose key is marked as
+    not used unless its claim says otherwise; None for the rest. A view under
+    ``@idempotency_exempt``, or a method DRF answers 405, is left alone.
     """
     settings = idempotency_settings
     unsafe = request.method in settings.METHODS
     keyed = unsafe and key_header(request, settings.HEADER) is not None
     if not keyed and not (unsafe and settings.ENABLED and settings.REQUIRED_PATHS):
-        return keyed, None, None, False
+        return keyed, None, None, None
     match = match_of(request)
     if match is None or not settings.ENABLED:
-        return keyed, match, None, False
+        return keyed, match, None, None
     view, method = match.func, str(request.method)
     if getattr(view, EXEMPT_ATTRIBUTE, False):
-        return keyed, match, None, False
-    if (drf := drf_protected(view, method)) is not None:
-        return keyed, match, None, drf
+        return keyed, match, None, None
+    if (drf := drf_protection(view, method)) is not None:
+        return keyed, match, None, None if drf == DRF_LEFT_ALONE else drf
     if getattr(view, PROTECTED_ATTRIBUTE, False) or is_ninja_protected_view(view, method):
-        return keyed, match, None, True
+        return keyed, match, None, DRF_PROTECTED
     required = bool(settings.REQUIRED_PATHS) and key_required(request.path_info, match)
     if not keyed and not required:
-        return keyed, match, None, False
-    return keyed, match, (view, KEY_REQUIRED if required else KEY_OPTIONAL), False
+        return keyed, match, None, None
+    return keyed, match, (view, KEY_REQUIRED if required else KEY_OPTIONAL), None
 
 
 def key_required(path: str, match: ResolverMatch) -> bool:

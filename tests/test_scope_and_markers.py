@@ -178,16 +178,30 @@ def _info_events(caplog: pytest.LogCaptureFixture) -> list[str]:
 @pytest.mark.django_db
 @pytest.mark.parametrize(
     "case",
-    ["location_invalid", "authentication_required", "body_too_large", "key_invalid"],
+    [
+        "location_invalid",
+        "authentication_required",
+        "body_too_large",
+        "body_too_large-drf-without-middleware",
+        "key_invalid",
+    ],
 )
 def test_every_keyed_refusal_writes_its_one_info_line(
-    case: str, alice_client: Client, caplog: pytest.LogCaptureFixture
+    case: str,
+    alice_client: Client,
+    caplog: pytest.LogCaptureFixture,
+    settings: Any,
 ) -> None:
     client = alice_client
     extra: dict[str, Any] = {}
     settings_: dict[str, Any] = {}
     body = "{}"
     key = "r-1"
+    url = "/plain/bookings/"
+    if case.endswith("-drf-without-middleware"):
+        # The DRF view readies its body itself, and answers the 413 at its claim.
+        settings.MIDDLEWARE = [m for m in settings.MIDDLEWARE if "idempotency" not in m]
+        case, url = "body_too_large", "/api/bookings/"
     if case == "location_invalid":
         extra = {"HTTP_X_LOCATION_ID": "a\x01b"}
     elif case == "authentication_required":
@@ -202,7 +216,7 @@ def test_every_keyed_refusal_writes_its_one_info_line(
         caplog.at_level(logging.INFO, logger="idempotency_django"),
     ):
         answer = client.post(
-            "/plain/bookings/",
+            url,
             body,
             content_type="application/json",
             HTTP_IDEMPOTENCY_KEY=key,
@@ -288,7 +302,9 @@ def test_a_retry_whose_user_was_read_from_another_replica_runs_once() -> None:
     assert len(RUNS) == 1, f"charged {len(RUNS)} times, stored under {principals}"
 
 
-# -- a DRF view nothing protects still gets 413 idempotency_body_too_large -----------
+# -- a DRF handler under @idempotency_exempt: its body is its own ----------------------
+# (A DRF view with no mark at all is readied as a protected one: @idempotent may be on a
+# method its handler calls, `create`, which no look at the view can see.)
 
 
 class ExemptUploads(IdempotentMixin, APIView):
@@ -313,9 +329,7 @@ urlpatterns.append(path("", include("tests.urls")))
 
 @pytest.mark.django_db
 @pytest.mark.urls(__name__)
-@pytest.mark.parametrize(
-    "url", ["/api/unprotected-bookings/", "/edges/exempt-upload/", "/edges/exempt-api-view/"]
-)
+@pytest.mark.parametrize("url", ["/edges/exempt-upload/", "/edges/exempt-api-view/"])
 def test_a_view_the_library_does_not_protect_is_not_refused_for_its_body(
     alice_client: Client, url: str
 ) -> None:

@@ -272,5 +272,5 @@ def _ready(request: HttpRequest) -> HttpResponseBase | None:
     try:
         prepare_body(request)
     except BodyRefused as exc:
-        return exc.answer(request)
+        return exc.refusal(request)
     return None

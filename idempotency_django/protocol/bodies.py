@@ -142,6 +142,12 @@ class BodyRefused(Exception):
     def answer(self, request: HttpRequest) -> HttpResponseBase:
         return problems.refuse(request, self.code, **self.details)
 
+    def refusal(self, request: HttpRequest) -> HttpResponseBase:
+        """:meth:`answer`, with the keyed request's one INFO record (``rejected``): for the
+        door that sends it, once."""
+        log(logging.INFO, "rejected", request, code=self.code)
+        return self.answer(request)
+
 
 class BodyTooLarge(BodyRefused):
     """A keyed request's body is over ``MAX_FINGERPRINTED_BODY``: nothing of it was read."""
@@ -166,7 +172,7 @@ class BodyCutShort(BodyRefused):
     code = problems.BODY_INCOMPLETE
 
 
-def ready_body(request: HttpRequest, match: ResolverMatch | None) -> HttpResponseBase | None:
+def ready_body(request: HttpRequest, match: ResolverMatch | None) -> BodyRefused | None:
     """For the middleware: ready the body of a keyed request that will be fingerprinted.
 
     ``match`` is the request's URL match, which the caller resolved (or Django did).
@@ -179,7 +185,8 @@ def ready_body(request: HttpRequest, match: ResolverMatch | None) -> HttpRespons
     403, a run without protection) without the body being copied. A DRF
     view's token authentication comes later; such a body is readied when the
     key is claimed.
-    Returns the 413 answer for a body over ``MAX_FINGERPRINTED_BODY``. A
+    Returns why a body is refused (over ``MAX_FINGERPRINTED_BODY``, cut short),
+    for the caller to answer when it does (:meth:`BodyRefused.refusal`). A
     request it has looked at already (the middleware, then DRF's view) is
     not looked at again.
     """
@@ -211,8 +218,7 @@ def ready_body(request: HttpRequest, match: ResolverMatch | None) -> HttpRespons
     try:
         prepare_body(request)
     except BodyRefused as exc:
-        log(logging.INFO, "rejected", request, code=exc.code)  # the request's one record
-        return exc.answer(request)
+        return exc
     return None
 
 

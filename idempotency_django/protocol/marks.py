@@ -50,33 +50,43 @@ def drf_api_view_class() -> type | None:
     return APIView
 
 
-def drf_protected(view_func: Callable[..., Any], method: str) -> bool | None:
+#: What :func:`drf_protection` finds for a DRF view's method: the library protects it
+#: (an ``IdempotentMixin`` view, a handler under ``@idempotent``); it may (no mark on
+#: the handler: ``@idempotent`` may be on a method the handler calls, ``create``); it
+#: does not (``@idempotency_exempt``, or a method the view does not answer).
+DRF_PROTECTED, DRF_UNMARKED, DRF_LEFT_ALONE = "protected", "unmarked", "left alone"
+
+
+def drf_protection(view_func: Callable[..., Any], method: str) -> str | None:
     """None for a view DRF's ``as_view()`` did not make (``@api_view`` makes one); for one
-    it made, whether the library protects ``method`` of it: an ``IdempotentMixin`` view
-    (the class bears the mark), or a handler under ``@idempotent``; never a handler under
-    ``@idempotency_exempt``, nor a method the view has no handler for. One look, for the
+    it made, what the library does with ``method`` of it (``DRF_*``). One look, for the
     middleware's every keyed request."""
     view_class = getattr(view_func, "cls", None)
     api_view = drf_api_view_class()
     if api_view is None or not isinstance(view_class, type) or not issubclass(view_class, api_view):
         return None
+    name = method.lower()
+    initkwargs: dict[str, Any] = getattr(view_func, "initkwargs", None) or {}
+    allowed = initkwargs.get("http_method_names") or getattr(view_class, "http_method_names", None)
+    if name not in (allowed or ()):
+        return DRF_LEFT_ALONE  # DRF answers 405
     actions = getattr(view_func, "actions", None)  # a viewset's: method -> action
-    name = actions.get(method.lower()) if actions else method.lower()
-    handler = getattr(view_class, name, None) if name else None
+    handler = getattr(view_class, actions.get(name, name) if actions else name, None)
     func = getattr(handler, "__func__", handler)
     if func is None:
-        return False
+        return DRF_LEFT_ALONE
     # @api_view's handler calls the function it was given, which bears the marks.
     marked = [func]
     for cell in getattr(func, "__closure__", None) or ():
         with contextlib.suppress(ValueError):  # a cell not filled yet
             marked.append(cell.cell_contents)
-    protected = bool(getattr(view_class, PROTECTED_ATTRIBUTE, False))
+    protection = DRF_PROTECTED if getattr(view_class, PROTECTED_ATTRIBUTE, False) else None
     for each in marked:  # a loop, not any(): once per keyed request, no generator
         if getattr(each, EXEMPT_ATTRIBUTE, False):
-            return False
-        protected = protected or bool(getattr(each, PROTECTED_ATTRIBUTE, False))
-    return protected
+            return DRF_LEFT_ALONE
+        if getattr(each, PROTECTED_ATTRIBUTE, False):
+            protection = DRF_PROTECTED
+    return protection or DRF_UNMARKED
 
 
 def is_ninja_view(view_func: Callable[..., Any]) -> bool:

@@ -377,10 +377,9 @@ def begin(
     except (RawPostDataException, BodyRefused) as exc:
         if key is None:
             return None  # a keyless request the window cannot hold runs as it would without
-        code = exc.code if isinstance(exc, BodyRefused) else problems.BODY_UNAVAILABLE
-        log(logging.INFO, "rejected", request, code=code)
         if isinstance(exc, BodyRefused):
-            return exc.answer(request)
+            return exc.refusal(request)
+        log(logging.INFO, "rejected", request, code=problems.BODY_UNAVAILABLE)
         return refuse(request, problems.BODY_UNAVAILABLE)
     window = None
     if key is None:
