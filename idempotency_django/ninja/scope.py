@@ -6,7 +6,6 @@ import inspect
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
-from django.db import DEFAULT_DB_ALIAS
 from django.http import HttpRequest
 
 from idempotency_django.conf import idempotency_settings
@@ -15,6 +14,7 @@ from idempotency_django.protocol.scope import (
     credential_digests,
     credential_principal,
     location_of,
+    model_principal,
     principal_of,
 )
 
@@ -49,10 +49,7 @@ def auth_principal(auth: Any, authenticated_by: Any = None) -> str | None:
     meta = getattr(auth, "_meta", None)
     pk = getattr(auth, "pk", None)
     if meta is not None and pk is not None:
-        alias = getattr(getattr(auth, "_state", None), "db", None) or DEFAULT_DB_ALIAS
-        if alias == DEFAULT_DB_ALIAS:
-            return f"{meta.label_lower}:{pk}"
-        return f"{meta.label_lower}@{alias}:{pk}"
+        return model_principal(auth, meta.label_lower, pk)
     if isinstance(auth, str | bytes):
         return secret_prefix(authenticated_by) + credential_digests(auth)[0]
     raise ImproperlyConfigured(

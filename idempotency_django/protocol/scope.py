@@ -56,13 +56,22 @@ def principal_of(user: Any) -> str | None:
         # is its user's. Every kind of user would share the one name otherwise.
         kind = user.__class__
         return f"{OBJECT_PREFIX}{kind.__module__}.{kind.__qualname__}:{pk}"
-    # The database the user lives in, as a write to it is routed: not the one it was
-    # read from, which under a replica router names one user twice (a retry read from
-    # another replica would be another principal, and run again).
-    alias = router.db_for_write(user.__class__, instance=user) or DEFAULT_DB_ALIAS
+    return model_principal(user, meta.label_lower, pk)
+
+
+def model_principal(instance: Any, label: str, pk: Any) -> str:
+    """``label:pk`` for a model instance of the default database, ``label@alias:pk`` for
+    one of another (user 1 of two tenant databases are two people).
+
+    The database is the one a write of the instance goes to: not the one it was read
+    from, which under a replica router names one instance twice (a retry whose user was
+    read from another replica would be another principal, and run again). Without
+    routers, it is the one it was read from.
+    """
+    alias = router.db_for_write(instance.__class__, instance=instance) or DEFAULT_DB_ALIAS
     if alias == DEFAULT_DB_ALIAS:
-        return f"{meta.label_lower}:{pk}"
-    return f"{meta.label_lower}@{alias}:{pk}"
+        return f"{label}:{pk}"
+    return f"{label}@{alias}:{pk}"
 
 
 def legacy_principal_of(user: Any) -> str | None:
