@@ -139,7 +139,8 @@ class CommittedThenRaise:
 
     def __enter__(self) -> None:
         self.block.__enter__()
-        # Robust and hooked first: it runs first when (and only when) this commits.
+        # Robust, and hooked before the view's: it runs when (and only when) this commits,
+        # after the completion (reservation.py hooks it first) and before the view's hooks.
         transaction.on_commit(self.mark_committed, using=self.alias, robust=True)
 
     def mark_committed(self) -> None:

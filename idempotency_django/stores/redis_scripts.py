@@ -128,7 +128,8 @@ redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
 -- The index lives as long as its longest-lived key: never shortened by a shorter one.
 local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
-redis.call('PEXPIREAT', KEYS[1], last[2])
+-- As a whole number: a score's text may be in scientific notation (Redis 7.2 and later).
+redis.call('PEXPIREAT', KEYS[1], string.format('%d', tonumber(last[2])))
 local first = redis.call('ZRANGE', KEYS[1], 0, 1, 'WITHSCORES')
 local wait = -1
 if first[1] and first[1] ~= ARGV[1] then
