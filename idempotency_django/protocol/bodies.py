@@ -9,7 +9,6 @@ as needed. :func:`ready_body` is when the middleware does it.
 
 from __future__ import annotations
 
-import logging
 import os
 import tempfile
 from collections.abc import Iterator
@@ -23,7 +22,6 @@ from django.urls import ResolverMatch
 
 from idempotency_django.conf import idempotency_settings
 from idempotency_django.protocol import problems
-from idempotency_django.protocol.logs import log
 from idempotency_django.protocol.marks import EXEMPT_ATTRIBUTE, OPTIONS_ATTRIBUTE
 from idempotency_django.protocol.scope import default_scope, principal_of
 
@@ -145,8 +143,7 @@ class BodyRefused(Exception):
     def refusal(self, request: HttpRequest) -> HttpResponseBase:
         """:meth:`answer`, with the keyed request's one INFO record (``rejected``): for the
         door that sends it, once."""
-        log(logging.INFO, "rejected", request, code=self.code)
-        return self.answer(request)
+        return problems.reject(request, self.code, **self.details)
 
 
 class BodyTooLarge(BodyRefused):

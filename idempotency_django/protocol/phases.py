@@ -76,7 +76,7 @@ from idempotency_django.protocol.options import (
     ViewOptions as ViewOptions,  # importable here, as documented
 )
 from idempotency_django.protocol.options import function, option, scope_of
-from idempotency_django.protocol.problems import refuse
+from idempotency_django.protocol.problems import refuse, reject
 from idempotency_django.protocol.scope import MAX_LOCATION_LENGTH
 from idempotency_django.protocol.transactions import Block, open_transactions, transaction_block
 from idempotency_django.protocol.waiting import Busy
@@ -348,19 +348,16 @@ def begin(
         try:
             key = parse_key(raw_key)
         except InvalidKey as exc:
-            log(logging.INFO, "rejected", request, code=problems.KEY_INVALID)
-            return refuse(request, problems.KEY_INVALID, detail=exc.translated(gettext))
+            return reject(request, problems.KEY_INVALID, detail=exc.translated(gettext))
         scope = scope_of(request, options)
     if scope is None:
         if settings.ANONYMOUS == "reject":
-            log(logging.INFO, "rejected", request, code=problems.AUTHENTICATION_REQUIRED)
-            return refuse(request, problems.AUTHENTICATION_REQUIRED)
+            return reject(request, problems.AUTHENTICATION_REQUIRED)
         log(logging.INFO, "unprotected", request, reason="anonymous")
         decide(request, "anonymous")
         return None
     if len(scope.location) > MAX_LOCATION_LENGTH or not scope.location.isprintable():
-        log(logging.INFO, "rejected", request, code=problems.LOCATION_INVALID)
-        return refuse(
+        return reject(
             request,
             problems.LOCATION_INVALID,
             header=settings.LOCATION_HEADER,
@@ -379,8 +376,7 @@ def begin(
             return None  # a keyless request the window cannot hold runs as it would without
         if isinstance(exc, BodyRefused):
             return exc.refusal(request)
-        log(logging.INFO, "rejected", request, code=problems.BODY_UNAVAILABLE)
-        return refuse(request, problems.BODY_UNAVAILABLE)
+        return reject(request, problems.BODY_UNAVAILABLE)
     window = None
     if key is None:
         decide(request, "protected")

@@ -11,6 +11,7 @@ the request's active language; ``code`` and ``title`` are not.
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
@@ -19,6 +20,7 @@ from django.http import HttpRequest, HttpResponse
 from django.utils.translation import gettext, gettext_noop
 
 from idempotency_django.conf import FORBIDDEN_REPLAY_HEADERS, idempotency_settings
+from idempotency_django.protocol.logs import log
 from idempotency_django.stores import StoredResponse
 
 PROBLEM_CONTENT_TYPE = "application/problem+json"
@@ -173,6 +175,13 @@ REFUSALS: dict[str, Refusal] = {
 def refuse(request: HttpRequest, code: str, **kwargs: Any) -> HttpResponse:
     """Refuse ``request`` with the refusal of ``code``: see :meth:`Refusal.answer`."""
     return REFUSALS[code].answer(request, **kwargs)
+
+
+def reject(request: HttpRequest, code: str, **kwargs: Any) -> HttpResponse:
+    """:func:`refuse` a keyed request before its claim, with its one INFO record
+    (``rejected`` and the code): its key, its scope or its body is refused."""
+    log(logging.INFO, "rejected", request, code=code)
+    return refuse(request, code, **kwargs)
 
 
 def problem_members(status: int, code: str, detail: str, **extensions: Any) -> dict[str, Any]:
