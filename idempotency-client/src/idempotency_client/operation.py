@@ -283,23 +283,15 @@ class Operation:
             retry_after=None,
         )
 
-    def not_retried(self, error: Exception) -> RequestRejected[Any]:
-        """A network error that retrying cannot help (a certificate refused), without the
-        library's message, which holds the URL with its path and query."""
-        message = (
-            f"{self.label}: no response ({type(error).__name__}) at attempt {self.attempt}; "
-            "not retried: sending it again cannot help"
+    def not_retried(self, error: Exception) -> IdempotentRequestError[Any]:
+        """A network error that retrying cannot help (a certificate refused): a
+        :class:`RequestRejected`, as every answer not retried, without the library's
+        message, which holds the URL with its path and query."""
+        failure: IdempotentRequestError[Any] = self._failure(
+            Decision(Verdict.REJECTED), Outcome(None), self.clock() - self.started, None, error
         )
-        logger.warning("%s [op %s] %s", self.label, self.digest, message)
-        return RequestRejected(
-            message,
-            response=None,
-            status=None,
-            code=None,
-            attempts=self.attempt,
-            retry_after=None,
-            error=error,
-        )
+        logger.warning("%s [op %s] %s", self.label, self.digest, failure)
+        return failure
 
     def _failure(
         self,
