@@ -15,6 +15,7 @@ import logging
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,9 +28,16 @@ from django.db import connection, transaction
 from django.test import Client, override_settings
 
 from idempotency_django.checks import check_settings
-from idempotency_django.protocol.heartbeat import heartbeat
+from idempotency_django.protocol.heartbeat import Beat, heartbeat
 from idempotency_django.protocol.reservation import KeyReservation, Settled
-from idempotency_django.stores import Outcome, RecordKey, RequestInfo, StoredResponse, get_store
+from idempotency_django.stores import (
+    Outcome,
+    RecordKey,
+    RequestInfo,
+    StoredResponse,
+    StoreUnavailable,
+    get_store,
+)
 from idempotency_django.stores.memory import MemoryStore
 from tests.checkpoints import Checkpoint
 from tests.concurrency import Background, logged_in_client
@@ -271,3 +279,72 @@ def test_a_slow_hook_registered_before_the_claim_runs_after_the_answer_is_stored
             assert first.take().outcome is Outcome.CLAIMED and first.beat is not None
             assert first.settle(StoredResponse(201, (), b"ok"), 201) is Settled.KEPT
     assert seen == [Outcome.REPLAY]
+
+
+@override_settings(
+    IDEMPOTENCY={"LOCK_TIMEOUT": 2, "HEARTBEAT": {"INTERVAL": 0.2, "MAX_RUN_TIME": 60}}
+)
+def test_a_renewal_blocked_by_a_takeover_holds_up_no_other_renewal(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A process stalled past LOCK_TIMEOUT, and a retry took one of its keys over inside its
+    transaction, which holds that row until the retry's view ends. The beat renewing the
+    lost key must not wait for it: the thread renews the process's other keys meanwhile.
+    Before, its UPDATE waited on the row, and the other keys expired (a retry of one of
+    them would have run its work again)."""
+    if connection.vendor == "sqlite":
+        pytest.skip("SQLite: no row locks; a writer waits for the busy timeout, whoever it is")
+    store, info = get_store(), RequestInfo(method="POST", path="/", fingerprint="f" * 64)
+    lost, kept = RecordKey("auth.user:1", "", "taken-over"), RecordKey("auth.user:1", "", "kept")
+    stale_token = store.claim(lost, info, 1).token
+    time.sleep(1.2)  # the stalled holder's reservation expired
+    taken, done = threading.Event(), threading.Event()
+
+    def retry_taking_over() -> None:
+        try:
+            with transaction.atomic():
+                assert store.claim(lost, info, 60).outcome is Outcome.CLAIMED
+                taken.set()
+                done.wait(10)  # the retry's view runs; its row stays locked
+        finally:
+            connection.close()
+
+    retry = threading.Thread(target=retry_taking_over)
+    retry.start()
+    beats = []
+    try:
+        assert taken.wait(10)
+        kept_token = store.claim(kept, info, 2).token
+        beats = [heartbeat.start(store, lost, stale_token, info, 2)]
+        beats.append(heartbeat.start(store, kept, kept_token, info, 2))
+        with caplog.at_level(logging.WARNING, logger="idempotency_django"):
+            time.sleep(3)  # past the kept key's LOCK_TIMEOUT, the takeover still running
+            assert store.is_held(kept)
+    finally:
+        done.set()
+        retry.join()
+        for beat in beats:
+            beat.stop()
+    assert any("heartbeat_failed" in record.getMessage() for record in caplog.records)
+
+
+class Unavailable(MemoryStore):
+    """A store whose every renewal fails as a database's locked row does."""
+
+    def renew(self, *args: Any, **kwargs: Any) -> bool:
+        raise StoreUnavailable("the row is locked")
+
+
+@pytest.mark.parametrize(("settling", "warned"), [(False, True), (True, False)])
+def test_a_renewal_that_fails_while_its_holder_completes_is_no_warning(
+    caplog: pytest.LogCaptureFixture, settling: bool, warned: bool
+) -> None:
+    """The holder's completion locks its row for an instant; the renewal that meets it
+    failed at nothing. Any other failed renewal is a WARNING, tried again next beat."""
+    store, info = Unavailable(), RequestInfo(method="POST", path="/", fingerprint="f" * 64)
+    key = RecordKey("auth.user:1", "", "settling")
+    beat = Beat(store, key, store.claim(key, info, 5).token, info, 5)
+    beat.settling = settling
+    with caplog.at_level(logging.WARNING, logger="idempotency_django"):
+        assert beat.renew() is True  # tried again at the next beat
+    assert any("heartbeat_failed" in r.getMessage() for r in caplog.records) is warned

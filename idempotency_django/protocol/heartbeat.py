@@ -4,7 +4,8 @@ One thread per process renews every running reservation each ``HEARTBEAT``
 seconds, so ``LOCK_TIMEOUT`` can be a few seconds: a slow view keeps its key, a
 crashed one frees it quickly. ``MAX_RUN_TIME`` bounds a stuck one. A renewal
 never remakes a reservation completed, released or taken over meanwhile
-(``remake=False``), so the thread shares no lock with the requests. Only
+(``remake=False``), and never waits for a row another transaction holds (a
+retry's takeover): one blocked renewal would hold up all the others. Only
 reservations committed on their own are renewed, and only while ``fate_open``:
 one whose work rolled back is left to expire like a crashed one.
 """
@@ -76,7 +77,9 @@ class Beat:
             )
         except StoreUnavailable as exc:
             # Tried again next beat; the reservation lives LOCK_TIMEOUT meanwhile.
-            self.log(logging.WARNING, "heartbeat_failed", error=error_name(exc))
+            # Its holder completing it holds its row: nothing failed then.
+            if not self.settling:
+                self.log(logging.WARNING, "heartbeat_failed", error=error_name(exc))
             return True
         except Exception:  # a store's own error must not end every renewal of the process
             self.log(logging.ERROR, "heartbeat_failed", exc_info=True)

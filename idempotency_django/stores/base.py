@@ -213,7 +213,12 @@ class BaseStore(ABC):
         claiming the key since is made again, as
         [`complete`][idempotency_django.stores.base.BaseStore.complete] would,
         unless ``remake`` is False: the heartbeat only extends a reservation
-        that is still there (one released meanwhile must stay released).
+        that is still there (one released meanwhile must stay released). With
+        ``remake=False`` it must not wait for another transaction's lock on the
+        key (a retry taking it over in its transaction): it raises
+        [`StoreUnavailable`][idempotency_django.stores.base.StoreUnavailable]
+        instead, and the heartbeat tries at its next beat, so that one renewal
+        never holds up its process's others.
         """
 
     @abstractmethod

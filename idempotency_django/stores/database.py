@@ -33,7 +33,7 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from django.core import checks
-from django.db import DEFAULT_DB_ALIAS, Error, OperationalError, connections, models
+from django.db import DEFAULT_DB_ALIAS, Error, OperationalError, connections, models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from idempotency_django.models import IdempotencyRecord
@@ -209,8 +209,11 @@ class DatabaseStore(BaseStore):
         remake: bool = True,
     ) -> bool:
         connection = connections[self.alias]
-        params = [*later_params(connection, lock_timeout), key.digest, token, IN_PROGRESS]
+        owned = [key.digest, token, IN_PROGRESS]
+        params = [*later_params(connection, lock_timeout), *owned]
         sql = statements(connection)
+        if not remake and sql.lock_for_renewal is not None:
+            return _renew_without_waiting(connection, sql, owned, params)
         with unavailable_on(Error):
             if _changed(connection, sql.renew, params):
                 return True
@@ -322,6 +325,23 @@ def _read_nowait(
         if exc.args and exc.args[0] in _MYSQL_LOCK_ERRORS:
             return True, None
         raise
+
+
+def _renew_without_waiting(
+    connection: BaseDatabaseWrapper, sql: Statements, owned: list[Any], params: list[Any]
+) -> bool:
+    """The heartbeat's renewal: a row another transaction holds raises StoreUnavailable.
+
+    A retry that took the key over inside its transaction holds the row until it
+    ends; an UPDATE would wait as long, and the heartbeat's other renewals with it.
+    """
+    assert sql.lock_for_renewal is not None
+    with unavailable_on(Error), transaction.atomic(using=connection.alias):
+        with connection.cursor() as cursor:
+            cursor.execute(sql.lock_for_renewal, owned)
+            if cursor.fetchone() is None:
+                return False
+        return _changed(connection, sql.renew, params)
 
 
 def _insert(

@@ -60,6 +60,9 @@ class Statements:
     take_over_no_wait: str
     complete: str
     renew: str
+    #: The heartbeat's renewal first locks the row, failing at once where
+    #: another transaction holds it (None on SQLite, whose writers queue).
+    lock_for_renewal: str | None
     release: str
     #: A principal's live keys, the first expiry among the others, and the time now.
     count_keys: str
@@ -217,6 +220,12 @@ def statements(connection: BaseDatabaseWrapper) -> Statements:
             f"{column('completed_at')} = {now}, {column('expires_at')} = {later} WHERE {owned}"
         ),
         renew=f"UPDATE {table} SET {column('expires_at')} = {later} WHERE {owned}",
+        lock_for_renewal=(
+            f"SELECT {column('id')} FROM {table} WHERE {owned} "
+            + connection.ops.for_update_sql(nowait=True)
+            if connection.features.has_select_for_update_nowait
+            else None
+        ),
         release=f"DELETE FROM {table} WHERE {owned}",
         lookup=(
             f"SELECT {column('state')}, {column('status_code')}, {column('expires_at')}, {now} "
