@@ -216,9 +216,8 @@ class BaseStore(ABC):
         that is still there (one released meanwhile must stay released). With
         ``remake=False`` it must not wait for another transaction's lock on the
         key (a retry taking it over in its transaction): it raises
-        [`StoreUnavailable`][idempotency_django.stores.base.StoreUnavailable]
-        instead, and the heartbeat tries at its next beat, so that one renewal
-        never holds up its process's others.
+        ``StoreUnavailable`` instead, and the heartbeat tries at its next beat,
+        so that one renewal never holds up its process's others.
         """
 
     @abstractmethod
