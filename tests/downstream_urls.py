@@ -17,6 +17,7 @@ urlpatterns = [
     path("downstream/charge/", views.charge),
     path("downstream/pay/", views.pay),
     path("downstream/middleware-charge/", views.middleware_charge),
+    path("downstream/window-charge/", views.window_charge),
     path("downstream/async-charge/", views.async_charge),
     path("downstream/api-charge/", views.api_charge),
     path("downstream/hooks/<str:token>/", views.webhook_charge),

@@ -218,6 +218,14 @@ def test_a_request_no_key_protects_has_no_downstream_key(alice_client: Client) -
         alice_client.post("/downstream/middleware-charge/", b"{}", content_type="application/json")
 
 
+def test_a_keyless_request_under_a_window_has_no_downstream_key(alice_client: Client) -> None:
+    """A window's key is made of the body alone: two deliberate identical orders sent after
+    the window would share one downstream key, and the provider would replay the first's
+    charge to the second (a lost order). Such a request has no key to derive one from."""
+    with pytest.raises(NotProtected):
+        alice_client.post("/downstream/window-charge/", b"{}", content_type="application/json")
+
+
 def test_an_anonymous_request_let_through_has_no_downstream_key(db: None) -> None:
     with pytest.raises(NotProtected):
         charge(Client(), "/downstream/middleware-charge/", "order-13")

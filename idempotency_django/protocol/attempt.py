@@ -131,8 +131,11 @@ class Attempt(KeyReservation):
             self.send(signals.reserved)
         django = self.django_request
         setattr(django, ACTIVE_ATTRIBUTE, True)
-        setattr(django, KEY_ATTRIBUTE, self.key)
-        setattr(django, FINGERPRINT_ATTRIBUTE, self.info.fingerprint)
+        if self.window is None:
+            # downstream_key()'s: a window's key is its body's, and two deliberate
+            # orders after the window would share one, and their provider's answer.
+            setattr(django, KEY_ATTRIBUTE, self.key)
+            setattr(django, FINGERPRINT_ATTRIBUTE, self.info.fingerprint)
         return self
 
     def over_key_limit(self) -> HttpResponseBase | None:

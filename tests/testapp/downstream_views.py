@@ -104,6 +104,12 @@ async def async_charge(request: HttpRequest) -> HttpResponse:
     return JsonResponse({"charge_key": downstream_key(request, "charge")}, status=201)
 
 
+@idempotent(window=60)
+def window_charge(request: HttpRequest) -> HttpResponse:
+    """Keyless requests under a duplicate window."""
+    return _charge(request)
+
+
 def middleware_charge(request: HttpRequest) -> HttpResponse:
     """Protected by the middleware only."""
     return _charge(request)
