@@ -45,7 +45,10 @@ from idempotency_django.protocol.options import ViewOptions
 from idempotency_django.protocol.phases import arun, mark_ignored_key, run, run_to_the_end
 from idempotency_django.protocol.problems import refuse
 from idempotency_django.protocol.routes import match_of
-from idempotency_django.protocol.transactions import view_transaction_of
+from idempotency_django.protocol.transactions import (
+    roll_back_open_transactions,
+    view_transaction_of,
+)
 from idempotency_django.tasks import TaskInProgress, TaskKeyReused
 
 #: Views of these modules never need a key, whatever REQUIRED_PATHS says.
@@ -111,11 +114,15 @@ class IdempotencyMiddleware:
     ) -> HttpResponseBase | None:
         """A task the view ran in-process refused its key: a 409 problem, never a 500.
 
-        Django calls it for what a view raised, after the view's own
-        transaction rolled back; the protected request's key is then given
-        back as for any 409.
+        Django calls it for what a view raised, after an ``ATOMIC_REQUESTS``
+        transaction of the view rolled back; a transaction still open around
+        it (``IDEMPOTENCY["ATOMIC"]``'s, this middleware's) is marked for
+        rollback, as DRF does for an exception it answers: the view's writes
+        before the task must not commit under an answer that says nothing ran.
+        The protected request's key is then given back as for any 409.
         """
         if isinstance(exception, TaskKeyReused | TaskInProgress):
+            roll_back_open_transactions()
             return refuse(request, exception.code)
         return None
 

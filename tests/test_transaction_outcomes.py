@@ -21,6 +21,7 @@ from django.db import connection, connections
 from django.test import Client, override_settings
 
 from idempotency_django.models import IdempotencyRecord
+from tests import tasks_app
 from tests.real_stack.middleware import IDEMPOTENCY, QUEUEING, with_middleware
 from tests.redis_helpers import redis_store_settings, stored_entries
 from tests.testapp.models import Booking
@@ -118,6 +119,26 @@ def test_under_the_middleware_with_the_atomic_setting_a_rolled_back_201_is_not_k
     assert kept == []
     assert (retry.status_code, retry.get("Idempotency-Replayed")) == (201, None)
     assert Booking.objects.count() == 0
+
+
+@pytest.mark.parametrize("store_name", STORES)
+def test_with_the_atomic_setting_a_task_refusal_in_the_view_commits_nothing(
+    client: Client, store_name: str
+) -> None:
+    """A task the view ran in-process refused its key (``TaskKeyReused``), which the
+    middleware answers 409. Under ``IDEMPOTENCY["ATOMIC"]`` the transaction around the
+    view is the middleware's, still open then: the order the view wrote before the task
+    is rolled back with it, and the client's retry of the 409 writes nothing either.
+    Before, each of them committed an order."""
+    with store(store_name):
+        idempotency = getattr(django_settings, "IDEMPOTENCY", {})
+        with override_settings(IDEMPOTENCY={**idempotency, "ATOMIC": True}):
+            tasks_app.book("08:00", idempotency_key="shared-task-key")  # the key's first use
+            answers = [post(client, "/order-then-task/", "order-1") for _ in range(2)]
+    assert [(a.status_code, a.json()["code"]) for a in answers] == [
+        (409, "idempotency_key_reused")
+    ] * 2
+    assert list(Booking.objects.values_list("slot", flat=True)) == ["08:00"]
 
 
 @pytest.mark.xfail(

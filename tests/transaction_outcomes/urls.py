@@ -5,6 +5,7 @@ from tests.transaction_outcomes import views
 urlpatterns = [
     path("rolled-back/", views.rolled_back),
     path("queued/", views.queued),
+    path("order-then-task/", views.order_then_task),
     path("decorated-rolled-back/", views.decorated_rolled_back),
     path("drf-rolled-back/", views.drf_rolled_back),
     path("viewset-rolled-back/", views.RolledBackViewSet.as_view({"post": "create"})),

@@ -14,6 +14,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from idempotency_django import idempotent
+from tests import tasks_app
 from tests.real_stack.views import QueuedForLater
 from tests.testapp.models import Booking
 
@@ -42,6 +43,14 @@ def _rolled_back(request: HttpRequest, slot: str) -> dict[str, Any]:
 def rolled_back(request: HttpRequest) -> HttpResponse:
     """A plain view: the middleware protects it (a savepoint under ATOMIC_REQUESTS)."""
     return JsonResponse(_rolled_back(request, "rolled-back"), status=201)
+
+
+def order_then_task(request: HttpRequest) -> HttpResponse:
+    """Writes the order, then runs a task in-process under a task key already used with
+    other arguments: ``TaskKeyReused``, which the middleware answers 409."""
+    _book(request, "order")
+    tasks_app.book("09:00", idempotency_key="shared-task-key")
+    return JsonResponse({"ok": True}, status=201)
 
 
 def queued(request: HttpRequest) -> HttpResponse:
