@@ -33,9 +33,11 @@ def book_slot(self: object, slot: str, pause: float = 0.0) -> int:
 
 
 @shared_task(key=lambda slot, *_args: f"slot-{slot}", duplicates="skip")
-def book_slot_or_skip(slot: str) -> int:
+def book_slot_or_skip(slot: str, pause: float = 0.0) -> int:
     """A duplicate while it runs raises TaskInProgress at once instead of waiting."""
-    return Booking.objects.create(slot=slot).pk
+    pk = Booking.objects.create(slot=slot).pk
+    time.sleep(pause)
+    return pk
 
 
 @shared_task(key=lambda order, *_: f"order-{order}")

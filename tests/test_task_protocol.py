@@ -2,8 +2,9 @@
 
 In-process, on the real Redis store and database: the heartbeat of a task
 whose caller rolled back, keyed fingerprints, the types Celery's JSON hands
-back, a call refused when sent, and a completion that races a renewal. The
-real workers and servers are in test_task_workers.py and test_task_views.py.
+back, a call refused when sent, Celery's retries of a delivery that ran
+nothing, and a completion that races a renewal. The real workers and servers
+are in test_task_workers.py and test_task_views.py.
 """
 
 from __future__ import annotations
@@ -24,10 +25,11 @@ import pytest
 from django.db import transaction
 
 from idempotency_django.models import IdempotencyRecord
-from idempotency_django.stores import RecordKey, get_store
+from idempotency_django.stores import RecordKey, StoreUnavailable, get_store
 from idempotency_django.stores.redis import RedisStore
-from idempotency_django.tasks import idempotent_task
-from tests.redis_helpers import raw_client, redis_store_settings
+from idempotency_django.tasks import TaskInProgress, idempotent_task
+from tests.concurrency import in_threads
+from tests.redis_helpers import DOWN_ALIAS, raw_client, redis_store_settings
 from tests.testapp.models import Booking
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -161,6 +163,66 @@ def test_arguments_the_fingerprint_cannot_hold_are_refused_when_sent(
     with pytest.raises(TypeError, match="needs a key"):
         celery_tasks.book_pickled.delay("09:00")
     assert client.llen(queue) == 0
+
+
+# -- Celery's retries: an eager run that ran nothing is told at once ---------------
+# (A worker's delivery is retried without a limit: tests/test_task_workers.py.)
+
+
+def task_events(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [
+        record.idempotency["event"]  # type: ignore[attr-defined]
+        for record in caplog.records
+        if record.name == "idempotency_django.tasks"
+    ]
+
+
+@pytest.mark.parametrize("in_transaction", [True, False], ids=["in-a-transaction", "alone"])
+def test_an_eager_task_is_told_at_once_that_its_key_is_taken(
+    celery_tasks: ModuleType, caplog: pytest.LogCaptureFixture, in_transaction: bool
+) -> None:
+    """Another delivery runs the key: apply() (delay() under task_always_eager) claims
+    once and gets TaskInProgress: a task that waits for it cannot in a transaction of
+    its caller, one with ``duplicates="skip"`` does not.
+
+    Celery retried it at once, its countdown skipped (in the caller's
+    transaction, holding its locks): four claims, and with retries unlimited,
+    no end.
+    """
+    task = celery_tasks.book_slot if in_transaction else celery_tasks.book_slot_or_skip
+    key = RecordKey(f"task:{task.name}", "", "slot-09:00")
+
+    def deliver(index: int) -> object:
+        if index == 0:  # holds the key for a second
+            return task.apply(args=("09:00", 1.0)).get()
+        deadline = time.monotonic() + 10
+        while not get_store().is_held(key) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with transaction.atomic() if in_transaction else contextlib.nullcontext():
+            return task.apply(args=("09:00", 1.0)).result
+
+    with redis_store_settings(), caplog.at_level(logging.DEBUG, logger="idempotency_django.tasks"):
+        first, duplicate = in_threads(2, deliver)
+    assert first == Booking.objects.get().pk
+    assert isinstance(duplicate, TaskInProgress), duplicate
+    assert task_events(caplog).count("conflict") == 1
+
+
+@pytest.mark.parametrize("in_transaction", [True, False], ids=["in-a-transaction", "alone"])
+def test_an_eager_task_is_told_at_once_that_the_store_is_down(
+    celery_tasks: ModuleType, caplog: pytest.LogCaptureFixture, in_transaction: bool
+) -> None:
+    """The same with the store down: one claim, and the caller gets StoreUnavailable
+    (with retries unlimited, Celery's eager retries recursed until the stack overflowed)."""
+    with (
+        redis_store_settings(alias=DOWN_ALIAS),
+        caplog.at_level(logging.DEBUG, logger="idempotency_django.tasks"),
+        transaction.atomic() if in_transaction else contextlib.nullcontext(),
+    ):
+        result = celery_tasks.book_slot_or_skip.apply(args=("09:00",))
+    assert isinstance(result.result, StoreUnavailable), result.result
+    assert task_events(caplog) == ["unavailable"]
+    assert Booking.objects.count() == 0
 
 
 # -- the heartbeat and a completion that races it --------------------------------

@@ -173,6 +173,26 @@ def test_a_task_sent_twice_runs_once(celery_worker: Callable[..., Worker]) -> No
     assert Booking.objects.count() == 1
 
 
+def test_a_skipped_duplicate_comes_back_until_the_key_is_free(
+    transactional_db: None, tmp_path: Path
+) -> None:
+    """``duplicates="skip"``: a delivery that finds the key taken raises TaskInProgress,
+    and Celery delivers it again later, with its backoff (at most 1, 2, 4, 8... s), until
+    the first has finished; it then returns the first one's result. Celery's default limit
+    gave up after three retries (7 s at most) while the first still ran: the delivery
+    failed, was acknowledged, and was lost."""
+    tasks = celery_tasks()
+    with celery_workers(STORES["database"], tmp_path / "worker.log") as start:
+        worker = start(pool="prefork", concurrency=2)
+        first = tasks.book_slot_or_skip.apply_async(("09:00", 8.0))
+        worker.wait_for("event=reserved")  # the first holds the key for 8 s
+        duplicate = tasks.book_slot_or_skip.apply_async(("09:00", 8.0))
+        assert first.get(timeout=60) == duplicate.get(timeout=60) == Booking.objects.get().pk
+    log = worker.log.read_text(errors="replace")
+    assert log.count("event=conflict") >= 4, log  # past Celery's default of three retries
+    assert log.count("event=replayed") == 1, log
+
+
 def test_a_task_whose_worker_was_killed_is_redelivered_and_runs_once(
     celery_worker: Callable[..., Worker], tmp_path: Path
 ) -> None:

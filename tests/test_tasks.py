@@ -239,10 +239,18 @@ def test_with_the_protection_off_every_delivery_runs(store: str) -> None:
     assert Booking.objects.count() == 2
 
 
-def test_a_store_that_cannot_be_reached_runs_nothing() -> None:
-    with redis_store_settings(alias=DOWN_ALIAS), pytest.raises(StoreUnavailable):
+def test_a_store_that_cannot_be_reached_runs_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    """Its one log line names the error, as a request's does: event=unavailable
+    error=ConnectionError (it had no error= before)."""
+    with (
+        redis_store_settings(alias=DOWN_ALIAS),
+        caplog.at_level(logging.DEBUG, logger="idempotency_django.tasks"),
+        pytest.raises(StoreUnavailable),
+    ):
         tasks_app.book("09:00", idempotency_key="order-1")
     assert Booking.objects.count() == 0
+    fields = [record.idempotency for record in caplog.records]  # type: ignore[attr-defined]
+    assert [(f["event"], f.get("error")) for f in fields] == [("unavailable", "ConnectionError")]
 
 
 @pytest.mark.parametrize("atomic", [True, False])
@@ -365,6 +373,41 @@ def test_without_atomic_a_result_that_is_not_json_keeps_the_key_of_the_committed
         with pytest.raises(TaskResultNotStored):
             returns_an_object("09:00", idempotency_key="k")
     assert Booking.objects.count() == 1
+
+
+@pytest.mark.parametrize("store_name", STORES)
+@pytest.mark.parametrize("commits", [True, False])
+def test_without_atomic_a_result_that_is_not_json_in_a_callers_transaction_waits_for_it(
+    store_name: str, commits: bool
+) -> None:
+    """The caller catches the TypeError. Its COMMIT keeps the key of the work: duplicates
+    raise TaskResultNotStored (the key was given back at once, and the next delivery
+    booked a second time). Its rollback takes the work back and frees the key (at once
+    in the database, LOCK_TIMEOUT later in a store outside it): the next delivery runs.
+    """
+
+    @idempotent_task(name="returns_an_object_in_caller", atomic=False)
+    def returns_an_object(slot: str) -> object:
+        Booking.objects.create(slot=slot)
+        return object()
+
+    with store_settings(store_name, LOCK_TIMEOUT=1, HEARTBEAT=0.2):
+        with contextlib.suppress(tasks_app.Refused), transaction.atomic():
+            with pytest.raises(TypeError, match="not JSON"):
+                returns_an_object("09:00", idempotency_key="k")
+            if not commits:
+                raise tasks_app.Refused("the caller rolls back")
+        if commits:
+            assert Booking.objects.count() == 1
+            with pytest.raises(TaskResultNotStored):
+                returns_an_object("09:00", idempotency_key="k")
+            assert Booking.objects.count() == 1
+        else:
+            assert Booking.objects.count() == 0
+            time.sleep(1.5)  # LOCK_TIMEOUT and a few beats: renewed, it would still be held
+            with pytest.raises(TypeError, match="not JSON"):
+                returns_an_object("09:00", idempotency_key="k")  # ran again
+            assert Booking.objects.count() == 1
 
 
 @pytest.mark.parametrize("store", ["database"], indirect=True)

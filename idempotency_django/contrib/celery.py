@@ -35,7 +35,9 @@ DELIVERY_OPTIONS: dict[str, Any] = {
     # after which an acknowledged delivery would be lost.
     "autoretry_for": (TaskInProgress, StoreUnavailable),
     "retry_backoff": True,
-    "retry_kwargs": {"max_retries": None},
+    # The task's limit, None: no limit. (In retry_kwargs, max_retries=None means
+    # "the task's limit", Celery's default of 3.)
+    "max_retries": None,
 }
 
 #: kombu's JSON, canonical: what Celery's default serializer round-trips.
@@ -57,6 +59,27 @@ class CheckedTask(celery.Task):  # type: ignore[misc]
         if check is not None:
             check(tuple(args or ()), dict(kwargs or {}))
         return super().apply_async(args, kwargs, *rest, **options)
+
+    def retry(
+        self,
+        args: Any = None,
+        kwargs: Any = None,
+        exc: BaseException | None = None,
+        *rest: Any,
+        **options: Any,
+    ) -> Any:
+        """Celery's, except for a key taken or a store down in an eager run: raised at once.
+
+        An eager run (``apply()``, ``task_always_eager``) is retried by Celery at
+        once, on the same stack, its countdown skipped: without a limit it would
+        spin while another delivery holds the key, or recurse until the stack
+        overflowed while the store is down; inside its caller's transaction it
+        would hold the caller's locks meanwhile. Its caller gets
+        ``TaskInProgress`` or ``StoreUnavailable`` instead, as a direct call does.
+        """
+        if isinstance(exc, TaskInProgress | StoreUnavailable) and self.request.is_eager:
+            raise exc
+        return super().retry(args, kwargs, exc, *rest, **options)
 
 
 @overload

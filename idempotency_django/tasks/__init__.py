@@ -29,7 +29,7 @@ from django.dispatch import Signal
 from idempotency_django.conf import idempotency_settings
 from idempotency_django.protocol.fingerprint import keyed_digest
 from idempotency_django.protocol.keys import MAX_KEY_LENGTH
-from idempotency_django.protocol.logs import emit
+from idempotency_django.protocol.logs import emit, error_name
 from idempotency_django.protocol.options import check_retention, option
 from idempotency_django.protocol.reservation import KeyReservation, Settled
 from idempotency_django.protocol.transactions import open_transactions
@@ -286,15 +286,19 @@ class TaskRun(KeyReservation):
                 with self.block():
                     try:
                         claim = self.take()
-                    except StoreUnavailable:
-                        self.log(logging.ERROR, "unavailable")
+                    except StoreUnavailable as exc:
+                        self.log(logging.ERROR, "unavailable", error=error_name(exc))
                         raise
                     if claim.outcome is Outcome.CLAIMED:
                         # The run's one INFO record is its outcome, at its end.
                         self.log(logging.DEBUG, "took_over" if claim.took_over else "reserved")
                         return self.run_claimed(call)
             except BaseException:
-                self.commit_failed()  # a COMMIT that failed stored nothing: a retry runs
+                if self.atomic:
+                    self.commit_failed()  # a COMMIT that failed stored nothing: a retry runs
+                # Without our block, the caller's transaction decides (a result that is
+                # not JSON raised after its work): its COMMIT stores the deferred answer,
+                # its rollback drops it, and the key expires LOCK_TIMEOUT later.
                 raise
             if claim.outcome is Outcome.REPLAY:
                 assert claim.response is not None
