@@ -13,7 +13,9 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
+from uuid import UUID
 
 import pytest
 from django.contrib.auth.models import User
@@ -21,13 +23,17 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connection
 from django.http import HttpRequest
 from django.test import Client, override_settings
-from ninja import NinjaAPI, Router
+from django.urls import path as route
+from ninja import NinjaAPI, Router, Status
+from ninja.decorators import decorate_view
+from ninja.security import HttpBearer
 from pydantic import ValidationError
 from rest_framework.authtoken.models import Token
 
 from idempotency_django.models import IdempotencyRecord
 from idempotency_django.ninja import auth_principal, idempotent
 from idempotency_django.ninja.scope import SECRET_PREFIX
+from idempotency_django.protocol.scope import credential_digests
 from tests.concurrency import in_threads
 from tests.testapp import ninja_api
 from tests.testapp.models import Booking
@@ -84,6 +90,45 @@ def without_middleware(settings: Any) -> None:
         for name in settings.MIDDLEWARE
         if name != "idempotency_django.middleware.IdempotencyMiddleware"
     ]
+
+
+# -- an API of this module's own (mounted under /own/ by the tests that use it) ----------
+
+
+class TokenRowAuth(HttpBearer):
+    """``Authorization: Bearer <DRF token key>``: the Token row itself, whose primary key
+    is the bearer secret."""
+
+    def authenticate(self, request: HttpRequest, token: str) -> Token | None:
+        return Token.objects.filter(key=token).first()
+
+
+own_api = NinjaAPI(urls_namespace="ninja-own", auth=ninja_api.BearerAuth())
+own_api.add_decorator(idempotent(), mode="view")
+own_router = Router()
+own_router.add_decorator(idempotent(), mode="view")
+
+
+@own_api.post("/token-row-bookings", auth=TokenRowAuth(), response={201: ninja_api.BookingOut})
+def token_row_booking(request: HttpRequest, payload: ninja_api.BookingIn) -> Any:
+    return Status(201, ninja_api.book(request, payload.slot))
+
+
+@own_api.post("/strict", response={201: ninja_api.BookingOut})
+@decorate_view(idempotent(required=True))  # the operation's own, as @idempotent(...) is
+def strict_booking(request: HttpRequest, payload: ninja_api.BookingIn) -> Any:
+    return Status(201, ninja_api.book(request, payload.slot))
+
+
+@own_router.post("/strict", response={201: ninja_api.BookingOut})
+@decorate_view(idempotent(required=True))
+def router_strict_booking(request: HttpRequest, payload: ninja_api.BookingIn) -> Any:
+    return Status(201, ninja_api.book(request, payload.slot))
+
+
+own_api.add_router("/router", own_router)
+own_urls = ModuleType("own_urls")
+own_urls.urlpatterns = [route("own/", own_api.urls)]  # type: ignore[attr-defined]
 
 
 # -- the contract, with each kind of ninja authentication -------------------------
@@ -146,6 +191,42 @@ def test_api_keys_scope_keys_and_are_never_stored() -> None:
 
 
 @pytest.mark.django_db
+@override_settings(ROOT_URLCONF=own_urls)
+def test_a_token_row_as_the_principal_keeps_the_bearer_secret_out_of_the_record(
+    alice: User,
+) -> None:
+    """An auth that returns DRF's ``Token`` row, whose primary key is the bearer secret:
+    its keys are the row's (a retry replays), and the record's principal, which the admin
+    shows, is ``authtoken.token:`` and an HMAC of the key under ``SECRET_KEY``, never the
+    secret itself."""
+    secret = Token.objects.create(user=alice).key
+    client = Client()
+    first = post(client, "/own/token-row-bookings", token=secret)
+    again = post(client, "/own/token-row-bookings", token=secret)
+    assert first.status_code == 201
+    assert again["Idempotency-Replayed"] == "true"
+    assert again.content == first.content
+    assert rows() == 1
+    principal = IdempotencyRecord.objects.get().principal
+    assert secret not in principal
+    assert principal == "authtoken.token:" + credential_digests(secret)[0]
+
+
+@pytest.mark.django_db
+@override_settings(ROOT_URLCONF=own_urls)
+def test_a_token_rows_retry_after_a_secret_key_rotation_replays(alice: User) -> None:
+    """The row's digest follows ``SECRET_KEY_FALLBACKS``, as a string credential's does."""
+    secret = Token.objects.create(user=alice).key
+    old_key, new_key = "the-old-secret-key-" + "x" * 40, "the-new-secret-key-" + "y" * 40
+    with override_settings(SECRET_KEY=old_key):
+        assert post(Client(), "/own/token-row-bookings", token=secret).status_code == 201
+    with override_settings(SECRET_KEY=new_key, SECRET_KEY_FALLBACKS=[old_key]):
+        again = post(Client(), "/own/token-row-bookings", token=secret)
+    assert again["Idempotency-Replayed"] == "true"
+    assert rows() == 1
+
+
+@pytest.mark.django_db
 def test_a_custom_result_names_its_principal() -> None:
     client = Client()
     first = post(client, "/ninja/partner-bookings", **{"X-Partner": "7"})
@@ -174,8 +255,12 @@ def test_auth_principal_names() -> None:
     other = User(pk=3, username="c")
     other._state.db = "tenant"
     assert auth_principal(other) == "auth.user@tenant:3"
-    token = Token(key="abc")  # a model that is not a user: named by its label and pk
-    assert auth_principal(token) == "authtoken.token:abc"
+    booking = Booking(pk=5)  # a model that is not a user: named by its label and pk
+    assert auth_principal(booking) == "testapp.booking:5"
+    uuid = UUID("12345678-1234-5678-1234-567812345678")  # as a UUIDField pk holds one
+    assert auth_principal(Booking(pk=uuid)) == f"testapp.booking:{uuid}"  # type: ignore[misc]
+    token = Token(key="abc")  # any other pk may be a credential: its keyed digest
+    assert auth_principal(token) == "authtoken.token:" + credential_digests("abc")[0]
     assert auth_principal("s3cret") == auth_principal(b"s3cret") != "s3cret"
     assert auth_principal(None) is None
     assert auth_principal(False) is None
@@ -246,6 +331,25 @@ def test_with_the_middleware_a_bearer_call_is_not_scoped_by_the_session(
     assert "Idempotency-Replayed" not in as_alice
     assert as_alice.json()["customer"] == f"auth.user:{alice.pk}"
     assert bobs.json()["customer"] != as_alice.json()["customer"]
+
+
+@pytest.mark.django_db
+def test_the_middleware_leaves_an_operation_the_integration_does_not_protect_alone(
+    alice: User, bob: User, bob_token: str
+) -> None:
+    """The middleware runs before ninja authenticates anyone: for an operation the
+    integration does not protect it would claim the key under the session's user, store
+    the bearer user's answer there, and replay it to the session alone, which ninja
+    answers 401. It leaves the key unused instead, as check W043 says."""
+    jar = Client()
+    jar.force_login(alice)  # Alice's session rides along on Bob's bearer call
+    bobs = post(jar, "/ninja/unprotected", token=bob_token)
+    assert (bobs.status_code, bobs.json()["customer"]) == (201, f"auth.user:{bob.pk}")
+    assert bobs["Idempotency-Key-Ignored"] == "unprotected"
+    alices = post(jar, "/ninja/unprotected")  # her session only, no token
+    assert "Idempotency-Replayed" not in alices
+    assert alices.status_code == 401
+    assert not IdempotencyRecord.objects.exists()
 
 
 @pytest.mark.django_db
@@ -450,6 +554,25 @@ def test_an_operations_own_options_win_over_its_routers(prefix: str, alice_token
     missing = post(Client(), f"{prefix}/required", key=None, token=alice_token)
     assert missing.status_code == 400
     assert missing.json()["code"] == "idempotency_key_missing"
+
+
+@pytest.mark.django_db
+@override_settings(ROOT_URLCONF=own_urls)
+@pytest.mark.parametrize("url", ["/own/strict", "/own/router/strict"])
+def test_an_operations_own_options_given_by_decorate_view_win_over_its_routers(
+    url: str, alice_token: str
+) -> None:
+    """``@decorate_view(idempotent(required=True))`` is the operation's own protection, as
+    ``@idempotent(required=True)`` below its route is: under a protected API (and router),
+    a request without a key is ``400 idempotency_key_missing`` and books nothing, and the
+    schema says the header is required."""
+    missing = post(Client(), url, key=None, token=alice_token)
+    assert missing.status_code == 400
+    assert missing.json()["code"] == "idempotency_key_missing"
+    assert rows() == 0
+    operation = own_api.get_openapi_schema(path_prefix="")["paths"][url.removeprefix("/own")]
+    (key,) = [p for p in operation["post"]["parameters"] if p["name"] == "Idempotency-Key"]
+    assert key["required"] is True
 
 
 @pytest.mark.django_db

@@ -60,15 +60,15 @@ FuncT = TypeVar("FuncT", bound=Callable[..., Any])
 
 #: On a protected operation's function: the ``openapi_extra`` the operation had before.
 _BASE_EXTRA_ATTRIBUTE = "_idempotency_base_openapi_extra"
-#: On a protected operation: "operation" when protected by its own ``@idempotent``.
-_LEVEL_ATTRIBUTE = "_idempotency_level"
+#: On a protected operation: the :class:`NinjaIdempotency` that protects it.
+_PROTECTION_ATTRIBUTE = "_idempotency_protection"
 
 
 class NinjaIdempotency:
     """The protection of ninja operations, with its :class:`ViewOptions`, made by
     :func:`idempotent`: apply it to an operation's function (below ``@api.post(...)``,
-    or through ``decorate_view``), or add it to a router or an API with
-    ``add_decorator(..., mode="view")``."""
+    or through ``decorate_view``: either wins over its router's or its API's), or add it
+    to a router or an API with ``add_decorator(..., mode="view")``."""
 
     def __init__(self, options: ViewOptions, *, operation_level: bool = False) -> None:
         self.options = options
@@ -96,9 +96,9 @@ class NinjaIdempotency:
         inner = getattr(operation.view_func, NINJA_INNER_ATTRIBUTE, operation.view_func)
         if getattr(inner, EXEMPT_ATTRIBUTE, False) or getattr(operation, "stream_format", None):
             return run  # exempt, or a stream (never kept)
-        if getattr(operation, _LEVEL_ATTRIBUTE, None) == "operation" and not self.operation_level:
-            return run  # the operation's own @idempotent wins over its router's or API's
-        setattr(operation, _LEVEL_ATTRIBUTE, "operation" if self.operation_level else "router")
+        if not self.operation_level and _protected_by_its_own(operation):
+            return run  # the operation's own idempotent(...) wins over its router's or API's
+        setattr(operation, _PROTECTION_ATTRIBUTE, self)
         base_extra = getattr(operation.view_func, _BASE_EXTRA_ATTRIBUTE, operation.openapi_extra)
         operation.view_func = _protected_function(operation, inner, self.options)
         setattr(operation.view_func, _BASE_EXTRA_ATTRIBUTE, base_extra)
@@ -136,6 +136,18 @@ def _operation_of(target: Any) -> Operation | None:
     )
     owner = getattr(bound, "__self__", None)
     return owner if isinstance(owner, Operation) else None
+
+
+def _protected_by_its_own(operation: Operation) -> bool:
+    """Whether the operation is protected by an ``idempotent`` it was given itself:
+    ``@idempotent(...)`` below its route, or ``decorate_view(idempotent(...))``, which
+    ninja (1.6+) lists in the operation's ``_run_decorators`` once applied. A router's
+    and an API's come later, and are not listed."""
+    protection = getattr(operation, _PROTECTION_ATTRIBUTE, None)
+    if protection is None:
+        return False
+    own = getattr(operation, "_run_decorators", ())
+    return protection.operation_level or any(decorator is protection for decorator in own)
 
 
 def _protected_function(

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
+from collections.abc import Callable
 from typing import Any
+from uuid import UUID
 
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest
@@ -32,12 +35,33 @@ def auth_principal(auth: Any, authenticated_by: Any = None) -> str | None:
 
     The table of docs/ninja.md, in its order: an ``idempotency_principal`` attribute's
     value; a user's name as the middleware and DRF give it; ``app_label.model:pk`` (or
-    ``app_label.model@alias:pk``) for a model instance; for a string or bytes, ``secret:``,
-    the auth class that returned it (``authenticated_by``) and an HMAC of it with
-    ``SECRET_KEY``, never the credential itself. Anything else names nobody it could be
-    told apart from: :class:`~django.core.exceptions.ImproperlyConfigured`, before the key
-    is claimed.
+    ``app_label.model@alias:pk``) for a model instance whose pk is a number or a UUID,
+    and an HMAC of the pk with ``SECRET_KEY`` in place of any other pk (DRF's ``Token``
+    is keyed by the bearer secret itself); for a string or bytes, ``secret:``, the auth
+    class that returned it (``authenticated_by``) and an HMAC of it with ``SECRET_KEY``,
+    never the credential itself. Anything else names nobody it could be told apart from:
+    :class:`~django.core.exceptions.ImproperlyConfigured`, before the key is claimed.
     """
+    return _principal(auth, authenticated_by, _keyed)
+
+
+def ninja_scope(request: HttpRequest) -> Scope | None:
+    """The principal ninja authenticated (``request.auth``) and the ``X-Location-Id`` header;
+    without ninja authentication, the ``SCOPE_FUNCTION`` setting's, as on a plain view."""
+    if not hasattr(request, "auth"):
+        scope: Scope | None = idempotency_settings.SCOPE_FUNCTION(request)
+        return scope
+    # A credential under SECRET_KEY, or a fallback's that still holds the request's key.
+    keyed = functools.partial(credential_principal, request)
+    via = getattr(request, AUTHENTICATED_BY_ATTRIBUTE, None)
+    principal = _principal(request.auth, via, keyed)
+    return None if principal is None else Scope(principal=principal, location=location_of(request))
+
+
+def _principal(
+    auth: Any, authenticated_by: Any, keyed: Callable[[str, str | bytes], str]
+) -> str | None:
+    """:func:`auth_principal`, whose credentials ``keyed(prefix, credential)`` names."""
     if auth is None or auth is False:
         return None
     named = getattr(auth, PRINCIPAL_ATTRIBUTE, None)
@@ -49,9 +73,12 @@ def auth_principal(auth: Any, authenticated_by: Any = None) -> str | None:
     meta = getattr(auth, "_meta", None)
     pk = getattr(auth, "pk", None)
     if meta is not None and pk is not None:
-        return model_principal(auth, meta.label_lower, pk)
+        if isinstance(pk, int | UUID):
+            return model_principal(auth, meta.label_lower, pk)
+        # A text pk may be the credential itself (DRF's Token, an API-key row): its digest.
+        return keyed(model_principal(auth, meta.label_lower, ""), str(pk))
     if isinstance(auth, str | bytes):
-        return secret_prefix(authenticated_by) + credential_digests(auth)[0]
+        return keyed(secret_prefix(authenticated_by), auth)
     raise ImproperlyConfigured(
         f"idempotency_django.ninja cannot name the principal of the authentication "
         f"result {type(auth).__name__!r}: return a user, a model instance or a string "
@@ -60,19 +87,9 @@ def auth_principal(auth: Any, authenticated_by: Any = None) -> str | None:
     )
 
 
-def ninja_scope(request: HttpRequest) -> Scope | None:
-    """The principal ninja authenticated (``request.auth``) and the ``X-Location-Id`` header;
-    without ninja authentication, the ``SCOPE_FUNCTION`` setting's, as on a plain view."""
-    if not hasattr(request, "auth"):
-        scope: Scope | None = idempotency_settings.SCOPE_FUNCTION(request)
-        return scope
-    auth, principal = request.auth, None  # principal: str | None
-    if isinstance(auth, str | bytes):  # under SECRET_KEY, or a fallback's that still holds it
-        via = secret_prefix(getattr(request, AUTHENTICATED_BY_ATTRIBUTE, None))
-        principal = credential_principal(request, via, auth)
-    else:
-        principal = auth_principal(auth)
-    return None if principal is None else Scope(principal=principal, location=location_of(request))
+def _keyed(prefix: str, credential: str | bytes) -> str:
+    """``prefix`` and the HMAC of ``credential`` under ``SECRET_KEY``."""
+    return prefix + credential_digests(credential)[0]
 
 
 def secret_prefix(authenticated_by: Any) -> str:
