@@ -8,6 +8,7 @@ from typing import Any, TypedDict, TypeVar, Unpack, overload
 
 from asgiref.sync import iscoroutinefunction
 from django.core.exceptions import ImproperlyConfigured
+from django.http import HttpRequest
 from django.views import View
 
 from idempotency_django.protocol.marks import (
@@ -158,8 +159,32 @@ def _protect_class(view_class: type, options: ViewOptions) -> type:
                 return await sync_dispatch(*args, **kwargs)
 
             dispatch = async_dispatch
-        return _subclass(view_class, dispatch=protect_callable(dispatch, options))
+        return _subclass(view_class, dispatch=_unless_exempt(dispatch, options))
     raise TypeError(f"@idempotent cannot protect {view_class!r}: not a Django or DRF view.")
+
+
+def _unless_exempt(dispatch: Callable[..., Any], options: ViewOptions) -> Callable[..., Any]:
+    """A class-based view's ``dispatch``, protected unless the handler of the request's
+    method is under ``@idempotency_exempt``."""
+    protected = protect_callable(dispatch, options)
+
+    def chosen(view: View, request: HttpRequest) -> Callable[..., Any]:
+        handler = getattr(view, str(request.method).lower(), None)
+        return dispatch if getattr(handler, EXEMPT_ATTRIBUTE, False) else protected
+
+    if iscoroutinefunction(protected):
+
+        @functools.wraps(protected)
+        async def async_dispatch(view: View, request: HttpRequest, *args: Any, **kw: Any) -> Any:
+            return await chosen(view, request)(view, request, *args, **kw)
+
+        return async_dispatch
+
+    @functools.wraps(protected)
+    def sync_dispatch(view: View, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        return chosen(view, request)(view, request, *args, **kwargs)
+
+    return sync_dispatch
 
 
 def _subclass(view_class: type, *mixins: type, **attributes: Any) -> type:

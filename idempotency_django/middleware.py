@@ -38,8 +38,8 @@ from idempotency_django.protocol.marks import (
     EXEMPT_ATTRIBUTE,
     PROTECTED_ATTRIBUTE,
     drf_protection,
-    is_ninja_protected_view,
     key_header,
+    ninja_protection,
 )
 from idempotency_django.protocol.options import ViewOptions
 from idempotency_django.protocol.phases import arun, mark_ignored_key, run, run_to_the_end
@@ -160,11 +160,13 @@ def examine(
     unless its path matches ``REQUIRED_PATHS``, and for the views below); and
     whether the view is protected elsewhere: ``DRF_PROTECTED`` for a DRF view the
     library protects, a ninja operation under ``idempotency_django.ninja``, a view
-    under ``@idempotent``, which decide about the key themselves, the body ready
-    for them; ``DRF_UNMARKED`` for a DRF view that may be (``@idempotent`` on a
-    method its handler calls), whose body is readied and whose key is marked as
-    not used unless its claim says otherwise; None for the rest. A view under
-    ``@idempotency_exempt``, or a method DRF answers 405, is left alone.
+    or a class-based view's handler under ``@idempotent``, which decide about the
+    key themselves, the body ready for them; ``DRF_UNMARKED`` for a DRF view that
+    may be (``@idempotent`` on a method its handler calls), whose body is readied
+    and whose key is marked as not used unless its claim says otherwise; None for
+    the rest. A view or handler under ``@idempotency_exempt``, a method DRF
+    answers 405, and a ninja operation the integration does not protect (ninja
+    authenticates inside its view) are left alone.
     """
     settings = idempotency_settings
     unsafe = request.method in settings.METHODS
@@ -179,8 +181,17 @@ def examine(
         return keyed, match, None, None
     if (drf := drf_protection(view, method)) is not None:
         return keyed, match, None, None if drf == DRF_LEFT_ALONE else drf
-    if getattr(view, PROTECTED_ATTRIBUTE, False) or is_ninja_protected_view(view, method):
+    if (view_class := getattr(view, "view_class", None)) is not None:
+        # A class-based view's handler may bear its own mark (as_view() copies dispatch's).
+        handler = getattr(view_class, method.lower(), None)
+        if getattr(handler, EXEMPT_ATTRIBUTE, False):
+            return keyed, match, None, None
+        if getattr(handler, PROTECTED_ATTRIBUTE, False):
+            return keyed, match, None, DRF_PROTECTED  # @idempotent on the method decides
+    if getattr(view, PROTECTED_ATTRIBUTE, False):
         return keyed, match, None, DRF_PROTECTED
+    if (ninja := ninja_protection(view, method)) is not None:
+        return keyed, match, None, None if ninja == DRF_LEFT_ALONE else ninja
     required = bool(settings.REQUIRED_PATHS) and key_required(request.path_info, match)
     if not keyed and not required:
         return keyed, match, None, None

@@ -94,18 +94,23 @@ def is_ninja_view(view_func: Callable[..., Any]) -> bool:
     return getattr(view_func, "__module__", None) == "ninja.operation"
 
 
-def is_ninja_protected_view(view_func: Callable[..., Any], method: str) -> bool:
-    """A django-ninja view whose operation for ``method`` ``idempotency_django.ninja`` protects.
+def ninja_protection(view_func: Callable[..., Any], method: str) -> str | None:
+    """None for a view that is not django-ninja's; for one, ``DRF_PROTECTED`` when
+    ``idempotency_django.ninja`` protects its operation for ``method``, else ``DRF_LEFT_ALONE``.
 
-    ninja authenticates inside its view: the middleware must leave such an
-    operation to the integration, which claims the key after authentication.
+    ninja authenticates inside its view, after every middleware: only the
+    integration, which claims the key after authentication, knows whose key it
+    is. The middleware would scope it by a session ninja may not authenticate,
+    and replay the answer to that session.
     """
     if not is_ninja_view(view_func):
-        return False
+        return None
     for operation in _ninja_operations(view_func):
         if method in getattr(operation, "methods", ()):
-            return getattr(operation, NINJA_OPTIONS_ATTRIBUTE, None) is not None
-    return False
+            if getattr(operation, NINJA_OPTIONS_ATTRIBUTE, None) is not None:
+                return DRF_PROTECTED
+            break
+    return DRF_LEFT_ALONE
 
 
 def unprotected_ninja_methods(view_func: Callable[..., Any], methods: Any) -> set[str]:

@@ -151,6 +151,48 @@ class BookingCBV(View):
         return JsonResponse({"id": booking.pk}, status=201)
 
 
+def _click() -> JsonResponse:
+    Booking.objects.create(slot="click")
+    return JsonResponse({"clicks": Booking.objects.filter(slot="click").count()})
+
+
+@idempotent
+class ClickCounterCBV(View):
+    """Bookings are protected; its clicks count every time they are sent."""
+
+    def post(self, request: HttpRequest) -> HttpResponse:
+        booking = Booking.objects.create(slot="cbv")
+        return JsonResponse({"id": booking.pk}, status=201)
+
+    @idempotency_exempt
+    def put(self, request: HttpRequest) -> HttpResponse:
+        return _click()
+
+
+@idempotent
+class AsyncClickCounterCBV(View):
+    @idempotency_exempt
+    async def post(self, request: HttpRequest) -> HttpResponse:
+        return await sync_to_async(_click)()
+
+
+class PlainClickCBV(View):
+    """No decoration: the middleware would protect it, but for the handler's mark."""
+
+    @idempotency_exempt
+    def post(self, request: HttpRequest) -> HttpResponse:
+        return _click()
+
+
+class SlotCBV(View):
+    """``@idempotent`` on the handler, with options of its own: only the slot counts."""
+
+    @idempotent(fingerprint=json_fields("slot"))
+    def post(self, request: HttpRequest) -> HttpResponse:
+        booking = Booking.objects.create(slot=json.loads(request.body)["slot"])
+        return JsonResponse({"id": booking.pk}, status=201)
+
+
 class BookingSerializer(serializers.ModelSerializer[Booking]):
     class Meta:
         model = Booking

@@ -1,0 +1,78 @@
+"""Class-based views: the marks of a handler (``@idempotent``, ``@idempotency_exempt``)
+decide for its method, with or without ``IdempotencyMiddleware`` and ``@idempotent`` on
+the class, as they do on a DRF view's action. Through the real middleware stack."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from tests.testapp.models import Booking
+
+pytestmark = pytest.mark.django_db
+
+
+def send(client: Client, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    return client.generic(
+        method,
+        path,
+        json.dumps(body or {}),
+        content_type="application/json",
+        headers={"Idempotency-Key": "cbv-1"},
+    )
+
+
+def clicks() -> int:
+    return Booking.objects.filter(slot="click").count()
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        pytest.param("PUT", "/plain/click-counter/", id="@idempotent-class"),
+        pytest.param("POST", "/async/click-counter/", id="@idempotent-async-class"),
+        pytest.param("POST", "/plain/plain-click/", id="middleware-only"),
+    ],
+)
+def test_an_exempt_handler_runs_every_time(alice_client: Client, method: str, path: str) -> None:
+    """``@idempotency_exempt`` on a handler: "never protect this view or action, whatever
+    the middleware or class decoration". Before, the second click was a replay."""
+    first, second = send(alice_client, method, path), send(alice_client, method, path)
+    assert (first.status_code, second.status_code) == (200, 200)
+    assert "Idempotency-Replayed" not in second
+    assert second.json() == {"clicks": 2} and clicks() == 2
+
+
+@pytest.mark.parametrize("path", ["/plain/click-counter/", "/async/click-counter/"])
+def test_without_the_middleware_the_class_leaves_an_exempt_handler_alone(
+    settings: Any, alice_client: Client, path: str
+) -> None:
+    middleware = "idempotency_django.middleware.IdempotencyMiddleware"
+    settings.MIDDLEWARE = [name for name in settings.MIDDLEWARE if name != middleware]
+    method = "PUT" if path.startswith("/plain/") else "POST"
+    send(alice_client, method, path)
+    second = send(alice_client, method, path)
+    assert "Idempotency-Replayed" not in second
+    assert second.json() == {"clicks": 2}
+
+
+def test_the_other_handlers_of_the_class_stay_protected(alice_client: Client) -> None:
+    first = send(alice_client, "POST", "/plain/click-counter/")
+    again = send(alice_client, "POST", "/plain/click-counter/")
+    assert first.status_code == 201
+    assert again.get("Idempotency-Replayed") == "true"
+    assert Booking.objects.filter(slot="cbv").count() == 1
+
+
+def test_a_handlers_own_options_apply_behind_the_middleware(alice_client: Client) -> None:
+    """``@idempotent(fingerprint=json_fields("slot"))`` on ``post``: a retry that differs
+    only in another field is the same request. Before, the middleware claimed the key
+    with the default options first, and the retry got 409 idempotency_key_reused."""
+    first = send(alice_client, "POST", "/plain/slot-cbv/", {"slot": "x", "sent_at": 1})
+    again = send(alice_client, "POST", "/plain/slot-cbv/", {"slot": "x", "sent_at": 2})
+    assert first.status_code == 201
+    assert (again.status_code, again.get("Idempotency-Replayed")) == (201, "true")
+    assert Booking.objects.count() == 1
