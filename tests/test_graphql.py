@@ -7,7 +7,7 @@ import datetime
 import json
 from collections.abc import Callable, Iterator
 from decimal import Decimal
-from typing import Any, cast
+from typing import Annotated, Any, cast
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -25,7 +25,7 @@ pytest.importorskip("strawberry")
 
 import strawberry
 from django.core.files.uploadedfile import SimpleUploadedFile, UploadedFile
-from strawberry.django.views import GraphQLView
+from strawberry.django.views import AsyncGraphQLView, GraphQLView
 from strawberry.file_uploads import Upload
 from strawberry.scalars import Base64
 from strawberry.schema.config import StrawberryConfig
@@ -335,11 +335,82 @@ class OwnMutation:
         return booked(info, cast("UploadedFile[bytes]", file).read().decode())
 
 
+@strawberry.type
+class Receipt:
+    id: int
+    slot: str
+
+
+@strawberry.type
+class Order:
+    id: int
+    # A lazy reference, as schemas split over modules write it (circular imports).
+    receipt: Annotated[Receipt, strawberry.lazy("tests.test_graphql")]
+
+
+@strawberry.type
+class LazyMutation:
+    @protected
+    def order(
+        self, info: strawberry.Info, slot: str
+    ) -> Annotated[Receipt, strawberry.lazy("tests.test_graphql")]:
+        return Receipt(id=booked(info, slot), slot=slot)
+
+    @protected
+    def nested(self, info: strawberry.Info, slot: str) -> Order:
+        pk = booked(info, slot)
+        return Order(id=pk, receipt=Receipt(id=pk, slot=slot))
+
+
+@strawberry.type
+class SharedMutation:
+    """One Mutation type served by two schemas (a public and an internal endpoint)."""
+
+    @protected
+    def count(self, info: strawberry.Info, slot: str) -> int:
+        return booked(info, slot)
+
+    @protected
+    def keyed(self, info: strawberry.Info, slot: str, idempotency_key: str | None = None) -> str:
+        return f"{booked(info, slot)} under {idempotency_key}"
+
+
+@strawberry.type
+class BatchMutation:
+    @protected
+    def count(self, info: strawberry.Info, slot: str) -> int:
+        return booked(info, slot)
+
+    @protected
+    def upload(self, info: strawberry.Info, file: Upload) -> int:
+        return booked(info, cast("UploadedFile[bytes]", file).read().decode())
+
+
 own_schema = strawberry.Schema(
     query=Query, mutation=OwnMutation, config=StrawberryConfig(scalar_map=SCALARS)
 )
 own_view = GraphQLView.as_view(schema=own_schema, multipart_uploads_enabled=True)
-urlpatterns = [path("graphql/", idempotency_exempt(own_view))]
+lazy_schema = strawberry.Schema(query=Query, mutation=LazyMutation)
+public_schema = strawberry.Schema(query=Query, mutation=SharedMutation)
+internal_schema = strawberry.Schema(query=Query, mutation=SharedMutation)
+batch_schema = strawberry.Schema(
+    query=Query,
+    mutation=BatchMutation,
+    config=StrawberryConfig(batching_config={"max_operations": 5}),
+)
+urlpatterns = [
+    path("graphql/", idempotency_exempt(own_view)),
+    path("lazy/", idempotency_exempt(GraphQLView.as_view(schema=lazy_schema))),
+    path("public/", idempotency_exempt(GraphQLView.as_view(schema=public_schema))),
+    path("internal/", idempotency_exempt(GraphQLView.as_view(schema=internal_schema))),
+    path(
+        "batch/",
+        idempotency_exempt(
+            GraphQLView.as_view(schema=batch_schema, multipart_uploads_enabled=True)
+        ),
+    ),
+    path("async-batch/", idempotency_exempt(AsyncGraphQLView.as_view(schema=batch_schema))),
+]
 
 VISIT = "mutation($slot: String!) { visit(slot: $slot, idempotencyKey: $slot) { %s } }"
 
@@ -489,3 +560,108 @@ def test_an_uploaded_file_counts_by_its_content_and_the_resolver_reads_it_whole(
     assert codes(upload(alice_client, b"10:00")) == ["idempotency_key_reused"]
     assert codes(upload(alice_client, b"09:00", name="other.txt")) == ["idempotency_key_reused"]
     assert list(Booking.objects.values_list("slot", flat=True)) == ["09:00"]
+
+
+@pytest.mark.urls(__name__)
+@pytest.mark.parametrize("field", ["order", "nested"], ids=["lazy-result", "lazy-field"])
+def test_a_result_of_a_lazy_type_replays(alice_client: Client, field: str) -> None:
+    """A return type or a field's type named by ``strawberry.lazy`` (a schema split over
+    modules) is kept and rebuilt as any."""
+    selection = "id slot" if field == "order" else "id receipt { id slot }"
+    call = f'mutation {{ {field}(slot: "l", idempotencyKey: "lazy") {{ {selection} }} }}'
+    first = graphql(alice_client, call, "/lazy/")
+    assert "errors" not in first, first
+    assert graphql(alice_client, call, "/lazy/") == first
+    assert Booking.objects.count() == 1
+
+
+@pytest.mark.urls(__name__)
+@pytest.mark.parametrize("url", ["/public/", "/internal/"])
+def test_a_mutation_type_served_by_two_schemas_runs_once_per_key(
+    alice_client: Client, url: str
+) -> None:
+    """One Mutation type under two schemas (a public and an internal endpoint) failed on
+    every call on both: the second schema's build took the key argument the first one
+    added for the resolver's own, and handed the key to a resolver that takes none
+    (TypeError: unexpected keyword argument 'idempotency_key'). A resolver that does take
+    the key still gets it."""
+    call = 'mutation { count(slot: "s", idempotencyKey: "shared") }'
+    first = graphql(alice_client, call, url)
+    assert "errors" not in first, first
+    assert graphql(alice_client, call, url) == first
+    keyed = 'mutation { keyed(slot: "k", idempotencyKey: "own") }'
+    answer = graphql(alice_client, keyed, url)
+    assert answer["data"]["keyed"] == f"{Booking.objects.get(slot='k').pk} under own"
+    assert graphql(alice_client, keyed, url) == answer
+    assert Booking.objects.count() == 2
+
+
+def batch(
+    client: Client, operations: list[str], path: str = "/batch/", **headers: str
+) -> list[dict[str, Any]]:
+    """Strawberry's batching: one request, a JSON list of operations."""
+    body = json.dumps([{"query": query} for query in operations])
+    response = client.post(path, body, content_type="application/json", headers=headers)
+    assert response.status_code == 200, response.content
+    return response.json()  # type: ignore[no-any-return]
+
+
+KEYED = {"Idempotency-Key": "one-key"}
+
+
+@pytest.mark.urls(__name__)
+def test_a_batch_of_two_mutations_is_not_keyed_by_the_header(alice_client: Client) -> None:
+    """docs/graphql.md: with more than one protected mutation in a request, the header keys
+    none of them. A batch (Strawberry's batching) sends several operations in one request:
+    the header keyed each, so the second was refused ``idempotency_key_reused``, and two
+    identical ones ran once, the second answered the first's result (a lost write)."""
+    different = batch(
+        alice_client, ['mutation { count(slot: "a") }', 'mutation { count(slot: "b") }'], **KEYED
+    )
+    assert all("errors" not in answer for answer in different), different
+    same = batch(alice_client, ['mutation { count(slot: "c") }'] * 2, **KEYED)
+    assert same[0]["data"] != same[1]["data"], same
+    assert Booking.objects.count() == 4
+    # Each keyed by its argument, a batch replays; one operation alone, by the header.
+    by_argument = [f'mutation {{ count(slot: "d", idempotencyKey: "{key}") }}' for key in "xy"]
+    first = batch(alice_client, by_argument, **KEYED)
+    assert batch(alice_client, by_argument, **KEYED) == first
+    alone = graphql(alice_client, 'mutation { count(slot: "e") }', "/batch/", headers=KEYED)
+    assert graphql(alice_client, 'mutation { count(slot: "e") }', "/batch/", headers=KEYED) == alone
+    assert Booking.objects.count() == 7
+
+
+@pytest.mark.urls(__name__)
+def test_a_multipart_batch_is_not_keyed_by_the_header(alice_client: Client) -> None:
+    """A batch with files: its operations, a JSON list, in the form's ``operations``."""
+    operation = {
+        "query": "mutation($file: Upload!) { upload(file: $file) }",
+        "variables": {"file": None},
+    }
+    form = {
+        "operations": json.dumps([operation, operation]),
+        "map": json.dumps({"0": ["0.variables.file"], "1": ["1.variables.file"]}),
+        "0": SimpleUploadedFile("a.txt", b"09:00", content_type="text/plain"),
+        "1": SimpleUploadedFile("b.txt", b"10:00", content_type="text/plain"),
+    }
+    response = alice_client.post("/batch/", form, headers=KEYED)
+    assert response.status_code == 200, response.content
+    assert all("errors" not in answer for answer in response.json()), response.json()
+    assert sorted(Booking.objects.values_list("slot", flat=True)) == ["09:00", "10:00"]
+
+
+@pytest.mark.urls(__name__)
+@pytest.mark.django_db(transaction=True)
+def test_a_batch_under_the_async_view_is_not_keyed_by_the_header(alice: User) -> None:
+    async def post() -> list[dict[str, Any]]:
+        client = AsyncClient()
+        await client.aforce_login(alice)
+        body = json.dumps([{"query": 'mutation { count(slot: "a") }'}] * 2)
+        response = await client.post(
+            "/async-batch/", body, content_type="application/json", headers=KEYED
+        )
+        return response.json()  # type: ignore[no-any-return]
+
+    answers = async_to_sync(post)()
+    assert all("errors" not in answer for answer in answers), answers
+    assert Booking.objects.count() == 2

@@ -10,7 +10,8 @@ One marker on the field, a Strawberry field extension::
         def create_order(self, info: strawberry.Info, item: str) -> Order: ...
 
 The field gains an ``idempotencyKey: String`` argument; a request with exactly one
-protected mutation may send the key in the ``Idempotency-Key`` header instead. The key
+protected mutation (not a batch of operations) may send the key in the ``Idempotency-Key``
+header instead. The key
 goes through the protocol every door does (``phases.run`` and ``arun``), refused with the
 REST answers' codes in a ``GraphQLError``'s ``extensions.code``. docs/graphql.md says why
 an extension and what counts as the same request. Nothing else in the package imports
@@ -27,13 +28,14 @@ import enum
 import functools
 import hashlib
 import json
+import re
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.core.files import File
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, RawPostDataException
 from django.http.response import HttpResponseBase
 from graphql import FieldNode, FragmentSpreadNode, GraphQLError, InlineFragmentNode
 from graphql.language import SelectionSetNode
@@ -66,6 +68,8 @@ KEY_ARGUMENT = "idempotency_key"
 _DEFINITION = "strawberry-definition"
 #: In a kept result's object: its fields the resolver left UNSET.
 _UNSET_FIELDS = "__unset"
+#: A batched request's JSON: a list of operations (matched at its start, never copied).
+_LIST_START = re.compile(rb"\s*\[")
 
 
 class Idempotent(FieldExtension):
@@ -95,20 +99,26 @@ class Idempotent(FieldExtension):
         )
         self.field: StrawberryField | None = None
         self.adds_argument = True
+        self.key_argument: StrawberryArgument | None = None  # the one apply added
 
     def apply(self, field: StrawberryField) -> None:
+        # Called again each time a schema is built over the field's type (a Mutation type
+        # served by two schemas): the argument added the first time is not the resolver's.
         self.field = field
+        if any(argument is self.key_argument for argument in field.arguments):
+            return
         if any(argument.python_name == KEY_ARGUMENT for argument in field.arguments):
             self.adds_argument = False  # the resolver takes the key itself
             return
-        key = StrawberryArgument(
-            python_name=KEY_ARGUMENT,
-            graphql_name=None,
-            type_annotation=StrawberryAnnotation(str | None),
-            default=None,
-            description="Runs this mutation at most once per key; a retry gets its result.",
-        )
-        field.arguments = [*field.arguments, key]
+        if self.key_argument is None:
+            self.key_argument = StrawberryArgument(
+                python_name=KEY_ARGUMENT,
+                graphql_name=None,
+                type_annotation=StrawberryAnnotation(str | None),
+                default=None,
+                description="Runs this mutation at most once per key; a retry gets its result.",
+            )
+        field.arguments = [*field.arguments, self.key_argument]
 
     # -- resolving --
 
@@ -177,7 +187,7 @@ class Idempotent(FieldExtension):
             self.options, fingerprint=lambda _request: _fingerprint(parent, field, arguments)
         )
         phase: Any = functools.partial(begin, read_key=lambda _request: given)
-        if given is None and _protected_fields(info) == 1:
+        if given is None and _protected_fields(info) == 1 and not _batched(info, request):
             phase = begin  # the key may be in the header
         return request, options, phase, arguments if self.adds_argument else kwargs
 
@@ -213,6 +223,23 @@ class Idempotent(FieldExtension):
 
 
 # -- the header's key: one protected mutation in the request ------------------------
+
+
+def _batched(info: Info, request: HttpRequest) -> bool:
+    """Whether the request is a batch of operations (Strawberry's batching: a JSON list,
+    as the body or as a multipart request's ``operations``), each run apart: the header
+    cannot say which of their mutations it keys. A Strawberry without batching, or a
+    schema without its ``batching_config``, refuses a list."""
+    if getattr(info.schema.config, "batching_config", None) is None:
+        return False
+    if request.content_type == "multipart/form-data":  # the files are apart: a short text
+        body = request.POST.get("operations", "").encode()
+    else:
+        try:
+            body = request.body  # read, and kept, by the view
+        except RawPostDataException:  # pragma: no cover - read as a form: not JSON
+            return False
+    return _LIST_START.match(body) is not None
 
 
 def _protected_fields(info: Info) -> int:
