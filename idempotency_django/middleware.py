@@ -32,17 +32,25 @@ from django.urls import ResolverMatch
 from idempotency_django.conf import idempotency_settings
 from idempotency_django.protocol.bodies import ready_body
 from idempotency_django.protocol.marks import (
+    ACTIVE_ATTRIBUTE,
     DECISION_ATTRIBUTE,
     DRF_LEFT_ALONE,
     DRF_PROTECTED,
     EXEMPT_ATTRIBUTE,
     PROTECTED_ATTRIBUTE,
+    RECEIVER_ATTRIBUTE,
     drf_protection,
     key_header,
     ninja_protection,
 )
 from idempotency_django.protocol.options import ViewOptions
-from idempotency_django.protocol.phases import arun, mark_ignored_key, run, run_to_the_end
+from idempotency_django.protocol.phases import (
+    arun,
+    mark_ignored_key,
+    run,
+    run_to_the_end,
+    work_interrupted,
+)
 from idempotency_django.protocol.problems import refuse
 from idempotency_django.protocol.routes import match_of
 from idempotency_django.protocol.transactions import (
@@ -112,15 +120,19 @@ class IdempotencyMiddleware:
     def process_exception(
         self, request: HttpRequest, exception: Exception
     ) -> HttpResponseBase | None:
-        """A task the view ran in-process refused its key: a 409 problem, never a 500.
+        """What a protected view raised rolls back its work; a task the view ran
+        in-process that refused its key is a 409 problem, never a 500.
 
         Django calls it for what a view raised, after an ``ATOMIC_REQUESTS``
-        transaction of the view rolled back; a transaction still open around
+        transaction of the view rolled back. A transaction still open around
         it (``IDEMPOTENCY["ATOMIC"]``'s, this middleware's) is marked for
-        rollback, as DRF does for an exception it answers: the view's writes
-        before the task must not commit under an answer that says nothing ran.
-        The protected request's key is then given back as for any 409.
+        rollback too, as DRF does for an exception it answers: Django answers
+        ``Http404``, ``PermissionDenied``... after this, and the view's writes
+        must not commit under an answer whose key is given back, nor under a
+        409 that says nothing ran.
         """
+        if getattr(request, ACTIVE_ATTRIBUTE, False):
+            work_interrupted(request, exception)
         if isinstance(exception, TaskKeyReused | TaskInProgress):
             roll_back_open_transactions()
             return refuse(request, exception.code)
@@ -164,9 +176,10 @@ def examine(
     key themselves, the body ready for them; ``DRF_UNMARKED`` for a DRF view that
     may be (``@idempotent`` on a method its handler calls), whose body is readied
     and whose key is marked as not used unless its claim says otherwise; None for
-    the rest. A view or handler under ``@idempotency_exempt``, a method DRF
-    answers 405, and a ninja operation the integration does not protect (ninja
-    authenticates inside its view) are left alone.
+    the rest. A view or handler under ``@idempotency_exempt``, a webhook
+    receiver (it readies its own body, uncapped), a method DRF answers 405, and a
+    ninja operation the integration does not protect (ninja authenticates inside
+    its view) are left alone.
     """
     settings = idempotency_settings
     unsafe = request.method in settings.METHODS
@@ -177,14 +190,14 @@ def examine(
     if match is None or not settings.ENABLED:
         return keyed, match, None, None
     view, method = match.func, str(request.method)
-    if getattr(view, EXEMPT_ATTRIBUTE, False):
+    if getattr(view, EXEMPT_ATTRIBUTE, False) or getattr(view, RECEIVER_ATTRIBUTE, False):
         return keyed, match, None, None
     if (drf := drf_protection(view, method)) is not None:
         return keyed, match, None, None if drf == DRF_LEFT_ALONE else drf
     if (view_class := getattr(view, "view_class", None)) is not None:
         # A class-based view's handler may bear its own mark (as_view() copies dispatch's).
         handler = getattr(view_class, method.lower(), None)
-        if getattr(handler, EXEMPT_ATTRIBUTE, False):
+        if getattr(handler, EXEMPT_ATTRIBUTE, False) or getattr(handler, RECEIVER_ATTRIBUTE, False):
             return keyed, match, None, None
         if getattr(handler, PROTECTED_ATTRIBUTE, False):
             return keyed, match, None, DRF_PROTECTED  # @idempotent on the method decides

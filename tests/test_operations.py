@@ -230,6 +230,10 @@ def test_a_session_middleware_of_ones_own_serves_anonymous_session() -> None:
         assert "idempotency_django.E014" not in [m.id for m in check_middleware()]
     with override_settings(MIDDLEWARE=middleware[1:], IDEMPOTENCY={"ANONYMOUS": "session"}):
         assert "idempotency_django.E014" in [m.id for m in check_middleware()]
+    # One that cannot be imported is no session middleware (Django reports the import).
+    broken = ["project.missing.SessionMiddleware", *middleware[1:]]
+    with override_settings(MIDDLEWARE=broken, IDEMPOTENCY={"ANONYMOUS": "session"}):
+        assert "idempotency_django.E014" in [m.id for m in check_middleware()]
 
 
 @pytest.mark.parametrize(

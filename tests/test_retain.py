@@ -61,12 +61,13 @@ def runs() -> int:
 
 
 def test_the_setting_keeps_a_404_for_a_delete(alice_client: Client, store: dict[str, Any]) -> None:
-    """The view raised Http404; the middleware saw Django's 404 response and kept it."""
+    """The view raised Http404; the middleware saw Django's 404 response and kept it. The
+    function is told of the exception, as DRF's and ninja's doors tell it."""
     with override_settings(IDEMPOTENCY={**store, "RETAIN_FUNCTION": KEEP_DELETES}):
         first, retry = twice(alice_client, "DELETE", "/retain/plain/?missing=1", "delete-1")
     assert first.status_code == retry.status_code == 404
     assert retry["Idempotency-Replayed"] == "true"
-    assert downstream_views.ASKED == [(404, None)]  # asked once: the retry was a replay
+    assert downstream_views.ASKED == [(404, "Http404")]  # asked once: the retry was a replay
 
 
 def test_the_setting_decides_for_other_methods_too(

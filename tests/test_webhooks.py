@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -21,9 +24,12 @@ from rest_framework.decorators import api_view, authentication_classes, permissi
 from rest_framework.response import Response
 
 from idempotency_django.models import IdempotencyRecord, WebhookDelivery
+from idempotency_django.protocol.scope import Scope, default_scope
 from idempotency_django.stores import get_store
 from idempotency_django.webhooks import deduplicate_webhook
+from idempotency_django.webhooks import identity as identity_module
 from idempotency_django.webhooks.identity import (
+    FALLBACK_BUCKET,
     TRIGGER_PREFIX,
     DeliveryIdentity,
     fallback_identity,
@@ -31,6 +37,7 @@ from idempotency_django.webhooks.identity import (
 )
 from tests.checkpoints import Checkpoint
 from tests.concurrency import Background, in_threads
+from tests.redis_helpers import redis_store_settings
 from tests.testapp.models import Booking
 
 TOKEN = "trg_9f8e7d6c5b4a-secret-token"
@@ -561,3 +568,113 @@ def test_a_retry_in_the_next_bucket_waits_for_a_first_run_not_committed_yet() ->
     assert (retry.status_code, retry.json()["code"]) == (409, "webhook_delivery_in_progress")
     assert again.json() == {"status": "duplicate"}
     assert runs() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("refused", ["?refuse=400", "?refuse=500"])
+def test_under_atomic_a_refused_delivery_keeps_none_of_its_writes(
+    client: Client, refused: str
+) -> None:
+    """``IDEMPOTENCY["ATOMIC"]``: a receiver runs in a transaction as every protected view
+    does. A delivery refused after its write (a 4xx or 5xx, not recorded) is retried by the
+    sender: its write goes with it. Before, each refused attempt committed one."""
+    with override_settings(IDEMPOTENCY={"ATOMIC": True}):
+        assert deliver(client, URL + refused, HTTP_WEBHOOK_ID="msg_a").status_code >= 400
+        assert deliver(client, URL + refused, HTTP_WEBHOOK_ID="msg_a").status_code >= 400
+        assert deliver(client, URL, HTTP_WEBHOOK_ID="msg_a").json()["status"] == "accepted"
+    assert runs() == 1
+
+
+def tenant_scope(request: HttpRequest) -> Scope | None:
+    """A project's own SCOPE_FUNCTION (the default's answer, by another function)."""
+    return default_scope(request)
+
+
+@pytest.mark.django_db
+def test_a_large_delivery_keyed_by_idempotency_key_is_never_refused_413(client: Client) -> None:
+    """``MAX_FINGERPRINTED_BODY`` is the key contract's, not a sender's: a delivery whose id
+    is its ``Idempotency-Key`` header runs whatever its size. The middleware, which readied
+    such a body under a project's SCOPE_FUNCTION, answered every attempt 413."""
+    large = json.dumps({"event": "export.ready", "rows": ["x" * 100] * 50})
+    settings = {
+        "WEBHOOK_ID_HEADER": "Idempotency-Key",
+        "MAX_FINGERPRINTED_BODY": 1000,
+        "SCOPE_FUNCTION": f"{__name__}.tenant_scope",
+    }
+    with override_settings(IDEMPOTENCY=settings):
+        first = deliver(client, FALLBACK_URL, body=large, HTTP_IDEMPOTENCY_KEY="evt-1")
+        again = deliver(client, FALLBACK_URL, body=large, HTTP_IDEMPOTENCY_KEY="evt-1")
+    assert (first.status_code, first.json()["status"]) == (202, "accepted")
+    assert again.json() == {"status": "duplicate"}
+    assert runs() == 1
+
+
+#: Each thread's clock, for two app servers either side of a bucket's edge.
+_thread_clock = threading.local()
+
+
+class ThreadClock:
+    def time(self) -> float:
+        return getattr(_thread_clock, "now", time.time())
+
+
+EDGE = 1_800_000_000 - 1_800_000_000 % FALLBACK_BUCKET  # a bucket boundary
+EDGE_RUNS: list[str] = []
+
+
+@deduplicate_webhook
+def edge_receiver(request: HttpRequest, token: str) -> HttpResponse:
+    EDGE_RUNS.append(threading.current_thread().name)
+    return HttpResponse(status=202)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("store_name", ["database", "redis", "memory"])
+def test_two_copies_either_side_of_a_bucket_edge_run_once(
+    monkeypatch: pytest.MonkeyPatch, store_name: str
+) -> None:
+    """A sender that delivers at least once sends two copies of a keyless delivery at the
+    same moment, through two app servers either side of a bucket's edge. B, just after
+    it, looks at bucket N while A, just before it, has not claimed N yet; A claims it and
+    runs. B then claims N+1: before, it ran too. Each now claims its own bucket first,
+    then looks at the others: B finds A's (or A finds B's), and one copy runs."""
+    EDGE_RUNS.clear()
+    monkeypatch.setattr(identity_module, "time", ThreadClock())
+    a_done = threading.Event()
+    stores: dict[str, Callable[[], contextlib.AbstractContextManager[Any]]] = {
+        "database": contextlib.nullcontext,
+        "redis": redis_store_settings,
+        "memory": lambda: override_settings(IDEMPOTENCY={"STORE": "memory"}),
+    }
+    with stores[store_name]():
+        store = get_store()
+        looks_at = store.peek
+
+        def peek(key: Any) -> Any:
+            held = looks_at(key)
+            if threading.current_thread().name == "B":
+                a_done.wait(10)  # B has looked; A claims and runs meanwhile
+            return held
+
+        monkeypatch.setattr(store, "peek", peek)
+        answers: dict[str, HttpResponse] = {}
+
+        def deliver_at(name: str, now: float) -> None:
+            _thread_clock.now = now
+            try:
+                request = RequestFactory().post("/hooks/t/", BODY, content_type="application/json")
+                answers[name] = edge_receiver(request, token="trg_secret")
+            finally:
+                if name == "A":
+                    a_done.set()
+                connection.close()
+
+        b = threading.Thread(target=deliver_at, args=("B", EDGE + 0.2), name="B")
+        b.start()
+        time.sleep(0.3)  # B is looking at the neighbouring buckets
+        a = threading.Thread(target=deliver_at, args=("A", EDGE - 0.2), name="A")
+        a.start()
+        a.join(20)
+        b.join(20)
+        store.clear()
+    assert len(EDGE_RUNS) == 1, (EDGE_RUNS, {n: r.status_code for n, r in answers.items()})

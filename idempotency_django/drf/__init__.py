@@ -24,13 +24,12 @@ from idempotency_django.protocol.marks import (
     EXEMPT_ATTRIBUTE,
     OPTIONS_ATTRIBUTE,
     key_header,
-    note_handled_exception,
 )
 from idempotency_django.protocol.options import ViewOptions
-from idempotency_django.protocol.phases import Protection, protect
+from idempotency_django.protocol.phases import Protection, protect, work_interrupted
 from idempotency_django.protocol.problems import PROBLEM_ATTRIBUTE
 from idempotency_django.protocol.routes import match_of
-from idempotency_django.protocol.transactions import roll_back_open_transactions, transaction_block
+from idempotency_django.protocol.transactions import transaction_block
 
 __all__ = ["IdempotencyError", "IdempotentMixin", "protect_drf_call"]
 
@@ -133,8 +132,7 @@ class IdempotentMixin:
         if protection is not None:
             # DRF rolls back the ATOMIC_REQUESTS transactions of a handled
             # exception; ``atomic=True`` opened one of ours: the same rule.
-            roll_back_open_transactions()
-            note_handled_exception(self.request, exc)  # type: ignore[attr-defined]
+            work_interrupted(self.request, exc)  # type: ignore[attr-defined]
         return response
 
     def finalize_response(
@@ -153,10 +151,19 @@ class IdempotentMixin:
             response = cast(Response, protection.exit(response))
         problem = getattr(response, PROBLEM_ATTRIBUTE, None)
         if problem is not None and self.raise_idempotency_errors:
-            # For the project's EXCEPTION_HANDLER to render, like its other errors.
-            error_response = self.handle_exception(IdempotencyError(*problem))
+            error_response = rendered_refusal(self, problem, response)  # type: ignore[arg-type]
             response = super().finalize_response(request, error_response, *args, **kwargs)  # type: ignore[misc]
         return response
+
+
+def rendered_refusal(view: APIView, problem: Any, answer: HttpResponseBase) -> Response:
+    """A refusal rendered by the project's ``EXCEPTION_HANDLER``, like the view's other
+    errors, still naming the key where ``answer`` did (``MARKER_HEADERS["KEY_ECHO"]``)."""
+    response: Response = view.handle_exception(IdempotencyError(*problem))
+    echo = idempotency_settings.MARKER_HEADERS.key_echo
+    if echo and echo in answer:
+        response[echo] = answer[echo]
+    return response
 
 
 def protect_drf_call(
@@ -173,13 +180,12 @@ def protect_drf_call(
         except Exception as exc:
             # DRF turns APIExceptions into responses; anything else re-raises.
             response = view.handle_exception(exc)
-            roll_back_open_transactions()  # as in IdempotentMixin.handle_exception
-            note_handled_exception(request, exc)
+            work_interrupted(request, exc)  # as in IdempotentMixin.handle_exception
         # Finalized here so that the response can be rendered, and stored, now.
         return view.finalize_response(request, response, *view.args, **view.kwargs)
 
     response = protect(request, call_and_finalize, options)
     problem = getattr(response, PROBLEM_ATTRIBUTE, None)
     if problem is not None and getattr(view, "raise_idempotency_errors", False):
-        raise IdempotencyError(*problem)  # for the project's EXCEPTION_HANDLER to render
+        return rendered_refusal(view, problem, response)
     return response

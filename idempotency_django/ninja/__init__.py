@@ -42,17 +42,15 @@ from idempotency_django.ninja.scope import (
     auth_principal,
     ninja_scope,
 )
-from idempotency_django.protocol.bodies import BodyRefused, prepare_body
+from idempotency_django.protocol.bodies import BodyRefused, BodyTooLarge, prepare_body
 from idempotency_django.protocol.marks import (
     EXEMPT_ATTRIBUTE,
     NINJA_INNER_ATTRIBUTE,
     NINJA_OPTIONS_ATTRIBUTE,
     key_header,
-    note_handled_exception,
 )
 from idempotency_django.protocol.options import ViewOptions
-from idempotency_django.protocol.phases import aprotect, protect
-from idempotency_django.protocol.transactions import roll_back_open_transactions
+from idempotency_django.protocol.phases import aprotect, protect, work_interrupted
 
 __all__ = ["PRINCIPAL_ATTRIBUTE", "NinjaIdempotency", "auth_principal", "idempotent", "ninja_scope"]
 
@@ -168,7 +166,9 @@ def _protected_function(
         # ninja's exception handlers answer HttpError, ValidationError, ...;
         # an error they do not handle is raised again, and releases the key.
         response = operation.api.on_exception(request, error)
-        note_handled_exception(request, error)
+        # What it wrote must not commit (the key is released, or a 4xx kept), as DRF
+        # does. (An async operation runs in no transaction.)
+        work_interrupted(request, error)
         return response
 
     if _is_async(operation):
@@ -192,11 +192,7 @@ def _protected_function(
                 try:
                     return respond(request, values, inner(request, **values))
                 except Exception as error:
-                    response = handled(request, error)
-                    # The error interrupted the work: what it wrote must not
-                    # commit (the key is released, or a 4xx kept), as DRF does.
-                    roll_back_open_transactions()
-                    return response
+                    return handled(request, error)
 
             return protect(request, call, options)
 
@@ -253,7 +249,9 @@ def _is_async(operation: Operation) -> bool:
 def _ready_body_first(operation: Operation, run: FuncT) -> FuncT:
     """``run``, which first readies a keyed request's body for the fingerprint: ninja's
     parsers read it (a form's, an upload's) before the key is claimed. A body over
-    ``MAX_FINGERPRINTED_BODY`` is answered 413 before anything runs."""
+    ``MAX_FINGERPRINTED_BODY`` is answered 413 when the key is claimed, once ninja has
+    authenticated the request (an anonymous one gets its 401 first); one cut short, at
+    once (its client is gone)."""
     if _is_async(operation):
 
         @functools.wraps(run)
@@ -283,6 +281,8 @@ def _keyed(request: HttpRequest) -> bool:
 def _ready(request: HttpRequest) -> HttpResponseBase | None:
     try:
         prepare_body(request)
+    except BodyTooLarge:
+        return None  # nothing read: phase 1 refuses it again, after authentication
     except BodyRefused as exc:
         return exc.refusal(request)
     return None

@@ -33,6 +33,7 @@ from idempotency_django.protocol.options import ViewOptions, function, option, s
 from idempotency_django.protocol.problems import refuse, replay_headers, replay_response
 from idempotency_django.protocol.reservation import KeyReservation, Settled
 from idempotency_django.protocol.retention import retain_client_errors, retain_successes
+from idempotency_django.protocol.scope import principal_of
 from idempotency_django.protocol.waiting import Busy
 from idempotency_django.stores import (
     Claim,
@@ -294,14 +295,26 @@ class Attempt(KeyReservation):
         if response.status_code >= 500:
             return "server_error"
         options, request, then = self.options, self.request, self.authenticated_as
+        session_user = getattr(self.django_request, "user", None)
         if (
             getattr(request, "user", None) is not then[0]
-            or getattr(self.django_request, "user", None) is not then[1]
+            or session_user is not then[1]
             or getattr(request, "auth", None) is not then[2]
         ):
             # Who the scope is made of was replaced: the same principal, or another?
             scope = scope_of(request, options)
-            if scope is not None and scope.principal != self.key.principal:
+            principal = None if scope is None else scope.principal
+            if (
+                principal == self.key.principal
+                and session_user is not then[1]
+                and principal_of(then[1]) == principal
+            ):
+                # The key's principal was the session's user, and the view logged
+                # someone else in: a door whose scope reads another object (ninja's
+                # request.auth, still who it authenticated) would store their answer
+                # under the first.
+                principal = principal_of(session_user) or principal
+            if principal is not None and principal != self.key.principal:
                 self.log(logging.WARNING, "principal_changed")
                 return "principal_changed"
         if options.retain_client_errors is not None and options.retain is None:

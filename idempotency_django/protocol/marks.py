@@ -14,6 +14,9 @@ from django.http.request import HttpHeaders
 PROTECTED_ATTRIBUTE = "idempotency_protected"
 #: Set on a view or handler by ``@idempotency_exempt``: never protected.
 EXEMPT_ATTRIBUTE = "idempotency_exempt"
+#: Set on every view ``@deduplicate_webhook`` decorates: it readies its own body (no
+#: ``MAX_FINGERPRINTED_BODY``) and decides about its delivery's key; the middleware leaves it alone.
+RECEIVER_ATTRIBUTE = "idempotency_webhook_receiver"
 #: Where a handler decorated with ``@idempotent(...)`` keeps its own options.
 OPTIONS_ATTRIBUTE = "idempotency_options"
 #: Set on a django-ninja operation protected by ``idempotency_django.ninja``: its options.
@@ -82,7 +85,7 @@ def drf_protection(view_func: Callable[..., Any], method: str) -> str | None:
             marked.append(cell.cell_contents)
     protection = DRF_PROTECTED if getattr(view_class, PROTECTED_ATTRIBUTE, False) else None
     for each in marked:  # a loop, not any(): once per keyed request, no generator
-        if getattr(each, EXEMPT_ATTRIBUTE, False):
+        if getattr(each, EXEMPT_ATTRIBUTE, False) or getattr(each, RECEIVER_ATTRIBUTE, False):
             return DRF_LEFT_ALONE
         if getattr(each, PROTECTED_ATTRIBUTE, False):
             protection = DRF_PROTECTED

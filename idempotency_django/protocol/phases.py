@@ -71,6 +71,7 @@ from idempotency_django.protocol.marks import (
     decide,
     django_request,
     key_header,
+    note_handled_exception,
 )
 from idempotency_django.protocol.options import (
     ViewOptions as ViewOptions,  # importable here, as documented
@@ -78,7 +79,12 @@ from idempotency_django.protocol.options import (
 from idempotency_django.protocol.options import function, option, scope_of
 from idempotency_django.protocol.problems import refuse, reject
 from idempotency_django.protocol.scope import MAX_LOCATION_LENGTH
-from idempotency_django.protocol.transactions import Block, open_transactions, transaction_block
+from idempotency_django.protocol.transactions import (
+    Block,
+    open_transactions,
+    roll_back_open_transactions,
+    transaction_block,
+)
 from idempotency_django.protocol.waiting import Busy
 from idempotency_django.stores import RecordKey, RequestInfo
 
@@ -395,6 +401,19 @@ def begin(
     if isinstance(outcome, HttpResponseBase) and settings.MARKER_HEADERS.key_echo:
         attempt.echo_key(outcome)
     return outcome
+
+
+def work_interrupted(request: HttpRequest, error: Exception) -> None:
+    """A door answered ``error``, which interrupted the work: DRF's or ninja's exception
+    handler, or Django's for a view behind the middleware.
+
+    What the work wrote must not commit, as Django's ``ATOMIC_REQUESTS`` block
+    rolls back around a view that raised: the transactions still open around it
+    (``atomic``'s, the middleware's) are marked for rollback, and its key is then
+    given back (or a 4xx kept, when a retain function, which sees ``error``, says so).
+    """
+    roll_back_open_transactions()
+    note_handled_exception(request, error)
 
 
 def mark_ignored_key(

@@ -29,10 +29,17 @@ from idempotency_django.protocol.attempt import Attempt
 from idempotency_django.protocol.bodies import BodyRefused, prepare_body
 from idempotency_django.protocol.keys import InvalidKey
 from idempotency_django.protocol.logs import emit, error_name, request_id
-from idempotency_django.protocol.marks import PROTECTED_ATTRIBUTE, decide, find_request
+from idempotency_django.protocol.marks import (
+    ACTIVE_ATTRIBUTE,
+    PROTECTED_ATTRIBUTE,
+    decide,
+    find_request,
+    forget_claim,
+)
 from idempotency_django.protocol.options import ViewOptions, check_retention, option
 from idempotency_django.protocol.phases import arun, run
 from idempotency_django.protocol.problems import Refusal
+from idempotency_django.protocol.transactions import transaction_block
 from idempotency_django.stores import (
     Claim,
     Outcome,
@@ -170,8 +177,10 @@ def deduplicate_webhook(
                 request, space, retention=retention, body_id=body_id, id_header=id_header
             )
 
-        def drive(phases: Callable[..., Any], args: Any, kwargs: dict[str, Any]) -> Any:
-            return phases(
+        @functools.wraps(func)
+        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+            # Django runs no async view in a transaction: ATOMIC does not apply.
+            return await arun(
                 find_request(args),
                 ViewOptions(),
                 lambda _request: func(*args, **kwargs),
@@ -179,12 +188,15 @@ def deduplicate_webhook(
             )
 
         @functools.wraps(func)
-        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-            return await drive(arun, args, kwargs)
-
-        @functools.wraps(func)
         def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
-            return drive(run, args, kwargs)
+            options = ViewOptions()
+            return run(
+                find_request(args),
+                options,
+                lambda _request: func(*args, **kwargs),
+                transaction_block(options),  # ATOMIC: a refused delivery's writes go
+                begin_phase=functools.partial(begin_phase, kwargs),
+            )
 
         wrapper = async_wrapper if iscoroutinefunction(func) else sync_wrapper
         setattr(wrapper, PROTECTED_ATTRIBUTE, True)  # the middleware leaves it alone
@@ -258,15 +270,24 @@ def begin_delivery(
     # 500 for a setting the checks report; the receiver's retention= is checked already.
     kept_for = option(retention, idempotency_settings.WEBHOOK_RETENTION)
     attempt = DeliveryAttempt(request, keys[0], info, retention=kept_for)
+    outcome = attempt.claim()
+    if outcome is not attempt or len(keys) == 1:
+        return outcome  # type: ignore[return-value]
+    # Claimed first, then the other keys looked at: of two copies claiming two of them
+    # at once (either side of a bucket's edge), each then finds the other's, and
+    # neither runs unseen (both may answer 409; the sender's retry finds one kept).
+    # Looked at before the claim, both could find nothing, then claim and run.
     try:
         for key in keys[1:]:
             held = attempt.store.peek(key)
             if held is not None:
+                attempt.give_back("held_elsewhere")
                 return attempt.held(Claim(held))
     except StoreUnavailable as exc:
         attempt.log(logging.ERROR, "unavailable", error=error_name(exc))
+        attempt.give_back("unavailable")
         return attempt.unavailable()
-    return attempt.claim()  # type: ignore[return-value]
+    return attempt
 
 
 class DeliveryAttempt(Attempt):
@@ -280,6 +301,13 @@ class DeliveryAttempt(Attempt):
     #: A 4xx is not recorded either, and senders retry it: under a transaction its
     #: writes go, or each retry of a refused event would write them again.
     ROLLED_BACK_FROM = 400
+
+    def give_back(self, reason: str) -> None:
+        """Release the key this delivery claimed, before its view runs: another of its
+        keys says what it gets. DEBUG: the answer's record is the request's one."""
+        setattr(self.django_request, ACTIVE_ATTRIBUTE, False)
+        forget_claim(self.request)
+        self.release(None, reason, level=logging.DEBUG)
 
     def held(self, claim: Claim) -> HttpResponseBase:
         if claim.outcome is Outcome.REPLAY:

@@ -12,10 +12,9 @@ from django.core import checks
 from django.http import HttpRequest
 from django.urls import Resolver404, ResolverMatch, get_resolver, resolve
 
+from idempotency_django.protocol.marks import RECEIVER_ATTRIBUTE as RECEIVER_ATTRIBUTE
 from idempotency_django.protocol.routes import walk_patterns
 
-#: Set on every view ``@deduplicate_webhook`` decorates.
-RECEIVER_ATTRIBUTE = "idempotency_webhook_receiver"
 #: Set on a receiver: True when it names its namespace itself.
 NAMESPACE_ATTRIBUTE = "idempotency_webhook_namespace"
 
