@@ -42,6 +42,7 @@ from idempotency_django.protocol.marks import (
     drf_protection,
     key_header,
     ninja_protection,
+    note_handled_exception,
 )
 from idempotency_django.protocol.options import ViewOptions
 from idempotency_django.protocol.phases import (
@@ -49,12 +50,12 @@ from idempotency_django.protocol.phases import (
     mark_ignored_key,
     run,
     run_to_the_end,
-    work_interrupted,
 )
 from idempotency_django.protocol.problems import refuse
 from idempotency_django.protocol.routes import match_of
 from idempotency_django.protocol.transactions import (
-    roll_back_open_transactions,
+    roll_back_view,
+    view_savepoint,
     view_transaction_of,
 )
 from idempotency_django.tasks import TaskInProgress, TaskKeyReused
@@ -93,7 +94,8 @@ class IdempotencyMiddleware:
             response = self.get_response(request)
         else:
             view, options = protected
-            response = run(request, options, self.get_response, view_transaction_of(view))
+            block = view_transaction_of(view)
+            response = run(request, options, in_a_block_of_its_own(self.get_response, view), block)
         if (
             keyed
             and elsewhere != DRF_PROTECTED
@@ -108,7 +110,7 @@ class IdempotencyMiddleware:
             refused = await sync_to_async(ready_body)(request, match)
             if refused is not None:
                 return await sync_to_async(refused.refusal)(request)
-        response = await self.protected_response(request, protected)
+        response = await self.protected_response(request, protected, match)
         if (
             keyed
             and elsewhere != DRF_PROTECTED
@@ -123,25 +125,33 @@ class IdempotencyMiddleware:
         """What a protected view raised rolls back its work; a task the view ran
         in-process that refused its key is a 409 problem, never a 500.
 
-        Django calls it for what a view raised, after an ``ATOMIC_REQUESTS``
-        transaction of the view rolled back. A transaction still open around
-        it (``IDEMPOTENCY["ATOMIC"]``'s, this middleware's) is marked for
-        rollback too, as DRF does for an exception it answers: Django answers
-        ``Http404``, ``PermissionDenied``... after this, and the view's writes
-        must not commit under an answer whose key is given back, nor under a
-        409 that says nothing ran.
+        Django calls it for what a view raised (``Http404``, ``PermissionDenied``,
+        which it then answers), after an ``ATOMIC_REQUESTS`` block of the view
+        rolled back. Under ``IDEMPOTENCY["ATOMIC"]`` the view's own savepoint
+        does the same (:func:`in_a_block_of_its_own`): its writes go, the claim before them
+        stays, so a retain function may still keep its 4xx. Nothing else is rolled
+        back: a transaction a project's middleware opened is not this one's.
         """
         if getattr(request, ACTIVE_ATTRIBUTE, False):
-            work_interrupted(request, exception)
+            savepoint = request.__dict__.pop(VIEW_SAVEPOINT_ATTRIBUTE, None)
+            if savepoint is not None:
+                roll_back_view(savepoint)
+            note_handled_exception(request, exception)  # for a retain function
         if isinstance(exception, TaskKeyReused | TaskInProgress):
-            roll_back_open_transactions()
             return refuse(request, exception.code)
         return None
 
     async def protected_response(
-        self, request: HttpRequest, protected: Protected | None
+        self, request: HttpRequest, protected: Protected | None, match: ResolverMatch | None
     ) -> HttpResponseBase:
         if protected is None:
+            if runs_in_a_thread(request, match):
+                # Django runs a sync view in a thread, which a hang-up cannot stop; but
+                # its cancellation reaches the view's async_to_sync calls (a signal's
+                # async receiver, Channels' group_send), and a door inside the view
+                # (@idempotent, DRF, ninja, a webhook receiver) would keep a key over
+                # half-done work. Its thread runs to the end instead, as under WSGI.
+                return await run_to_the_end(self.get_response(request))
             response: HttpResponseBase = await self.get_response(request)
             return response
         view, options = protected
@@ -150,10 +160,30 @@ class IdempotencyMiddleware:
         # A sync view runs on one thread, as under WSGI: the claim, the view
         # (Django sends it back to this thread) and the completion share one
         # transaction. Run to the end even if the client hangs up.
-        get_response = async_to_sync(self.get_response)
+        get_response = in_a_block_of_its_own(async_to_sync(self.get_response), view)
         block = view_transaction_of(view)
         protected_call = sync_to_async(run)(request, options, get_response, block)
         return await run_to_the_end(protected_call)
+
+
+#: On a request whose view runs under a savepoint of its own: its alias and id.
+VIEW_SAVEPOINT_ATTRIBUTE = "_idempotency_view_savepoint"
+
+
+def in_a_block_of_its_own(
+    get_response: Callable[[HttpRequest], Any], view: Callable[..., Any]
+) -> Callable[[HttpRequest], Any]:
+    """``get_response``, under ``IDEMPOTENCY["ATOMIC"]`` in a savepoint of its own in the
+    transaction opened around it (after the claim), as ``ATOMIC_REQUESTS`` gives a view
+    its own block: :meth:`IdempotencyMiddleware.process_exception` rolls back to it."""
+
+    def respond(request: HttpRequest) -> Any:
+        savepoint = view_savepoint(view)
+        if savepoint is not None:
+            setattr(request, VIEW_SAVEPOINT_ATTRIBUTE, savepoint)
+        return get_response(request)
+
+    return respond
 
 
 #: The view the middleware protects, with its options.
@@ -209,6 +239,15 @@ def examine(
     if not keyed and not required:
         return keyed, match, None, None
     return keyed, match, (view, KEY_REQUIRED if required else KEY_OPTIONAL), None
+
+
+def runs_in_a_thread(request: HttpRequest, match: ResolverMatch | None) -> bool:
+    """Under ASGI: an unsafe request to a sync view, whose work a door of the library may
+    protect inside the view."""
+    if request.method not in idempotency_settings.METHODS or not idempotency_settings.ENABLED:
+        return False
+    match = match or match_of(request)
+    return match is not None and not iscoroutinefunction(match.func)
 
 
 def key_required(path: str, match: ResolverMatch) -> bool:

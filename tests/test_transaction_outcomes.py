@@ -18,6 +18,7 @@ import pytest
 from django.conf import settings as django_settings
 from django.contrib.auth.models import User
 from django.db import connection, connections
+from django.http.response import HttpResponseBase
 from django.test import Client, override_settings
 
 from idempotency_django.models import IdempotencyRecord
@@ -139,6 +140,55 @@ def test_with_the_atomic_setting_a_task_refusal_in_the_view_commits_nothing(
         (409, "idempotency_key_reused")
     ] * 2
     assert list(Booking.objects.values_list("slot", flat=True)) == ["08:00"]
+
+
+def keep_not_found_deletes(request: Any, response: HttpResponseBase, exception: Any) -> bool:
+    """docs/settings.md's RETAIN_FUNCTION example, as it is there."""
+    if request.method == "DELETE" and response.status_code == 404:
+        return True
+    return response.status_code < 400
+
+
+@pytest.mark.parametrize("store_name", STORES)
+@pytest.mark.parametrize("atomic", ["ATOMIC_REQUESTS", "IDEMPOTENCY_ATOMIC"])
+def test_a_kept_404_raised_after_a_write_is_replayed_and_its_write_rolled_back(
+    client: Client, store_name: str, atomic: str
+) -> None:
+    """A DELETE's view writes, then raises Http404; the retain function keeps a DELETE's
+    404. The view's writes roll back (its own block: Django's under ATOMIC_REQUESTS, the
+    middleware's savepoint under ATOMIC), the claim before them does not: the 404 is
+    kept, and the retry is its replay. (Rolling the whole transaction back lost the 404,
+    and the retry ran the view again.)"""
+    database = connections.settings["default"]
+    database["ATOMIC_REQUESTS"] = atomic == "ATOMIC_REQUESTS"
+    idempotency = {
+        **getattr(django_settings, "IDEMPOTENCY", {}),
+        "RETAIN_FUNCTION": f"{__name__}.keep_not_found_deletes",
+        "ATOMIC": atomic == "IDEMPOTENCY_ATOMIC",
+    }
+    try:
+        with store(store_name), override_settings(IDEMPOTENCY=idempotency):
+            headers = {"Idempotency-Key": "cancel-1"}
+            first = client.delete("/cancel/", headers=headers)
+            again = client.delete("/cancel/", headers=headers)
+    finally:
+        database["ATOMIC_REQUESTS"] = False
+    assert (first.status_code, again.status_code) == (404, 404)
+    assert again.get("Idempotency-Replayed") == "true"
+    assert Booking.objects.count() == 0
+
+
+def test_a_key_rolls_back_no_transaction_a_projects_middleware_opened(
+    client: Client, settings: Any
+) -> None:
+    """A project's middleware, before the idempotency one, writes its audit row in a
+    transaction of its own; the view answers 403. The row stays, as without a key."""
+    middleware = list(settings.MIDDLEWARE)
+    position = middleware.index("idempotency_django.middleware.IdempotencyMiddleware")
+    middleware.insert(position, "tests.transaction_outcomes.views.AuditMiddleware")
+    settings.MIDDLEWARE = middleware
+    assert post(client, "/forbidden/", "forbidden-1").status_code == 403
+    assert Booking.objects.filter(slot="audit").count() == 1
 
 
 @pytest.mark.xfail(

@@ -404,13 +404,12 @@ def begin(
 
 
 def work_interrupted(request: HttpRequest, error: Exception) -> None:
-    """A door answered ``error``, which interrupted the work: DRF's or ninja's exception
-    handler, or Django's for a view behind the middleware.
+    """DRF's or ninja's exception handler answered ``error``, which interrupted the work.
 
     What the work wrote must not commit, as Django's ``ATOMIC_REQUESTS`` block
-    rolls back around a view that raised: the transactions still open around it
-    (``atomic``'s, the middleware's) are marked for rollback, and its key is then
-    given back (or a 4xx kept, when a retain function, which sees ``error``, says so).
+    rolls back around a view that raised: the transactions open around it are
+    marked for rollback, as DRF's own handler does (``atomic``'s too, with the
+    claim in it: its key is then given back), and a retain function sees ``error``.
     """
     roll_back_open_transactions()
     note_handled_exception(request, error)

@@ -96,6 +96,33 @@ def view_transaction_of(view: Callable[..., Any]) -> Block:
     return functools.partial(view_transaction, aliases)
 
 
+def view_savepoint(view: Callable[..., Any]) -> tuple[str, str] | None:
+    """Under ``IDEMPOTENCY["ATOMIC"]``, a savepoint before ``view`` runs in the transaction
+    the middleware opened: the view's own block, as ``ATOMIC_REQUESTS`` gives a view
+    (Django wraps it then, and this returns None). Its alias and id, or None.
+
+    What the view raises rolls back to it (:func:`roll_back_view`): its writes, not
+    the claim before them, so its 4xx may still be kept, and nothing of the
+    transactions around the middleware's.
+    """
+    if not idempotency_settings.ATOMIC:
+        return None
+    alias = get_store().database_alias or DEFAULT_DB_ALIAS
+    if connections.settings[alias].get("ATOMIC_REQUESTS") and alias not in getattr(
+        view, "_non_atomic_requests", set()
+    ):
+        return None  # Django's own block around the view
+    if not connections[alias].in_atomic_block:
+        return None  # an async view: no transaction
+    return alias, transaction.savepoint(using=alias)
+
+
+def roll_back_view(savepoint: tuple[str, str]) -> None:
+    """Undo what the view wrote since :func:`view_savepoint`."""
+    alias, savepoint_id = savepoint
+    transaction.savepoint_rollback(savepoint_id, using=alias)
+
+
 def view_transaction(aliases: list[str]) -> contextlib.ExitStack:
     """The transactions of ``aliases`` (:func:`view_transaction_of`), opened here for the view.
 

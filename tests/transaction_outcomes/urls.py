@@ -6,6 +6,8 @@ urlpatterns = [
     path("rolled-back/", views.rolled_back),
     path("queued/", views.queued),
     path("order-then-task/", views.order_then_task),
+    path("cancel/", views.cancel),
+    path("forbidden/", views.forbidden),
     path("decorated-rolled-back/", views.decorated_rolled_back),
     path("drf-rolled-back/", views.drf_rolled_back),
     path("viewset-rolled-back/", views.RolledBackViewSet.as_view({"post": "create"})),

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core.exceptions import PermissionDenied
 from django.db import DatabaseError, connection, transaction
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from rest_framework import viewsets
 from rest_framework.decorators import api_view
 from rest_framework.request import Request
@@ -51,6 +52,29 @@ def order_then_task(request: HttpRequest) -> HttpResponse:
     _book(request, "order")
     tasks_app.book("09:00", idempotency_key="shared-task-key")
     return JsonResponse({"ok": True}, status=201)
+
+
+def cancel(request: HttpRequest) -> HttpResponse:
+    """Books (a cancellation's own row), then finds nothing to cancel: Http404."""
+    _book(request, "cancel")
+    raise Http404("no such booking")  # get_object_or_404
+
+
+def forbidden(request: HttpRequest) -> HttpResponse:
+    raise PermissionDenied
+
+
+class AuditMiddleware:
+    """A project's middleware (before the idempotency one): each request's audit row, in
+    a transaction of its own around the rest."""
+
+    def __init__(self, get_response: Any) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> Any:
+        with transaction.atomic():
+            Booking.objects.create(slot="audit")
+            return self.get_response(request)
 
 
 def queued(request: HttpRequest) -> HttpResponse:
