@@ -1,7 +1,7 @@
 from django.contrib.auth.views import LoginView
 from django.urls import path
 
-from tests.hangup import views
+from tests.hangup import a2s_views, views
 
 urlpatterns = [
     path("accounts/login/", LoginView.as_view(template_name="registration/login.html")),
@@ -16,4 +16,9 @@ urlpatterns = [
     path("drf/", views.drf_booking),
     path("drf-atomic/", views.drf_atomic_booking),
     path("drf-retaining/", views.drf_retaining_booking),
+    path("a2s/decorated/", a2s_views.decorated),
+    path("a2s/drf/", a2s_views.drf),
+    path("a2s/hooks/<str:token>/", a2s_views.webhook),
+    path("a2s/", a2s_views.api.urls),
+    path("a2s/signalled/", a2s_views.signalled),
 ]
