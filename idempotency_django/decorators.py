@@ -159,18 +159,25 @@ def _protect_class(view_class: type, options: ViewOptions) -> type:
                 return await sync_dispatch(*args, **kwargs)
 
             dispatch = async_dispatch
-        return _subclass(view_class, dispatch=_unless_exempt(dispatch, options))
+        return _subclass(view_class, dispatch=_unless_the_handler_decides(dispatch, options))
     raise TypeError(f"@idempotent cannot protect {view_class!r}: not a Django or DRF view.")
 
 
-def _unless_exempt(dispatch: Callable[..., Any], options: ViewOptions) -> Callable[..., Any]:
-    """A class-based view's ``dispatch``, protected unless the handler of the request's
-    method is under ``@idempotency_exempt``."""
+def _unless_the_handler_decides(
+    dispatch: Callable[..., Any], options: ViewOptions
+) -> Callable[..., Any]:
+    """A class-based view's ``dispatch``, protected with the class's options unless the
+    handler of the request's method decides itself: under ``@idempotency_exempt``, or
+    under ``@idempotent(...)`` with options of its own (as a DRF action's do)."""
     protected = protect_callable(dispatch, options)
 
     def chosen(view: View, request: HttpRequest) -> Callable[..., Any]:
         handler = getattr(view, str(request.method).lower(), None)
-        return dispatch if getattr(handler, EXEMPT_ATTRIBUTE, False) else protected
+        if getattr(handler, EXEMPT_ATTRIBUTE, False) or getattr(
+            handler, PROTECTED_ATTRIBUTE, False
+        ):
+            return dispatch
+        return protected
 
     if iscoroutinefunction(protected):
 

@@ -53,17 +53,15 @@ def prepare_body(request: HttpRequest, *, capped: bool = True) -> None:
         length = max(0, int(request.META.get("CONTENT_LENGTH") or 0))
     except ValueError:
         length = 0
-    # Before anything else: a body read already (by ninja's parsers, before its
-    # operation claims the key) is over the limit all the same.
-    cap = idempotency_settings.MAX_FINGERPRINTED_BODY if capped else None
-    if cap is not None and length > cap:
-        raise BodyTooLarge(limit=cap)
     if hasattr(request, "_body"):
         if len(request._body) < length:  # read by us before, or by someone else
             raise BodyCutShort(length=length)
         return
     if getattr(request, "_read_started", False):
         return  # consumed by someone else: request.body will say so
+    cap = idempotency_settings.MAX_FINGERPRINTED_BODY if capped else None
+    if cap is not None and length > cap:
+        raise BodyTooLarge(limit=cap)
     limit: int | None = settings.DATA_UPLOAD_MAX_MEMORY_SIZE  # None in Django, not in its stubs
     if limit is None or length <= limit:
         if len(request.body) < length:  # Django reads it once and keeps it
@@ -206,12 +204,15 @@ def ready_body(request: HttpRequest, match: ResolverMatch | None) -> BodyRefused
     ):
         user = getattr(request, "user", None)
         anonymous = not getattr(user, "is_authenticated", False) or principal_of(user) is None
-        # Unless the view is under ``@idempotent(scope=...)``: its scope may name
-        # an anonymous client.
-        dispatch = getattr(getattr(view, "view_class", None), "dispatch", None)
+        # Unless the view (its class, the method's handler) is under
+        # ``@idempotent(scope=...)``: its scope may name an anonymous client.
+        view_class = getattr(view, "view_class", None)
+        dispatch = getattr(view_class, "dispatch", None)
+        handler = getattr(view_class, str(request.method).lower(), None)
         if anonymous and not (
             getattr(getattr(view, OPTIONS_ATTRIBUTE, None), "scope", None)
             or getattr(getattr(dispatch, OPTIONS_ATTRIBUTE, None), "scope", None)
+            or getattr(getattr(handler, OPTIONS_ATTRIBUTE, None), "scope", None)
         ):
             return None
     try:

@@ -27,6 +27,7 @@ from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.serializers import BaseSerializer
+from rest_framework.views import APIView
 
 from idempotency_django import idempotency_exempt, idempotent
 from idempotency_django.drf import IdempotentMixin
@@ -191,6 +192,27 @@ class SlotCBV(View):
     def post(self, request: HttpRequest) -> HttpResponse:
         booking = Booking.objects.create(slot=json.loads(request.body)["slot"])
         return JsonResponse({"id": booking.pk}, status=201)
+
+
+@idempotent(required=True)
+class SlotUnderClassCBV(SlotCBV):
+    """``@idempotent`` on the class too: the handler's own options still decide."""
+
+
+class ChargeThenAudit(APIView):
+    """``@idempotent`` on a method the handler calls; its refusals are raised."""
+
+    raise_idempotency_errors = True
+
+    def post(self, request: Request) -> Response:
+        answer = self.charge(request)
+        Booking.objects.create(slot="audit")  # only once charge() has answered
+        return answer
+
+    @idempotent
+    def charge(self, request: Request) -> Response:
+        Booking.objects.create(slot="charge")
+        return Response({"charged": json.loads(request.body)["amount"]}, status=201)
 
 
 class BookingSerializer(serializers.ModelSerializer[Booking]):
@@ -533,6 +555,15 @@ def organisation_scope(request: HttpRequest):  # type: ignore[no-untyped-def]
 def organisation_booking(request: HttpRequest) -> HttpResponse:
     booking = Booking.objects.create(slot="org")
     return JsonResponse({"id": booking.pk}, status=201)
+
+
+class OrganisationUploadCBV(View):
+    """A form (multipart) of an organisation's, no login: the handler's own scope."""
+
+    @idempotent(scope="tests.testapp.views.organisation_scope")
+    def post(self, request: HttpRequest) -> HttpResponse:
+        booking = Booking.objects.create(slot=request.POST["slot"])
+        return JsonResponse({"id": booking.pk}, status=201)
 
 
 @csrf_exempt
