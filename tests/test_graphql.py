@@ -563,6 +563,19 @@ def test_an_uploaded_file_counts_by_its_content_and_the_resolver_reads_it_whole(
 
 
 @pytest.mark.urls(__name__)
+def test_a_keyed_upload_over_the_body_limit_runs(alice_client: Client) -> None:
+    """``MAX_FINGERPRINTED_BODY`` bounds a body the fingerprint reads: a mutation's
+    fingerprint is its arguments, and a file counts by its SHA-256. An upload larger than
+    the limit runs and replays (a change of this stop refused it 413 for a while)."""
+    with override_settings(IDEMPOTENCY={"MAX_FINGERPRINTED_BODY": 200}):
+        first = upload(alice_client, b"09:00" + b" " * 300)
+        again = upload(alice_client, b"09:00" + b" " * 300)
+    assert "errors" not in first, first
+    assert again == first
+    assert Booking.objects.count() == 1
+
+
+@pytest.mark.urls(__name__)
 @pytest.mark.parametrize("field", ["order", "nested"], ids=["lazy-result", "lazy-field"])
 def test_a_result_of_a_lazy_type_replays(alice_client: Client, field: str) -> None:
     """A return type or a field's type named by ``strawberry.lazy`` (a schema split over

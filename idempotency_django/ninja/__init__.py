@@ -60,6 +60,8 @@ FuncT = TypeVar("FuncT", bound=Callable[..., Any])
 _BASE_EXTRA_ATTRIBUTE = "_idempotency_base_openapi_extra"
 #: On a protected operation: the :class:`NinjaIdempotency` that protects it.
 _PROTECTION_ATTRIBUTE = "_idempotency_protection"
+#: On a keyed request whose body is over ``MAX_FINGERPRINTED_BODY``: its refusal.
+_TOO_LARGE_ATTRIBUTE = "_idempotency_body_too_large"
 
 
 class NinjaIdempotency:
@@ -175,6 +177,9 @@ def _protected_function(
 
         @functools.wraps(inner)
         async def protected_async(request: HttpRequest, **values: Any) -> HttpResponseBase:
+            if (refused := _too_large(request)) is not None:
+                return refused
+
             async def call() -> HttpResponseBase:
                 try:
                     return respond(request, values, await inner(request, **values))
@@ -188,6 +193,9 @@ def _protected_function(
 
         @functools.wraps(inner)
         def protected_sync(request: HttpRequest, **values: Any) -> HttpResponseBase:
+            if (refused := _too_large(request)) is not None:
+                return refused
+
             def call() -> HttpResponseBase:
                 try:
                     return respond(request, values, inner(request, **values))
@@ -281,8 +289,16 @@ def _keyed(request: HttpRequest) -> bool:
 def _ready(request: HttpRequest) -> HttpResponseBase | None:
     try:
         prepare_body(request)
-    except BodyTooLarge:
-        return None  # nothing read: phase 1 refuses it again, after authentication
+    except BodyTooLarge as exc:
+        # Nothing read: refused once ninja has authenticated the request (an anonymous
+        # one gets its 401 first), before its key is claimed.
+        setattr(request, _TOO_LARGE_ATTRIBUTE, exc)
     except BodyRefused as exc:
         return exc.refusal(request)
     return None
+
+
+def _too_large(request: HttpRequest) -> HttpResponseBase | None:
+    """The 413 :func:`_ready` found, now that ninja has authenticated the request."""
+    refused: BodyTooLarge | None = request.__dict__.pop(_TOO_LARGE_ATTRIBUTE, None)
+    return None if refused is None else refused.refusal(request)
