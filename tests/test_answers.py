@@ -145,6 +145,25 @@ def test_drf_views_can_route_refusals_through_the_exception_handler(
     assert missing.json()["error"]["code"] == "idempotency_key_missing"
 
 
+def test_a_refusal_is_raised_out_of_a_protected_method_the_handler_calls(
+    alice_client: Client,
+) -> None:
+    """Without the mixin, ``@idempotent`` on ``charge()``, which ``post()`` calls: the 409
+    is raised out of ``charge()``, so nothing after it runs (the audit row)."""
+
+    def send(amount: int) -> Any:
+        body = json.dumps({"amount": amount})
+        headers = {"Idempotency-Key": "charge-1"}
+        return alice_client.post(
+            "/api/charge-then-audit/", body, "application/json", headers=headers
+        )
+
+    assert send(1).status_code == 201
+    reused = send(2)
+    assert (reused.status_code, reused.json()["code"]) == (409, "idempotency_key_reused")
+    assert Booking.objects.filter(slot="audit").count() == 1
+
+
 def add_a_header(request: HttpRequest, response: HttpResponse) -> HttpResponse:
     response["X-Replayed-For"] = str(request.user)
     return response

@@ -187,5 +187,8 @@ def protect_drf_call(
     response = protect(request, call_and_finalize, options)
     problem = getattr(response, PROBLEM_ATTRIBUTE, None)
     if problem is not None and getattr(view, "raise_idempotency_errors", False):
-        return rendered_refusal(view, problem, response)
+        # Raised out of the protected call (a method its handler calls, whose later
+        # writes must not run): the project's EXCEPTION_HANDLER renders it, without
+        # the key echo, which no exception carries through DRF's.
+        raise IdempotencyError(*problem)
     return response
