@@ -225,6 +225,33 @@ def test_an_eager_task_is_told_at_once_that_the_store_is_down(
     assert Booking.objects.count() == 0
 
 
+class PaymentGatewayDown(Exception):
+    pass
+
+
+GATEWAY_RUNS: list[int] = []
+
+
+def test_a_bound_tasks_own_retries_keep_celerys_limit(celery_tasks: ModuleType) -> None:
+    """Only a delivery that ran nothing is retried without a limit: a task's own
+    ``self.retry()`` keeps Celery's default of three (the task-wide ``max_retries=None``
+    first tried for the former lifted it for both)."""
+    from idempotency_django.contrib.celery import shared_task
+
+    @shared_task(bind=True, key=lambda order: f"charge-{order}", name="tests.charge_retrying")
+    def charge(self: Any, order: int) -> str:
+        GATEWAY_RUNS.append(order)
+        if len(GATEWAY_RUNS) > 10:
+            return "still retrying after 10 runs"
+        raise self.retry(exc=PaymentGatewayDown("the gateway is down"), countdown=0)
+
+    GATEWAY_RUNS.clear()
+    with redis_store_settings():
+        result = charge.apply(args=(1,))
+    assert isinstance(result.result, PaymentGatewayDown), (result.result, len(GATEWAY_RUNS))
+    assert len(GATEWAY_RUNS) == 4  # the first run and Celery's three retries
+
+
 # -- the heartbeat and a completion that races it --------------------------------
 
 

@@ -190,7 +190,10 @@ def test_a_skipped_duplicate_comes_back_until_the_key_is_free(
         assert first.get(timeout=60) == duplicate.get(timeout=60) == Booking.objects.get().pk
     log = worker.log.read_text(errors="replace")
     assert log.count("event=conflict") >= 4, log  # past Celery's default of three retries
-    assert log.count("event=replayed") == 1, log
+    # The first's result, once: a retry whose countdown outlasts the broker's visibility
+    # timeout (3 s here) may be handed out twice, and both copies are replayed.
+    assert log.count("event=stored") == 1 and "event=replayed" in log, log
+    assert Booking.objects.count() == 1
 
 
 def test_a_task_whose_worker_was_killed_is_redelivered_and_runs_once(

@@ -14,6 +14,7 @@ Arguments and results are fingerprinted and stored as kombu's JSON holds them
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable
 from typing import Any, overload
 
@@ -35,9 +36,8 @@ DELIVERY_OPTIONS: dict[str, Any] = {
     # after which an acknowledged delivery would be lost.
     "autoretry_for": (TaskInProgress, StoreUnavailable),
     "retry_backoff": True,
-    # The task's limit, None: no limit. (In retry_kwargs, max_retries=None means
-    # "the task's limit", Celery's default of 3.)
-    "max_retries": None,
+    # No max_retries here: CheckedTask.retry lifts the limit for these two alone, and a
+    # task's own retries keep theirs.
 }
 
 #: kombu's JSON, canonical: what Celery's default serializer round-trips.
@@ -65,21 +65,29 @@ class CheckedTask(celery.Task):  # type: ignore[misc]
         args: Any = None,
         kwargs: Any = None,
         exc: BaseException | None = None,
-        *rest: Any,
+        throw: bool = True,
+        eta: Any = None,
+        countdown: Any = None,
+        max_retries: int | None = None,
         **options: Any,
     ) -> Any:
-        """Celery's, except for a key taken or a store down in an eager run: raised at once.
+        """Celery's; a delivery that ran nothing (its key taken, the store down) is retried
+        without a limit, and an eager run of it is not retried.
 
-        An eager run (``apply()``, ``task_always_eager``) is retried by Celery at
-        once, on the same stack, its countdown skipped: without a limit it would
-        spin while another delivery holds the key, or recurse until the stack
-        overflowed while the store is down; inside its caller's transaction it
-        would hold the caller's locks meanwhile. Its caller gets
+        Nothing ran: Celery's default of three retries would acknowledge, so lose,
+        the delivery. (Its ``max_retries=None`` means "the task's limit", three; the
+        task's own ``self.retry()`` keeps that limit.) An eager run (``apply()``,
+        ``task_always_eager``) is retried by Celery at once, on the same stack, its
+        countdown skipped: it would spin while another delivery holds the key, or
+        recurse until the stack overflowed while the store is down; in its caller's
+        transaction it would hold the caller's locks meanwhile. Its caller gets
         ``TaskInProgress`` or ``StoreUnavailable`` instead, as a direct call does.
         """
-        if isinstance(exc, TaskInProgress | StoreUnavailable) and self.request.is_eager:
-            raise exc
-        return super().retry(args, kwargs, exc, *rest, **options)
+        if isinstance(exc, TaskInProgress | StoreUnavailable):
+            if self.request.is_eager:
+                raise exc
+            max_retries = sys.maxsize
+        return super().retry(args, kwargs, exc, throw, eta, countdown, max_retries, **options)
 
 
 @overload
